@@ -1,0 +1,1289 @@
+/*
+ * Incremental Chrome-trace / Kineto JSON tokenizer.  See st_tokenizer.h.
+ *
+ * Strategy: the document is a sequence of items (top-level members and the
+ * events of traceEvents).  Each item is parsed only when it is complete in the
+ * caller's buffer; if the buffer ends inside an item, the item is abandoned and
+ * its first byte is reported as the consumption point, so the caller passes it
+ * again with more bytes.  Parsing an event collects spans into the buffer and
+ * commits them (interning strings, writing records) only once the closing '}'
+ * has been seen, so an abandoned item leaves no trace.
+ */
+#include "st_tokenizer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define DEFAULT_MAX_DEPTH 256u
+#define DEFAULT_MAX_STRING_BYTES (1ull << 30)
+#define MAX_STRINGS 0x7fffffffu
+
+/* item parse results */
+enum { P_OK = 0, P_MORE = 1, P_ERR = 2 };
+
+enum doc_state {
+    S_START,        /* before the root value */
+    S_ROOT_KEY,     /* in the root object, expecting a key or '}' */
+    S_ROOT_NEXT,    /* after a root member: ',' or '}' */
+    S_EVENTS,       /* in the events array, expecting an event or ']' */
+    S_EVENTS_NEXT,  /* after an event: ',' or ']' */
+    S_DONE
+};
+
+typedef struct {
+    uint64_t offset;
+    uint32_t len;
+} str_ref;
+
+typedef struct {
+    char *key;
+    size_t key_len;
+    char *value;
+    size_t value_len;
+} meta_member;
+
+struct st_tok {
+    st_tok_options opt;
+    enum doc_state state;
+    int bare_array;         /* legacy layout: the root is the events array */
+    uint32_t saw_events;    /* an events array has begun */
+    int first_in_container; /* no member/event seen yet in current container */
+    st_tok_counts counts;
+    char err[256];
+    uint64_t err_offset;
+    int err_code;           /* ST_ERR_* of the last error */
+
+    /* string table: arena + refs + open-addressing hash of ids */
+    char *arena;
+    uint64_t arena_len, arena_cap;
+    str_ref *refs;
+    uint32_t n_strings, refs_cap;
+    uint32_t *slots;        /* id + 1, 0 = empty */
+    uint32_t n_slots;       /* power of two */
+
+    meta_member *meta;
+    size_t n_meta, meta_cap;
+};
+
+/* ------------------------------------------------------------------ errors */
+
+static void set_error(st_tok *t, const char *base, const char *at, const char *fmt, ...)
+{
+    va_list ap;
+    t->err_code = ST_ERR_SYNTAX;
+    va_start(ap, fmt);
+    vsnprintf(t->err, sizeof t->err, fmt, ap);
+    va_end(ap);
+    t->err_offset = t->counts.bytes_consumed + (uint64_t)(at - base);
+}
+
+/* -------------------------------------------------------------- lexing */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* First '"' or '\\' in [p, end), or end.  SSE2 (x86-64 baseline) scans 16
+ * bytes at a time; other targets use the byte loop. */
+static inline const char *find_quote_or_backslash(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        int m = _mm_movemask_epi8(
+            _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)));
+        if (m)
+            return p + __builtin_ctz((unsigned)m);
+        p += 16;
+    }
+#endif
+    while (p < end && *p != '"' && *p != '\\')
+        p++;
+    return p;
+}
+
+/* p points at the opening quote.  On P_OK, (*s, *slen) is the raw content and
+ * *next is just past the closing quote. */
+static int scan_string(const char *p, const char *end, const char **s, size_t *slen,
+                       const char **next)
+{
+    const char *q = p + 1;
+    for (;;) {
+        q = find_quote_or_backslash(q, end);
+        if (q >= end)
+            return P_MORE;
+        if (*q == '"') {
+            *s = p + 1;
+            *slen = (size_t)(q - (p + 1));
+            *next = q + 1;
+            return P_OK;
+        }
+        q += 2; /* a backslash escapes the next byte (\uXXXX needs no more care) */
+    }
+}
+
+/* bytes that may continue a number or a literal (true, NaN, Infinity, ...) */
+static const unsigned char SCALAR_CHAR[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,
+    ['7'] = 1, ['8'] = 1, ['9'] = 1, ['-'] = 1, ['+'] = 1, ['.'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1,
+    ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
+    ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1,
+    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1,
+    ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,
+    ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
+};
+#define is_scalar_char(c) (SCALAR_CHAR[(unsigned char)(c)])
+
+/* numbers and the literals true/false/null/NaN/Infinity */
+static int scan_scalar(const char *p, const char *end, const char **next)
+{
+    const char *q = p;
+    while (q < end && is_scalar_char((unsigned char)*q))
+        q++;
+    if (q == end)
+        return P_MORE; /* the token may continue in the next chunk */
+    *next = q;
+    return q > p ? P_OK : P_ERR;
+}
+
+/* Skip one JSON value of any kind; *next is just past it. */
+static int skip_value(st_tok *t, const char *base, const char *p, const char *end,
+                      const char **next)
+{
+    char stack[64];
+    uint32_t depth = 0;
+    const char *s;
+    size_t slen;
+
+    if (p >= end)
+        return P_MORE;
+    if (*p == '"')
+        return scan_string(p, end, &s, &slen, next);
+    if (*p != '{' && *p != '[') {
+        int r = scan_scalar(p, end, next);
+        if (r == P_ERR)
+            set_error(t, base, p, "unexpected character '%c'", *p);
+        return r;
+    }
+    /* containers: track bracket kinds; beyond 64 levels only count (the limit
+     * check below bounds the count) */
+    while (p < end) {
+        char c = *p;
+        if (c == '"') {
+            if (scan_string(p, end, &s, &slen, &p) != P_OK)
+                return P_MORE;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (depth >= t->opt.max_depth) {
+                set_error(t, base, p, "JSON nested deeper than %u levels", t->opt.max_depth);
+                t->err_code = ST_ERR_LIMIT;
+                return P_ERR;
+            }
+            if (depth < sizeof stack)
+                stack[depth] = c;
+            depth++;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0) {
+                set_error(t, base, p, "unbalanced '%c'", c);
+                return P_ERR;
+            }
+            depth--;
+            if (depth < sizeof stack && stack[depth] != (c == '}' ? '{' : '[')) {
+                set_error(t, base, p, "mismatched '%c'", c);
+                return P_ERR;
+            }
+            if (depth == 0) {
+                *next = p + 1;
+                return P_OK;
+            }
+        }
+        p++;
+    }
+    return P_MORE;
+}
+
+/* ---------------------------------------------------------- numbers */
+
+/*
+ * Parse a JSON number exactly as value * 10^scale, rounded half to even, into
+ * an int64.  Returns 1 on success, 0 if the token is not a finite number or
+ * the result does not fit.
+ */
+static const int64_t POW10[19] = {
+    1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL, 10000000LL, 100000000LL,
+    1000000000LL, 10000000000LL, 100000000000LL, 1000000000000LL, 10000000000000LL,
+    100000000000000LL, 1000000000000000LL, 10000000000000000LL, 100000000000000000LL,
+    1000000000000000000LL};
+
+/* Common case: [-]digits[.digits] with few enough digits that no rounding or
+ * overflow can happen.  Returns 1 if it handled the token. */
+static int number_fast(const char *s, size_t n, int scale, int64_t *out)
+{
+    const char *p = s, *end = s + n;
+    int neg = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    uint64_t v = 0; /* at most 19 digits below: cannot wrap */
+    int digits = 0, frac = 0;
+    while (p < end && (unsigned)(*p - '0') < 10 && digits < 20) {
+        v = v * 10 + (uint64_t)(*p++ - '0');
+        digits++;
+    }
+    if (digits == 0 || digits + scale > 19)
+        return 0;
+    if (p < end && *p == '.') {
+        p++;
+        if (p == end)
+            return 0;
+        while (p < end && (unsigned)(*p - '0') < 10 && frac < scale) {
+            v = v * 10 + (uint64_t)(*p++ - '0');
+            frac++;
+        }
+    }
+    if (p != end)
+        return 0; /* more fraction digits, an exponent, or junk: slow path */
+    v *= (uint64_t)POW10[scale - frac];
+    if (v > (uint64_t)INT64_MAX)
+        return 0;
+    *out = neg ? -(int64_t)v : (int64_t)v;
+    return 1;
+}
+
+static int number_to_scaled_int(const char *s, size_t n, int scale, int64_t *out)
+{
+    if (scale >= 0 && scale <= 3 && number_fast(s, n, scale, out))
+        return 1;
+    const char *p = s, *end = s + n;
+    int neg = 0;
+    if (p < end && (*p == '-' || *p == '+')) {
+        neg = *p == '-';
+        p++;
+    }
+    const char *digits = p;
+    size_t int_len = 0, frac_len = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        p++;
+        int_len++;
+    }
+    const char *frac = p;
+    if (p < end && *p == '.') {
+        p++;
+        frac = p;
+        while (p < end && *p >= '0' && *p <= '9') {
+            p++;
+            frac_len++;
+        }
+    }
+    if (int_len + frac_len == 0)
+        return 0;
+    long exp10 = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = 0;
+        if (p < end && (*p == '-' || *p == '+')) {
+            eneg = *p == '-';
+            p++;
+        }
+        if (p == end)
+            return 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+            if (exp10 < 100000)
+                exp10 = exp10 * 10 + (*p - '0');
+            p++;
+        }
+        if (eneg)
+            exp10 = -exp10;
+    }
+    if (p != end)
+        return 0;
+
+    /* digit i (0-based over int then frac digits) has weight 10^(keep-1-i) in
+     * the scaled integer, where keep = int_len + exp10 + scale */
+    long total = (long)(int_len + frac_len);
+    long keep = (long)int_len + exp10 + scale;
+    uint64_t v = 0;
+    int round_digit = 0, sticky = 0; /* keep < 0: the first dropped digit is an implicit 0 */
+    for (long i = 0; i < total; i++) {
+        char c = i < (long)int_len ? digits[i] : frac[i - (long)int_len];
+        int d = c - '0';
+        if (i < keep) {
+            if (v > (UINT64_MAX - (uint64_t)d) / 10)
+                return 0;
+            v = v * 10 + (uint64_t)d;
+        } else if (i == keep) {
+            round_digit = d;
+        } else {
+            sticky |= d != 0;
+        }
+    }
+    for (long i = total; i < keep; i++) {
+        if (v > UINT64_MAX / 10)
+            return 0;
+        v *= 10;
+    }
+    if (round_digit > 5 || (round_digit == 5 && (sticky || (v & 1))))
+        v++;
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX + 1)
+            return 0;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+    } else {
+        if (v > (uint64_t)INT64_MAX)
+            return 0;
+        *out = (int64_t)v;
+    }
+    return 1;
+}
+
+static float number_to_float(const char *s, size_t n)
+{
+    char tmp[64];
+    if (n == 0 || n >= sizeof tmp)
+        return NAN;
+    /* only plain number syntax: strtod would also accept hex and "nan" */
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'))
+            return NAN;
+    }
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    char *endp;
+    double d = strtod(tmp, &endp);
+    if (endp != tmp + n)
+        return NAN;
+    return (float)d;
+}
+
+/* ---------------------------------------------------------- strings */
+
+static uint64_t hash_bytes(const char *s, size_t n)
+{
+    /* FNV-1a over 8-byte words, then a final mix */
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static int grow_slots(st_tok *t)
+{
+    uint32_t n = t->n_slots ? t->n_slots * 2 : 1024;
+    if (n == 0 || n > (1u << 31))
+        return 0;
+    uint32_t *slots = calloc(n, sizeof *slots);
+    if (!slots)
+        return 0;
+    for (uint32_t id = 0; id < t->n_strings; id++) {
+        str_ref r = t->refs[id];
+        uint32_t i = (uint32_t)hash_bytes(t->arena + r.offset, r.len) & (n - 1);
+        while (slots[i])
+            i = (i + 1) & (n - 1);
+        slots[i] = id + 1;
+    }
+    free(t->slots);
+    t->slots = slots;
+    t->n_slots = n;
+    return 1;
+}
+
+/* Returns the id of s, adding it if new; ST_NOSTR on failure (error set). */
+static uint32_t intern(st_tok *t, const char *base, const char *s, size_t n)
+{
+    if (n > UINT32_MAX) {
+        set_error(t, base, s, "string longer than 4 GiB");
+        return ST_NOSTR;
+    }
+    if ((uint64_t)t->n_strings * 2 >= t->n_slots && !grow_slots(t)) {
+        set_error(t, base, s, "out of memory for the string table");
+        t->err_code = ST_ERR_NOMEM;
+        return ST_NOSTR;
+    }
+    uint64_t h = hash_bytes(s, n);
+    uint32_t mask = t->n_slots - 1;
+    uint32_t i = (uint32_t)h & mask;
+    while (t->slots[i]) {
+        str_ref r = t->refs[t->slots[i] - 1];
+        if (r.len == n && memcmp(t->arena + r.offset, s, n) == 0)
+            return t->slots[i] - 1;
+        i = (i + 1) & mask;
+    }
+    if (t->n_strings >= MAX_STRINGS || t->arena_len + n > t->opt.max_string_bytes) {
+        set_error(t, base, s, "more than %llu bytes of distinct names (limit)",
+                  (unsigned long long)t->opt.max_string_bytes);
+        t->err_code = ST_ERR_LIMIT;
+        return ST_NOSTR;
+    }
+    if (t->arena_len + n > t->arena_cap) {
+        uint64_t cap = t->arena_cap ? t->arena_cap : 65536;
+        while (cap < t->arena_len + n)
+            cap *= 2;
+        char *a = realloc(t->arena, cap);
+        if (!a) {
+            set_error(t, base, s, "out of memory for the string table");
+            t->err_code = ST_ERR_NOMEM;
+            return ST_NOSTR;
+        }
+        t->arena = a;
+        t->arena_cap = cap;
+    }
+    if (t->n_strings == t->refs_cap) {
+        uint32_t cap = t->refs_cap ? t->refs_cap * 2 : 1024;
+        str_ref *r = realloc(t->refs, (size_t)cap * sizeof *r);
+        if (!r) {
+            set_error(t, base, s, "out of memory for the string table");
+            t->err_code = ST_ERR_NOMEM;
+            return ST_NOSTR;
+        }
+        t->refs = r;
+        t->refs_cap = cap;
+    }
+    if (n)
+        memcpy(t->arena + t->arena_len, s, n);
+    t->refs[t->n_strings].offset = t->arena_len;
+    t->refs[t->n_strings].len = (uint32_t)n;
+    t->arena_len += n;
+    t->slots[i] = t->n_strings + 1;
+    return t->n_strings++;
+}
+
+/* ---------------------------------------------------------- one event */
+
+typedef struct {
+    const char *s;
+    size_t n;
+} span;
+
+/* Everything an event may carry, as spans into the buffer, plus parsed
+ * numbers.  Committed to records only when the event is complete. */
+typedef struct {
+    span ph, cat, name, s_scope, bp;
+    span pid_str, tid_str, id_str;
+    span label;
+    span coll, dtype, pg_name, pg_desc, pg_ranks, in_split, out_split;
+    span input_dims, input_type;
+    int64_t ts, dur, pid, tid, id, correlation, external_id, value;
+    int64_t stream, device, cbid;
+    int64_t in_nelems, out_nelems, group_size, pg_id, seq, rank;
+    int32_t grid[3], block[3];
+    int64_t regs, smem;
+    float bpsm, wpsm, occ;
+    int has_ts, has_dur, has_kernel, has_comm;
+} event_fields;
+
+/* Copied by assignment per event (cheaper than memset + stores). */
+static const event_fields FIELDS_INIT = {
+    .ts = ST_NONE, .dur = ST_NONE, .pid = ST_NONE, .tid = ST_NONE, .id = ST_NONE,
+    .correlation = ST_NONE, .external_id = ST_NONE, .value = ST_NONE,
+    .stream = ST_NONE, .device = ST_NONE, .cbid = ST_NONE,
+    .in_nelems = ST_NONE, .out_nelems = ST_NONE, .group_size = ST_NONE,
+    .pg_id = ST_NONE, .seq = ST_NONE, .rank = ST_NONE,
+    .grid = {-1, -1, -1}, .block = {-1, -1, -1},
+    .regs = ST_NONE, .smem = ST_NONE,
+    .bpsm = NAN, .wpsm = NAN, .occ = NAN,
+};
+
+/* Equality of short byte runs; with a constant n it compiles to a few word
+ * compares instead of a memcmp call. */
+static inline int bytes_eq(const char *a, const char *b, size_t n)
+{
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y)
+            return 0;
+    }
+    for (; n; n--)
+        if (*a++ != *b++)
+            return 0;
+    return 1;
+}
+
+#define KEY_IS(k, kn, lit) ((kn) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
+#define SPAN_IS(sp, lit) ((sp).s && KEY_IS((sp).s, (sp).n, lit))
+
+/* Read a scalar or string value; numbers go to *num, strings to *str. */
+static int read_int_value(st_tok *t, const char *base, const char *p, const char *end,
+                          int scale, int64_t *num, span *str, const char **next)
+{
+    if (p >= end)
+        return P_MORE;
+    if (*p == '"') {
+        if (scan_string(p, end, &str->s, &str->n, next) != P_OK)
+            return P_MORE;
+        return P_OK;
+    }
+    if (*p == '{' || *p == '[') {
+        t->counts.bad_numbers++;
+        return skip_value(t, base, p, end, next);
+    }
+    int r = scan_scalar(p, end, next);
+    if (r == P_ERR) {
+        set_error(t, base, p, "unexpected character '%c'", *p);
+        return P_ERR;
+    }
+    if (r == P_MORE)
+        return P_MORE;
+    size_t n = (size_t)(*next - p);
+    if (KEY_IS(p, n, "null"))
+        return P_OK;
+    if (!number_to_scaled_int(p, n, scale, num)) {
+        *num = ST_NONE;
+        t->counts.bad_numbers++;
+    }
+    return P_OK;
+}
+
+static int read_arg_int(st_tok *t, const char *base, const char *p, const char *end,
+                        int64_t *num, const char **next)
+{
+    span ignored = {0, 0};
+    return read_int_value(t, base, p, end, 0, num, &ignored, next);
+}
+
+static int read_arg_float(st_tok *t, const char *base, const char *p, const char *end,
+                          float *num, const char **next)
+{
+    if (p < end && *p != '"' && *p != '{' && *p != '[') {
+        int r = scan_scalar(p, end, next);
+        if (r == P_OK)
+            *num = number_to_float(p, (size_t)(*next - p));
+        else if (r == P_ERR)
+            set_error(t, base, p, "unexpected character '%c'", *p);
+        return r;
+    }
+    return skip_value(t, base, p, end, next);
+}
+
+/* [a, b, c] of ints into dims; anything else is skipped and left absent. */
+static int read_dim3(st_tok *t, const char *base, const char *p, const char *end,
+                     int32_t dims[3], const char **next)
+{
+    int r = skip_value(t, base, p, end, next);
+    if (r != P_OK || *p != '[')
+        return r;
+    int32_t v[3];
+    int n = 0;
+    const char *q = skip_ws(p + 1, *next);
+    while (q < *next && *q != ']') {
+        const char *after;
+        int64_t x = ST_NONE;
+        if (scan_scalar(q, *next, &after) != P_OK || n == 3 ||
+            !number_to_scaled_int(q, (size_t)(after - q), 0, &x) || x < INT32_MIN ||
+            x > INT32_MAX)
+            return P_OK;
+        v[n++] = (int32_t)x;
+        q = skip_ws(after, *next);
+        if (q < *next && *q == ',')
+            q = skip_ws(q + 1, *next);
+    }
+    if (n == 3)
+        memcpy(dims, v, sizeof v);
+    return P_OK;
+}
+
+static int read_raw_value(st_tok *t, const char *base, const char *p, const char *end,
+                          span *sp, const char **next)
+{
+    int r = skip_value(t, base, p, end, next);
+    if (r == P_OK) {
+        if (*p == '"') { /* strings: the content, without quotes */
+            sp->s = p + 1;
+            sp->n = (size_t)(*next - p - 2);
+        } else {
+            sp->s = p;
+            sp->n = (size_t)(*next - p);
+        }
+    }
+    return r;
+}
+
+static int read_string_value(st_tok *t, const char *base, const char *p, const char *end,
+                             span *sp, const char **next)
+{
+    if (p < end && *p == '"')
+        return scan_string(p, end, &sp->s, &sp->n, next) == P_OK ? P_OK : P_MORE;
+    return skip_value(t, base, p, end, next);
+}
+
+static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, const char *p,
+                     const char *end, event_fields *f, const char **next)
+{
+    switch (kn) {
+    case 3:
+        if (KEY_IS(k, kn, "Seq")) {
+            f->has_comm = 1;
+            return read_arg_int(t, base, p, end, &f->seq, next);
+        }
+        if (KEY_IS(k, kn, "cid"))
+            return read_arg_int(t, base, p, end, &f->cbid, next);
+        break;
+    case 4:
+        if (KEY_IS(k, kn, "cbid"))
+            return read_arg_int(t, base, p, end, &f->cbid, next);
+        if (KEY_IS(k, kn, "grid")) {
+            f->has_kernel = 1;
+            return read_dim3(t, base, p, end, f->grid, next);
+        }
+        if (KEY_IS(k, kn, "Rank")) {
+            f->has_comm = 1;
+            return read_arg_int(t, base, p, end, &f->rank, next);
+        }
+        if (KEY_IS(k, kn, "name"))
+            return read_string_value(t, base, p, end, &f->label, next);
+        break;
+    case 5:
+        if (KEY_IS(k, kn, "bytes"))
+            return read_arg_int(t, base, p, end, &f->value, next);
+        if (KEY_IS(k, kn, "block")) {
+            f->has_kernel = 1;
+            return read_dim3(t, base, p, end, f->block, next);
+        }
+        if (KEY_IS(k, kn, "dtype")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->dtype, next);
+        }
+        break;
+    case 6:
+        if (KEY_IS(k, kn, "stream"))
+            return read_arg_int(t, base, p, end, &f->stream, next);
+        if (KEY_IS(k, kn, "device"))
+            return read_arg_int(t, base, p, end, &f->device, next);
+        if (KEY_IS(k, kn, "labels"))
+            return read_string_value(t, base, p, end, &f->label, next);
+        break;
+    case 10:
+        if (KEY_IS(k, kn, "sort_index"))
+            return read_arg_int(t, base, p, end, &f->value, next);
+        if (KEY_IS(k, kn, "Group size")) {
+            f->has_comm = 1;
+            return read_arg_int(t, base, p, end, &f->group_size, next);
+        }
+        if (KEY_IS(k, kn, "Input Dims"))
+            return read_raw_value(t, base, p, end, &f->input_dims, next);
+        if (KEY_IS(k, kn, "Input type"))
+            return read_raw_value(t, base, p, end, &f->input_type, next);
+        break;
+    case 11:
+        if (KEY_IS(k, kn, "External id") || KEY_IS(k, kn, "external id"))
+            return read_arg_int(t, base, p, end, &f->external_id, next);
+        if (KEY_IS(k, kn, "correlation"))
+            return read_arg_int(t, base, p, end, &f->correlation, next);
+        break;
+    case 12:
+        if (KEY_IS(k, kn, "warps per SM")) {
+            f->has_kernel = 1;
+            return read_arg_float(t, base, p, end, &f->wpsm, next);
+        }
+        break;
+    case 13:
+        if (KEY_IS(k, kn, "blocks per SM")) {
+            f->has_kernel = 1;
+            return read_arg_float(t, base, p, end, &f->bpsm, next);
+        }
+        if (KEY_IS(k, kn, "shared memory")) {
+            f->has_kernel = 1;
+            return read_arg_int(t, base, p, end, &f->smem, next);
+        }
+        if (KEY_IS(k, kn, "In split size")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->in_split, next);
+        }
+        if (KEY_IS(k, kn, "In msg nelems")) {
+            f->has_comm = 1;
+            return read_arg_int(t, base, p, end, &f->in_nelems, next);
+        }
+        break;
+    case 14:
+        if (KEY_IS(k, kn, "Out split size")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->out_split, next);
+        }
+        if (KEY_IS(k, kn, "Out msg nelems")) {
+            f->has_comm = 1;
+            return read_arg_int(t, base, p, end, &f->out_nelems, next);
+        }
+        break;
+    case 15:
+        if (KEY_IS(k, kn, "Collective name")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->coll, next);
+        }
+        break;
+    case 16:
+        if (KEY_IS(k, kn, "Process Group ID")) {
+            f->has_comm = 1;
+            return read_arg_int(t, base, p, end, &f->pg_id, next);
+        }
+        break;
+    case 18:
+        if (KEY_IS(k, kn, "Process Group Name")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->pg_name, next);
+        }
+        break;
+    case 19:
+        if (KEY_IS(k, kn, "Process Group Ranks")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->pg_ranks, next);
+        }
+        break;
+    case 20:
+        if (KEY_IS(k, kn, "registers per thread")) {
+            f->has_kernel = 1;
+            return read_arg_int(t, base, p, end, &f->regs, next);
+        }
+        break;
+    case 25:
+        if (KEY_IS(k, kn, "Process Group Description")) {
+            f->has_comm = 1;
+            return read_raw_value(t, base, p, end, &f->pg_desc, next);
+        }
+        if (KEY_IS(k, kn, "est. achieved occupancy %")) {
+            f->has_kernel = 1;
+            return read_arg_float(t, base, p, end, &f->occ, next);
+        }
+        break;
+    }
+    return skip_value(t, base, p, end, next);
+}
+
+/* Generic "{ key: value, ... }" walker; calls member() for each key. */
+typedef int (*member_fn)(st_tok *t, const char *base, const char *k, size_t kn,
+                         const char *p, const char *end, event_fields *f, const char **next);
+
+/* Always inlined, so each call site gets its member function inlined too. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int parse_object(st_tok *t, const char *base, const char *p, const char *end,
+                               member_fn member, event_fields *f, const char **next)
+{
+    /* p points at '{' */
+    p = skip_ws(p + 1, end);
+    if (p >= end)
+        return P_MORE;
+    if (*p == '}') {
+        *next = p + 1;
+        return P_OK;
+    }
+    for (;;) {
+        const char *k;
+        size_t kn;
+        if (p >= end)
+            return P_MORE;
+        if (*p != '"') {
+            set_error(t, base, p, "expected a key string, found '%c'", *p);
+            return P_ERR;
+        }
+        if (scan_string(p, end, &k, &kn, &p) != P_OK)
+            return P_MORE;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return P_MORE;
+        if (*p != ':') {
+            set_error(t, base, p, "expected ':' after a key, found '%c'", *p);
+            return P_ERR;
+        }
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return P_MORE;
+        int r = member(t, base, k, kn, p, end, f, &p);
+        if (r != P_OK)
+            return r;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return P_MORE;
+        if (*p == ',') {
+            p = skip_ws(p + 1, end);
+            continue;
+        }
+        if (*p == '}') {
+            *next = p + 1;
+            return P_OK;
+        }
+        set_error(t, base, p, "expected ',' or '}' in an object, found '%c'", *p);
+        return P_ERR;
+    }
+}
+
+static int args_member(st_tok *t, const char *base, const char *k, size_t kn, const char *p,
+                       const char *end, event_fields *f, const char **next)
+{
+    return parse_arg(t, base, k, kn, p, end, f, next);
+}
+
+static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
+                        const char *p, const char *end, event_fields *f, const char **next)
+{
+    switch (kn) {
+    case 1:
+        if (*k == 's')
+            return read_string_value(t, base, p, end, &f->s_scope, next);
+        break;
+    case 2:
+        if (KEY_IS(k, kn, "ph"))
+            return read_string_value(t, base, p, end, &f->ph, next);
+        if (KEY_IS(k, kn, "ts")) {
+            span ignored = {0, 0};
+            int r = read_int_value(t, base, p, end, 3, &f->ts, &ignored, next);
+            f->has_ts = f->ts != ST_NONE;
+            return r;
+        }
+        if (KEY_IS(k, kn, "id"))
+            return read_int_value(t, base, p, end, 0, &f->id, &f->id_str, next);
+        if (KEY_IS(k, kn, "bp"))
+            return read_string_value(t, base, p, end, &f->bp, next);
+        break;
+    case 3:
+        if (KEY_IS(k, kn, "cat"))
+            return read_string_value(t, base, p, end, &f->cat, next);
+        if (KEY_IS(k, kn, "pid"))
+            return read_int_value(t, base, p, end, 0, &f->pid, &f->pid_str, next);
+        if (KEY_IS(k, kn, "tid"))
+            return read_int_value(t, base, p, end, 0, &f->tid, &f->tid_str, next);
+        if (KEY_IS(k, kn, "dur")) {
+            span ignored = {0, 0};
+            int r = read_int_value(t, base, p, end, 3, &f->dur, &ignored, next);
+            f->has_dur = f->dur != ST_NONE;
+            return r;
+        }
+        break;
+    case 4:
+        if (KEY_IS(k, kn, "name"))
+            return read_string_value(t, base, p, end, &f->name, next);
+        if (KEY_IS(k, kn, "args") && p < end && *p == '{')
+            return parse_object(t, base, p, end, args_member, f, next);
+        break;
+    }
+    return skip_value(t, base, p, end, next);
+}
+
+static int wants_input_dims(span name)
+{
+    return (name.n >= 5 && memcmp(name.s, "nccl:", 5) == 0) ||
+           (name.n >= 6 && memcmp(name.s, "c10d::", 6) == 0) ||
+           SPAN_IS(name, "record_param_comms");
+}
+
+/* intern an optional span; ok stays 1 unless interning failed */
+static uint32_t intern_opt(st_tok *t, const char *base, span sp, int *ok)
+{
+    if (!sp.s)
+        return ST_NOSTR;
+    uint32_t id = intern(t, base, sp.s, sp.n);
+    if (id == ST_NOSTR)
+        *ok = 0;
+    return id;
+}
+
+static int commit_event(st_tok *t, const char *base, event_fields *f, st_tok_out *out)
+{
+    int ok = 1;
+    st_event *e = &out->events[out->n_events];
+    e->reserved = 0;
+    e->ts = f->has_ts ? f->ts : 0;
+    e->dur = f->has_dur ? f->dur : 0;
+    e->flags = (uint16_t)((f->has_ts ? ST_F_HAS_TS : 0) | (f->has_dur ? ST_F_HAS_DUR : 0));
+    e->ph = f->ph.n ? (uint8_t)f->ph.s[0] : 0;
+    e->scope = f->s_scope.n ? (uint8_t)f->s_scope.s[0] : 0;
+    if (f->bp.n == 1 && f->bp.s[0] == 'e')
+        e->flags |= ST_F_BP_E;
+    e->name = intern_opt(t, base, f->name, &ok);
+    e->cat = intern_opt(t, base, f->cat, &ok);
+    e->label = e->ph == 'M' ? intern_opt(t, base, f->label, &ok) : ST_NOSTR;
+    if (f->pid_str.s) {
+        e->pid = intern_opt(t, base, f->pid_str, &ok);
+        e->flags |= ST_F_PID_STR;
+    } else {
+        e->pid = f->pid;
+    }
+    if (f->tid_str.s) {
+        e->tid = intern_opt(t, base, f->tid_str, &ok);
+        e->flags |= ST_F_TID_STR;
+    } else {
+        e->tid = f->tid;
+    }
+    if (f->id_str.s) {
+        e->id = intern_opt(t, base, f->id_str, &ok);
+        e->flags |= ST_F_ID_STR | ST_F_HAS_ID;
+    } else {
+        e->id = f->id;
+        if (f->id != ST_NONE)
+            e->flags |= ST_F_HAS_ID;
+    }
+    e->correlation = f->correlation;
+    e->external_id = f->external_id;
+    e->value = f->value;
+    e->stream = f->stream == ST_NONE || f->stream < INT32_MIN || f->stream > INT32_MAX ? -1 : (int32_t)f->stream;
+    e->device = f->device == ST_NONE || f->device < INT32_MIN || f->device > INT32_MAX ? -1 : (int32_t)f->device;
+    e->cbid = f->cbid == ST_NONE || f->cbid < INT32_MIN || f->cbid > INT32_MAX ? -1 : (int32_t)f->cbid;
+
+    uint32_t index = (uint32_t)t->counts.events_stored;
+    if (f->has_kernel) {
+        st_kernel *k = &out->kernels[out->n_kernels++];
+        k->event = index;
+        memcpy(k->grid, f->grid, sizeof k->grid);
+        memcpy(k->block, f->block, sizeof k->block);
+        k->registers_per_thread = f->regs == ST_NONE || f->regs > INT32_MAX || f->regs < INT32_MIN ? -1 : (int32_t)f->regs;
+        k->shared_memory = f->smem == ST_NONE || f->smem > INT32_MAX || f->smem < INT32_MIN ? -1 : (int32_t)f->smem;
+        k->blocks_per_sm = f->bpsm;
+        k->warps_per_sm = f->wpsm;
+        k->occupancy_pct = f->occ;
+    }
+    int dims = (f->input_dims.s || f->input_type.s) && wants_input_dims(f->name);
+    if (f->has_comm || dims) {
+        st_comm *c = &out->comms[out->n_comms++];
+        memset(c, 0, sizeof *c);
+        c->event = index;
+        c->collective_name = intern_opt(t, base, f->coll, &ok);
+        c->dtype = intern_opt(t, base, f->dtype, &ok);
+        c->pg_name = intern_opt(t, base, f->pg_name, &ok);
+        c->pg_desc = intern_opt(t, base, f->pg_desc, &ok);
+        c->pg_ranks = intern_opt(t, base, f->pg_ranks, &ok);
+        c->in_split = intern_opt(t, base, f->in_split, &ok);
+        c->out_split = intern_opt(t, base, f->out_split, &ok);
+        span none = {0, 0};
+        c->input_dims = intern_opt(t, base, dims ? f->input_dims : none, &ok);
+        c->input_type = intern_opt(t, base, dims ? f->input_type : none, &ok);
+        c->in_nelems = f->in_nelems;
+        c->out_nelems = f->out_nelems;
+        c->group_size = f->group_size;
+        c->pg_id = f->pg_id;
+        c->seq = f->seq;
+        c->rank = f->rank;
+    }
+    if (!ok)
+        return P_ERR;
+    out->n_events++;
+    t->counts.events_stored++;
+    return P_OK;
+}
+
+/* ------------------------------------------------------------- document */
+
+static int store_meta(st_tok *t, const char *base, const char *k, size_t kn, const char *v,
+                      size_t vn)
+{
+    if (t->n_meta == t->meta_cap) {
+        size_t cap = t->meta_cap ? t->meta_cap * 2 : 16;
+        meta_member *m = realloc(t->meta, cap * sizeof *m);
+        if (!m)
+            goto nomem;
+        t->meta = m;
+        t->meta_cap = cap;
+    }
+    meta_member *m = &t->meta[t->n_meta];
+    m->key = malloc(kn + 1);
+    m->value = malloc(vn + 1);
+    if (!m->key || !m->value) {
+        free(m->key);
+        free(m->value);
+        goto nomem;
+    }
+    memcpy(m->key, k, kn);
+    m->key[kn] = 0;
+    memcpy(m->value, v, vn);
+    m->value[vn] = 0;
+    m->key_len = kn;
+    m->value_len = vn;
+    t->n_meta++;
+    return P_OK;
+nomem:
+    set_error(t, base, k, "out of memory for top-level metadata");
+    t->err_code = ST_ERR_NOMEM;
+    return P_ERR;
+}
+
+static int out_full(const st_tok_out *out)
+{
+    return out->n_events >= out->events_cap || out->n_kernels >= out->kernels_cap ||
+           out->n_comms >= out->comms_cap;
+}
+
+/* Parse one item in the current state.  *next is the end of the item. */
+static int parse_item(st_tok *t, const char *base, const char *p, const char *end,
+                      st_tok_out *out, const char **next)
+{
+    const char *k;
+    size_t kn;
+    int r;
+
+    switch (t->state) {
+    case S_START:
+        if (end - p >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) /* UTF-8 BOM */
+            p = skip_ws(p + 3, end);
+        if (p >= end)
+            return P_MORE;
+        if (*p == '{') {
+            t->state = S_ROOT_KEY;
+        } else if (*p == '[') {
+            t->state = S_EVENTS;
+            t->bare_array = 1;
+            t->saw_events = 1;
+        } else {
+            set_error(t, base, p, "not a trace: expected a JSON object or array");
+            return P_ERR;
+        }
+        t->first_in_container = 1;
+        *next = p + 1;
+        return P_OK;
+
+    case S_ROOT_KEY:
+        if (*p == '}' && t->first_in_container) {
+            t->state = S_DONE;
+            *next = p + 1;
+            return P_OK;
+        }
+        if (*p != '"') {
+            set_error(t, base, p, "expected a key string in the top-level object, found '%c'", *p);
+            return P_ERR;
+        }
+        if (scan_string(p, end, &k, &kn, &p) != P_OK)
+            return P_MORE;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return P_MORE;
+        if (*p != ':') {
+            set_error(t, base, p, "expected ':' after a top-level key, found '%c'", *p);
+            return P_ERR;
+        }
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return P_MORE;
+        t->first_in_container = 0;
+        if (KEY_IS(k, kn, "traceEvents")) {
+            if (*p != '[') {
+                set_error(t, base, p, "not a trace: traceEvents is not an array");
+                return P_ERR;
+            }
+            t->state = S_EVENTS;
+            t->saw_events = 1;
+            t->first_in_container = 1;
+            *next = p + 1;
+            return P_OK;
+        }
+        {
+            const char *v = p;
+            r = skip_value(t, base, p, end, next);
+            if (r != P_OK)
+                return r;
+            if (store_meta(t, base, k, kn, v, (size_t)(*next - v)) != P_OK)
+                return P_ERR;
+            t->state = S_ROOT_NEXT;
+            return P_OK;
+        }
+
+    case S_ROOT_NEXT:
+        if (*p == ',') {
+            t->state = S_ROOT_KEY;
+            *next = p + 1;
+            return P_OK;
+        }
+        if (*p == '}') {
+            t->state = S_DONE;
+            *next = p + 1;
+            return P_OK;
+        }
+        set_error(t, base, p, "expected ',' or '}' in the top-level object, found '%c'", *p);
+        return P_ERR;
+
+    case S_EVENTS:
+        if (*p == ']' && t->first_in_container)
+            goto close_events;
+        if (*p != '{') {
+            set_error(t, base, p, "expected an event object, found '%c'", *p);
+            return P_ERR;
+        }
+        {
+            event_fields f = FIELDS_INIT;
+            r = parse_object(t, base, p, end, event_member, &f, next);
+            if (r != P_OK)
+                return r;
+            t->first_in_container = 0;
+            t->counts.events_seen++;
+            t->state = S_EVENTS_NEXT;
+            if (!t->opt.keep_pyfunc && SPAN_IS(f.cat, "python_function")) {
+                t->counts.pyfunc_skipped++;
+                return P_OK;
+            }
+            return commit_event(t, base, &f, out);
+        }
+
+    case S_EVENTS_NEXT:
+        if (*p == ',') {
+            t->state = S_EVENTS;
+            *next = p + 1;
+            return P_OK;
+        }
+        if (*p == ']')
+            goto close_events;
+        set_error(t, base, p, "expected ',' or ']' after an event, found '%c'", *p);
+        return P_ERR;
+
+    case S_DONE:
+        set_error(t, base, p, "unexpected data after the end of the JSON document");
+        return P_ERR;
+    }
+    set_error(t, base, p, "internal: bad tokenizer state");
+    return P_ERR;
+
+close_events:
+    *next = p + 1;
+    if (t->bare_array) {
+        t->state = S_DONE;
+    } else {
+        t->state = S_ROOT_NEXT;
+    }
+    return P_OK;
+}
+
+int st_tok_feed(st_tok *t, const char *buf, size_t len, int eof, st_tok_out *out,
+                size_t *consumed)
+{
+    const char *p = buf, *end = buf + len;
+    int rc = ST_OK;
+    *consumed = 0;
+    for (;;) {
+        p = skip_ws(p, end);
+        if (p >= end) {
+            if (t->state == S_DONE)
+                rc = ST_DONE;
+            else if (eof)
+                rc = ST_TRUNCATED;
+            break;
+        }
+        if (t->state == S_EVENTS && out_full(out)) {
+            rc = ST_OUTPUT_FULL;
+            break;
+        }
+        const char *next = p;
+        int r = parse_item(t, buf, p, end, out, &next);
+        if (r == P_ERR) {
+            rc = t->err_code;
+            break;
+        }
+        if (r == P_MORE) {
+            rc = eof ? ST_TRUNCATED : ST_OK;
+            break;
+        }
+        p = next;
+    }
+    /* consumption stops at the start of the first incomplete item */
+    if (rc == ST_TRUNCATED || rc == ST_OK || rc == ST_OUTPUT_FULL || rc == ST_DONE) {
+        size_t n = (size_t)(p - buf);
+        *consumed = n;
+        t->counts.bytes_consumed += n;
+    }
+    if (rc == ST_TRUNCATED) {
+        t->err_offset = t->counts.bytes_consumed;
+        snprintf(t->err, sizeof t->err, "truncated at byte %llu",
+                 (unsigned long long)t->counts.bytes_consumed);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------ lifecycle */
+
+int st_tok_create(st_tok **out, const st_tok_options *options)
+{
+    st_tok *t = calloc(1, sizeof *t);
+    *out = NULL;
+    if (!t)
+        return ST_ERR_NOMEM;
+    if (options)
+        t->opt = *options;
+    if (!t->opt.max_depth)
+        t->opt.max_depth = DEFAULT_MAX_DEPTH;
+    if (!t->opt.max_string_bytes)
+        t->opt.max_string_bytes = DEFAULT_MAX_STRING_BYTES;
+    t->state = S_START;
+    *out = t;
+    return ST_OK;
+}
+
+void st_tok_destroy(st_tok *t)
+{
+    if (!t)
+        return;
+    for (size_t i = 0; i < t->n_meta; i++) {
+        free(t->meta[i].key);
+        free(t->meta[i].value);
+    }
+    free(t->meta);
+    free(t->arena);
+    free(t->refs);
+    free(t->slots);
+    free(t);
+}
+
+const char *st_tok_error(const st_tok *t) { return t->err; }
+uint64_t st_tok_error_offset(const st_tok *t) { return t->err_offset; }
+void st_tok_get_counts(const st_tok *t, st_tok_counts *c)
+{
+    *c = t->counts;
+    c->doc_started = t->state != S_START;
+    c->saw_events = t->saw_events;
+    c->bare_array = (uint32_t)t->bare_array;
+    c->doc_done = t->state == S_DONE;
+}
+uint32_t st_tok_string_count(const st_tok *t) { return t->n_strings; }
+
+int st_tok_string(const st_tok *t, uint32_t id, const char **ptr, size_t *len)
+{
+    if (id >= t->n_strings)
+        return ST_ERR_SYNTAX;
+    *ptr = t->arena + t->refs[id].offset;
+    *len = t->refs[id].len;
+    return ST_OK;
+}
+
+size_t st_tok_meta_count(const st_tok *t) { return t->n_meta; }
+
+int st_tok_meta(const st_tok *t, size_t i, const char **key, size_t *key_len,
+                const char **value, size_t *value_len)
+{
+    if (i >= t->n_meta)
+        return ST_ERR_SYNTAX;
+    *key = t->meta[i].key;
+    *key_len = t->meta[i].key_len;
+    *value = t->meta[i].value;
+    *value_len = t->meta[i].value_len;
+    return ST_OK;
+}
+
+void st_tok_meta_clear(st_tok *t)
+{
+    for (size_t i = 0; i < t->n_meta; i++) {
+        free(t->meta[i].key);
+        free(t->meta[i].value);
+    }
+    t->n_meta = 0;
+}

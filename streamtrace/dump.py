@@ -1,0 +1,77 @@
+"""``dump``: any part of an event stream as JSON lines or CSV.
+
+One writer (``write_table``) serves every table, so every ``--what`` has the
+same formats.  Tables are produced per rank, so memory is one rank's table.
+"""
+import json
+import math
+
+import pandas as pd
+
+from .stream import read_stream
+from .tables import comms_frame, events_frame, kernels_frame
+
+
+def _collectives(rank):
+    """Comm-argument rows joined with their event's identity and timing."""
+    comms = comms_frame(rank)
+    events = events_frame(rank)
+    cols = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id"]
+    joined = events.loc[comms["event"].to_numpy(), cols].reset_index(drop=True)
+    return pd.concat([joined, comms.reset_index(drop=True)], axis=1)
+
+
+def _meta_rows(rank):
+    return pd.DataFrame([{"rank": rank.rank, **{k: v for k, v in rank.meta.items()}}])
+
+
+def _strings(rank):
+    return pd.DataFrame({"id": range(len(rank.strings)), "string": rank.strings})
+
+
+TABLES = {
+    "events": events_frame,
+    "kernels": kernels_frame,
+    "collectives": _collectives,
+    "meta": _meta_rows,
+    "strings": _strings,
+}
+
+
+def _jsonable(v):
+    if v is None or v is pd.NA:
+        return None
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def write_table(df, fmt, out, header=True):
+    """Write a DataFrame as JSON lines or CSV to a text stream."""
+    if fmt == "csv":
+        nested = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list))).any()]
+        if nested:
+            df = df.copy()
+            for c in nested:
+                df[c] = df[c].map(lambda v: json.dumps(v) if isinstance(v, (dict, list)) else v)
+        df.to_csv(out, index=False, header=header)
+        return
+    columns = list(df.columns)
+    for row in df.itertuples(index=False, name=None):
+        out.write(json.dumps({c: _jsonable(v) for c, v in zip(columns, row)}, default=str))
+        out.write("\n")
+
+
+def dump_stream(sources, what, fmt, out, ranks=None):
+    first = True
+    for source in sources:
+        for r, data in read_stream(source).items():
+            if ranks is not None and r not in ranks:
+                continue
+            df = TABLES[what](data)
+            if what != "meta":
+                df.insert(0, "rank", r)
+            write_table(df, fmt, out, header=first)
+            first = False

@@ -1,0 +1,24 @@
+"""The exception family.  The CLI turns these into one-line messages."""
+
+
+class StreamtraceError(Exception):
+    """Base class: a user-facing problem (bad input, bad flags, analysis error)."""
+
+
+class TraceError(StreamtraceError):
+    """A trace file is unreadable, corrupt or not a trace."""
+
+    def __init__(self, path, problem, offset=None):
+        self.path = str(path)
+        self.problem = problem
+        self.offset = offset
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"{self.path}{where}: {problem}")
+
+
+class StreamFormatError(StreamtraceError):
+    """An event stream is corrupt, truncated or of an unknown version."""
+
+    def __init__(self, source, problem):
+        self.source = str(source)
+        super().__init__(f"{self.source}: {problem}")

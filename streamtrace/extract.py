@@ -1,0 +1,250 @@
+"""``extract``: trace files -> event stream, in fixed-size chunks.
+
+``extract_rank`` is a generator of frames for one trace file: the C tokenizer
+fills record arrays from a bounded buffer, and each full batch becomes frames.
+Memory is the buffer (grown only for a single item larger than it) plus the
+rank's interned strings, whatever the size of the trace.
+"""
+import json
+import logging
+import os
+import shutil
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+
+from . import _native
+from .errors import StreamtraceError, TraceError
+from .inputs import open_source
+from .stream import Frame, Kind, StreamWriter, json_frame, strings_frame
+
+log = logging.getLogger("streamtrace")
+
+CHUNK_SIZE = 1 << 20
+MAX_ITEM_BYTES = 256 << 20  # one event or top-level member larger than this is refused
+VERSION = "0.1.0"
+
+
+def decode_raw_string(raw):
+    """JSON-escaped bytes (without quotes) -> str; never raises."""
+    if b"\\" not in raw:
+        return raw.decode("utf-8", "replace")
+    try:
+        return json.loads(b'"' + raw + b'"')
+    except ValueError:
+        try:
+            return json.loads('"' + raw.decode("utf-8", "replace") + '"', strict=False)
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+
+def _parse_meta_value(path, key, raw):
+    try:
+        return json.loads(raw)
+    except ValueError:
+        # the C scanner is lenient inside values it skips; keep the text
+        return {"unparsed": raw.decode("utf-8", "replace")}
+
+
+def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
+                 chunk_size=CHUNK_SIZE, progress=None, gzip_backend=None, strict=False):
+    """Yield the frames of one trace file.
+
+    ``rank`` is the rank the caller assigned (flag, position, regex); when None
+    the trace's ``distributedInfo.rank`` is used, else ``position``.  Raises
+    TraceError for unreadable, corrupt or non-trace input.  A truncated trace
+    yields every complete event and records a warning in the metadata.
+    """
+    path = str(path)
+    source, close = open_source(path, gzip_backend)
+    try:
+        yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict)
+    finally:
+        close()
+
+
+def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict):
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc)
+    trace_meta = {}
+    warnings = []
+    buf = bytearray(chunk_size)
+    filled = 0          # bytes of buf holding unconsumed input
+    eof = False
+    resolved_rank = None
+    truncated_at = None
+
+    def resolve_rank():
+        dist = trace_meta.get("distributedInfo")
+        trace_rank = dist.get("rank") if isinstance(dist, dict) else None
+        if rank is not None:
+            if isinstance(trace_rank, int) and trace_rank != rank:
+                warn(f"{path}: rank {rank} from the file name/flags, but distributedInfo.rank is {trace_rank}; using {rank}")
+            return rank
+        return trace_rank if isinstance(trace_rank, int) and trace_rank >= 0 else position
+
+    def warn(message):
+        warnings.append(message)
+        log.warning(message)
+
+    def drain():
+        nonlocal resolved_rank
+        if resolved_rank is None:
+            resolved_rank = resolve_rank()
+        first, raw = tok.take_new_strings()
+        if raw:
+            yield strings_frame(resolved_rank, first, [decode_raw_string(r) for r in raw])
+        events, kernels, comms = tok.take_records()
+        for kind, payload in ((Kind.EVENTS, events), (Kind.KERNELS, kernels), (Kind.COMMS, comms)):
+            if payload:
+                yield Frame(kind, resolved_rank, payload)
+
+    while True:
+        if not eof and filled < len(buf):
+            n = source.readinto(memoryview(buf)[filled:])
+            if n == 0:
+                eof = True
+            filled += n
+        try:
+            status, consumed = tok.feed(memoryview(buf)[:filled], eof=eof)
+        except _native.NativeError as exc:
+            raise TraceError(path, exc.args[0], exc.offset) from None
+        for key, raw in tok.take_meta():
+            k = decode_raw_string(key)
+            trace_meta[k] = _parse_meta_value(path, k, raw)
+        if consumed:
+            memoryview(buf)[: filled - consumed] = memoryview(buf)[consumed:filled]
+            filled -= consumed
+        if progress:
+            progress(tok.counts())
+        if status == _native.OUTPUT_FULL:
+            yield from drain()
+            continue
+        if status == _native.DONE:
+            if filled and bytes(buf[:filled]).strip():
+                raise TraceError(path, "unexpected data after the end of the JSON document",
+                                 tok.counts()["bytes_consumed"])
+            if not eof:  # anything after the document must be whitespace
+                n = source.readinto(memoryview(buf))
+                if n and bytes(buf[:n]).strip():
+                    raise TraceError(path, "unexpected data after the end of the JSON document",
+                                     tok.counts()["bytes_consumed"])
+                if n:
+                    continue
+            break
+        if status == _native.TRUNCATED:
+            truncated_at = tok.counts()["bytes_consumed"]
+            break
+        # status OK: more input needed
+        if eof:
+            break
+        if consumed == 0 and filled == len(buf):
+            # one item larger than the buffer: grow (geometrically, so the
+            # tokenizer's restarts cost O(item size) in total)
+            if len(buf) >= MAX_ITEM_BYTES:
+                raise TraceError(path, f"a single event or top-level value is larger than {MAX_ITEM_BYTES >> 20} MiB",
+                                 tok.counts()["bytes_consumed"])
+            buf.extend(bytes(len(buf)))
+
+    counts = tok.counts()
+    if not counts["doc_started"]:
+        raise TraceError(path, "empty file (no JSON)")
+    if not counts["saw_events"]:
+        if truncated_at is not None:
+            raise TraceError(path, "truncated before the traceEvents array (no events to keep)", truncated_at)
+        raise TraceError(path, "not a trace: the JSON has no traceEvents array")
+    if truncated_at is not None:
+        why = " (the compressed stream ends early)" if source.truncated else ""
+        if strict:
+            raise TraceError(path, f"truncated{why} (--strict)", truncated_at)
+        warn(f"{path}: truncated at byte {truncated_at}{why}; kept {counts['events_stored']} complete events")
+    elif source.truncated:
+        if strict:
+            raise TraceError(path, "the compressed stream ends early (--strict)")
+        warn(f"{path}: the compressed stream ends early, but the JSON document is complete")
+
+    yield from drain()
+    dist = trace_meta.get("distributedInfo") if isinstance(trace_meta.get("distributedInfo"), dict) else {}
+    trace_ws = dist.get("world_size")
+    if world_size is not None and isinstance(trace_ws, int) and trace_ws != world_size:
+        warn(f"{path}: --world_size is {world_size} but distributedInfo.world_size is {trace_ws}")
+    if counts["bad_numbers"]:
+        warn(f"{path}: {counts['bad_numbers']} numeric fields were not numbers or out of range (left empty)")
+    meta = {
+        "source": os.path.abspath(path) if path != "-" else "-",
+        "rank": resolved_rank,
+        "world_size": world_size if world_size is not None else trace_ws,
+        "rank_from": "flag" if rank is not None else ("distributedInfo" if resolved_rank != position or "rank" in dist else "position"),
+        "compression": source.kind,
+        "layout": "array" if counts["bare_array"] else "object",
+        "trace": trace_meta,
+        "counts": counts,
+        "truncated_at_byte": truncated_at,
+        "warnings": warnings,
+        "keep_pyfunc": bool(keep_pyfunc),
+        "streamtrace_version": VERSION,
+    }
+    yield json_frame(Kind.META, resolved_rank, meta)
+
+
+# ---------------------------------------------------------------- many ranks
+
+def _extract_to_file(args):
+    inp, world_size, keep_pyfunc, strict, out_path = args
+    with open(out_path, "wb") as f:
+        StreamWriter(f, write_header=False).write_all(
+            extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict))
+    return out_path
+
+
+def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=False, progress=None):
+    """Extract every RankInput into one stream written to ``output`` (a binary
+    file object).  With ``jobs > 1`` ranks are extracted in parallel processes
+    into temporary files and copied out in rank order."""
+    writer = StreamWriter(output)
+    if jobs <= 1 or len(inputs) <= 1:
+        for inp in inputs:
+            writer.write_all(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
+                                          progress=progress, strict=strict))
+        writer.close()
+        return
+    tmpdir = tempfile.mkdtemp(prefix="streamtrace-")
+    try:
+        jobs_args = [(inp, world_size, keep_pyfunc, strict, os.path.join(tmpdir, f"{i}.stev"))
+                     for i, inp in enumerate(inputs)]
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for out_path in pool.map(_extract_to_file, jobs_args):
+                with open(out_path, "rb") as part:
+                    shutil.copyfileobj(part, output, 1 << 20)
+                os.unlink(out_path)
+        writer.close()
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def peek_metadata(path, limit=16 << 20):
+    """Top-level members before the first event, reading at most ``limit`` bytes.
+
+    Cheap: it stops at the first event, so ``distributedInfo`` and
+    ``deviceProperties`` (which Kineto writes first) come back without reading
+    the whole trace.
+    """
+    source, close = open_source(path)
+    try:
+        tok = _native.Tokenizer(capacity=1)
+        meta, buf, filled = {}, bytearray(1 << 16), 0
+        while filled < limit:
+            n = source.readinto(memoryview(buf)[filled:])
+            filled += n
+            status, consumed = tok.feed(memoryview(buf)[:filled], eof=n == 0)
+            for key, raw in tok.take_meta():
+                meta[decode_raw_string(key)] = _parse_meta_value(path, key, raw)
+            memoryview(buf)[: filled - consumed] = memoryview(buf)[consumed:filled]
+            filled -= consumed
+            if status != _native.OK or n == 0 or tok.counts()["events_seen"]:
+                break
+            if filled == len(buf):
+                buf.extend(bytes(len(buf)))
+        return meta
+    except _native.NativeError as exc:
+        raise TraceError(path, exc.args[0], exc.offset) from None
+    finally:
+        close()

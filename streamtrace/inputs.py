@@ -1,0 +1,185 @@
+"""Opening trace files: sniff the format from magic bytes, decompress in chunks.
+
+Every source offers ``readinto(buffer) -> int`` (0 at the end) and, after the
+end, ``truncated`` (the compressed stream stopped early) plus ``kind``.
+gzip goes through ISA-L (the ``isal`` package, ~2-3x zlib) when it is
+installed, else through the C core's zlib inflater; zstd through
+``zstandard``; anything else is read as plain JSON.
+"""
+import io
+import os
+import sys
+
+from . import _native
+from .errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+READ_SIZE = 1 << 18  # compressed bytes per read
+
+try:  # optional fast path; the zlib path in the C core is always there
+    from isal import igzip_lib as _isal
+except ImportError:  # pragma: no cover - isal is a declared dependency
+    _isal = None
+
+
+def sniff(head):
+    if head[:2] == GZIP_MAGIC:
+        return "gzip"
+    if head[:4] == ZSTD_MAGIC:
+        return "zstd"
+    return "json"
+
+
+class PlainSource:
+    kind = "json"
+
+    def __init__(self, f):
+        self._f = f
+        self.truncated = False
+
+    def readinto(self, buf):
+        return self._f.readinto(buf) or 0
+
+
+class ZlibGzipSource:
+    """gzip through the C core (zlib)."""
+
+    kind = "gzip"
+
+    def __init__(self, f, path):
+        self._f, self._path = f, path
+        self._inf = _native.Inflater()
+        self._in = b""
+        self._eof = False
+        self.truncated = False
+
+    def readinto(self, buf):
+        mv = memoryview(buf)
+        made = 0
+        while made < len(mv):
+            if not self._in and not self._eof:
+                self._in = self._f.read(READ_SIZE)
+                self._eof = not self._in
+            if not self._in and self._eof:
+                self.truncated = not self._inf.at_member_end
+                break
+            try:
+                used, n = self._inf.run(self._in, mv[made:])
+            except _native.NativeError as exc:
+                raise TraceError(self._path, str(exc)) from None
+            self._in = self._in[used:]
+            made += n
+            if used == 0 and n == 0:  # needs input it cannot get from a partial buffer
+                if self._eof:
+                    self.truncated = True
+                    break
+                more = self._f.read(READ_SIZE)
+                self._eof = not more
+                self._in = self._in + more
+        return made
+
+
+class IsalGzipSource:
+    """gzip through ISA-L, member by member."""
+
+    kind = "gzip"
+
+    def __init__(self, f, path):
+        self._f, self._path = f, path
+        self._d = _isal.IgzipDecompressor(flag=_isal.DECOMP_GZIP)
+        self._pending = b""
+        self._eof = False
+        self.truncated = False
+
+    def readinto(self, buf):
+        mv = memoryview(buf)
+        made = 0
+        while made < len(mv):
+            if self._d.eof:  # member finished: another may follow
+                rest = self._d.unused_data
+                if not rest and not self._eof:
+                    rest = self._f.read(READ_SIZE)
+                    self._eof = not rest
+                if not rest:
+                    break
+                if rest[:2] != GZIP_MAGIC:
+                    raise TraceError(self._path, "corrupt gzip data (data after the end of the gzip stream)")
+                self._d = _isal.IgzipDecompressor(flag=_isal.DECOMP_GZIP)
+                self._pending = rest
+            if self._d.needs_input and not self._pending:
+                if self._eof:
+                    self.truncated = True
+                    break
+                self._pending = self._f.read(READ_SIZE)
+                if not self._pending:
+                    self._eof = True
+                    self.truncated = True
+                    break
+            try:
+                out = self._d.decompress(self._pending, len(mv) - made)
+            except Exception as exc:  # isal raises IsalError / EOFError
+                raise TraceError(self._path, f"corrupt gzip data ({exc})") from None
+            self._pending = b""
+            mv[made:made + len(out)] = out
+            made += len(out)
+        return made
+
+
+class ZstdSource:
+    kind = "zstd"
+
+    def __init__(self, f, path):
+        import zstandard
+
+        self._path = path
+        self._zerr = zstandard.ZstdError
+        self._r = zstandard.ZstdDecompressor().stream_reader(f, read_size=READ_SIZE, read_across_frames=True)
+        self.truncated = False
+
+    def readinto(self, buf):
+        try:
+            return self._r.readinto(buf)
+        except self._zerr as exc:
+            msg = str(exc)
+            if "incomplete" in msg or "truncated" in msg or "end of stream" in msg:
+                self.truncated = True
+                return 0
+            raise TraceError(self._path, f"corrupt zstd data ({msg})") from None
+
+
+def open_source(path, gzip_backend=None):
+    """Open ``path`` ('-' for stdin) and return ``(source, closer)``.
+
+    Raises TraceError with a one-line reason for unreadable paths.
+    """
+    path = str(path)
+    if path == "-":
+        f = sys.stdin.buffer
+        if not isinstance(f, io.BufferedReader):
+            f = io.BufferedReader(f)
+        closer = lambda: None  # noqa: E731 - stdin stays open
+        label = "<stdin>"
+    else:
+        label = path
+        if os.path.isdir(path):
+            raise TraceError(path, "is a directory, not a trace file (use --trace_dir for a directory)")
+        try:
+            f = open(path, "rb")
+        except FileNotFoundError:
+            raise TraceError(path, "no such file") from None
+        except PermissionError:
+            raise TraceError(path, "permission denied") from None
+        except OSError as exc:
+            raise TraceError(path, exc.strerror or str(exc)) from None
+        closer = f.close
+    head = f.peek(4)[:4]
+    kind = sniff(head)
+    if kind == "gzip":
+        backend = gzip_backend or os.environ.get("STREAMTRACE_GZIP") or ("isal" if _isal else "zlib")
+        src = IsalGzipSource(f, label) if backend == "isal" and _isal else ZlibGzipSource(f, label)
+    elif kind == "zstd":
+        src = ZstdSource(f, label)
+    else:
+        src = PlainSource(f)
+    return src, closer

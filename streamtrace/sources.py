@@ -1,0 +1,141 @@
+"""Finding the per-rank trace files.
+
+Four ways, as TraceLens's collective report has them (spec collective-report.md
+A1) plus streamtrace's extensions (B1): a directory, a pattern with one ``*``,
+a glob plus a rank regex, or explicit paths.  The result is a list of
+``RankInput`` in rank order; a file's rank may still be unknown (None), in
+which case extraction takes it from ``distributedInfo.rank``.
+"""
+import glob as _glob
+import os
+import re
+from dataclasses import dataclass
+
+from .errors import StreamtraceError
+
+DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
+
+
+@dataclass
+class RankInput:
+    path: str
+    rank: int = None          # from the flag, position or regex; None: ask the trace
+    position: int = 0         # fallback rank when the trace does not say
+
+    @property
+    def label(self):
+        return f"rank {self.rank}" if self.rank is not None else os.path.basename(self.path)
+
+
+def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None,
+                   rank_regex=None, world_size=None, allow_missing_ranks=False):
+    """Resolve the input flags to a list of RankInput sorted by rank."""
+    modes = [m for m, v in (("paths", paths), ("--trace_dir", trace_dir),
+                            ("--trace_pattern", trace_pattern), ("--trace_glob", trace_glob)) if v]
+    if len(modes) != 1:
+        raise StreamtraceError(
+            "Provide exactly one of: trace paths, --trace_dir, --trace_pattern, --trace_glob"
+            + (f" (got {', '.join(modes)})" if modes else ""))
+    if world_size is not None and world_size <= 0:
+        raise StreamtraceError(f"--world_size must be positive (got {world_size})")
+    if paths:
+        return [RankInput(str(p), None, i) for i, p in enumerate(paths)]
+    if trace_dir:
+        return _from_dir(trace_dir, world_size, allow_missing_ranks)
+    if trace_pattern:
+        return _from_pattern(trace_pattern, world_size, allow_missing_ranks)
+    return _from_glob(trace_glob, rank_regex or DEFAULT_RANK_REGEX, world_size, allow_missing_ranks)
+
+
+def _first_existing(stem):
+    for suffix in TRACE_SUFFIXES:
+        if os.path.isfile(stem + suffix):
+            return stem + suffix
+    return None
+
+
+def _check_missing(found, world_size, allow_missing, describe):
+    missing = [r for r in range(world_size) if r not in found]
+    if missing and not allow_missing:
+        raise StreamtraceError(
+            f"Missing ranks {missing} of world size {world_size}: expected {describe(missing[0])}"
+            " (use --allow_missing_ranks to analyse the ranks present)")
+    return missing
+
+
+def _from_dir(trace_dir, world_size, allow_missing):
+    if not os.path.isdir(trace_dir):
+        raise StreamtraceError(f"{trace_dir}: --trace_dir is not a directory")
+    found = {}
+    if world_size is not None:
+        for r in range(world_size):
+            path = _first_existing(os.path.join(trace_dir, f"rank{r}_trace"))
+            if path:
+                found[r] = path
+    else:
+        rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
+        for name in sorted(os.listdir(trace_dir)):
+            m = rx.match(name)
+            if m and int(m.group(1)) not in found:
+                found[int(m.group(1))] = os.path.join(trace_dir, name)
+    if not found:
+        # B1: no rank{i}_trace files; every trace in the directory, rank from distributedInfo
+        names = sorted(n for n in os.listdir(trace_dir) if n.endswith(TRACE_SUFFIXES))
+        if not names:
+            raise StreamtraceError(f"{trace_dir}: no trace files (*.json, *.json.gz, *.json.zst) in --trace_dir")
+        return [RankInput(os.path.join(trace_dir, n), None, i) for i, n in enumerate(names)]
+    if world_size is not None:
+        _check_missing(found, world_size, allow_missing,
+                       lambda r: os.path.join(trace_dir, f"rank{r}_trace.json[.gz|.zst]"))
+    return [RankInput(found[r], r, r) for r in sorted(found)]
+
+
+def _from_pattern(pattern, world_size, allow_missing):
+    if pattern.count("*") != 1:
+        raise StreamtraceError(f"--trace_pattern must contain exactly one '*' (got {pattern!r})")
+    if world_size is None:
+        raise StreamtraceError("--world_size is required with --trace_pattern")
+    found = {}
+    for r in range(world_size):
+        path = pattern.replace("*", str(r))
+        if os.path.isfile(path):
+            found[r] = path
+    _check_missing(found, world_size, allow_missing, lambda r: pattern.replace("*", str(r)))
+    return [RankInput(found[r], r, r) for r in sorted(found)]
+
+
+def _from_glob(pattern, rank_regex, world_size, allow_missing):
+    try:
+        rx = re.compile(rank_regex)
+    except re.error as exc:
+        raise StreamtraceError(f"--rank_regex {rank_regex!r} is not a valid regular expression: {exc}") from None
+    matches = sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    if not matches:
+        raise StreamtraceError(f"No files matched --trace_glob {pattern!r}")
+    found = {}
+    for path in matches:
+        rank = _rank_from_regex(rx, os.path.basename(path))
+        if rank is None:
+            rank = _rank_from_regex(rx, path)
+        if rank is None or rank in found:
+            continue  # first in sorted order wins, as TraceLens does
+        if world_size is not None and rank >= world_size:
+            continue
+        found[rank] = path
+    if not found:
+        raise StreamtraceError(f"{len(matches)} files matched --trace_glob but none matched --rank_regex {rank_regex!r}")
+    if world_size is not None:
+        _check_missing(found, world_size, allow_missing, lambda r: f"a file for rank {r} matching --trace_glob")
+    return [RankInput(found[r], r, r) for r in sorted(found)]
+
+
+def _rank_from_regex(rx, text):
+    m = rx.search(text)
+    if not m:
+        return None
+    value = m.groupdict().get("rank") or (m.group(1) if m.re.groups else None)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,34 @@
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SHARED_REAL = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces", "real"))
+sys.path.insert(0, os.path.join(ROOT, "fixtures"))
+sys.path.insert(0, HERE)
+
+
+def real_traces():
+    """Every real trace file, or [] when ../shared is absent."""
+    if not os.path.isdir(SHARED_REAL):
+        return []
+    out = []
+    for root, _, files in os.walk(SHARED_REAL):
+        out += [os.path.join(root, f) for f in files if ".json" in f]
+    return sorted(out)
+
+
+def real_id(path):
+    return os.path.relpath(path, SHARED_REAL)
+
+
+needs_real = pytest.mark.skipif(not os.path.isdir(SHARED_REAL), reason="../shared/traces/real is absent")
+
+
+@pytest.fixture(scope="session")
+def real_dir():
+    if not os.path.isdir(SHARED_REAL):
+        pytest.skip("../shared/traces/real is absent")
+    return SHARED_REAL
