@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from ._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
 from .errors import StreamFormatError
@@ -35,11 +36,7 @@ class Kind:
     KERNELS = 4     # st_kernel records
     COMMS = 5       # st_comm records
     END = 6         # JSON object; closes a stream section: a stream without it is incomplete
-    # 16..31: align results; 32..47: correlate results (JSON tables or records)
-    ALIGN_COLLECTIVES = 16
-    ALIGN_CLOCKS = 17
-    ALIGN_QUALITY = 18
-    CORRELATE_TABLE = 32
+    TABLE = 7       # a named column table (stage results): see encode_table
 
     RECORDS = {}  # filled below: kind -> numpy dtype
 
@@ -60,6 +57,10 @@ class Frame:
 
     def json(self):
         return json.loads(self.payload)
+
+    def table(self):
+        """(name, DataFrame) of a TABLE frame."""
+        return decode_table(self.payload)
 
 
 # ------------------------------------------------------------------ encoding
@@ -108,6 +109,61 @@ def decode_strings(payload):
         out.append(blob[prev:end].decode("utf-8", "replace"))
         prev = end
     return first, out
+
+
+def encode_table(name, df):
+    """Payload of a TABLE frame: a named DataFrame, column by column.
+
+    Layout: u32 JSON-header length, JSON header ``{"name", "nrows", "columns":
+    [{"name", "type", "bytes"}]}``, then each column's bytes in order.  Types:
+    a numpy dtype string (``<i8``, ``<f8``, ``|b1`` ...: raw little-endian
+    values), ``Int64`` (int64 values then one mask byte per row, 1 = missing),
+    or ``json`` (a UTF-8 JSON array: strings, None, nested values).
+    """
+    columns, blobs = [], []
+    for col in df.columns:
+        s = df[col]
+        dtype = s.dtype
+        if str(dtype) in ("Int64", "Int32"):
+            mask = s.isna().to_numpy()
+            values = s.fillna(0).to_numpy(dtype="<i8")
+            blob, typ = values.tobytes() + mask.astype("u1").tobytes(), "Int64"
+        elif dtype.kind in "iufb":
+            arr = s.to_numpy()
+            arr = arr.astype(arr.dtype.newbyteorder("<")) if arr.dtype.byteorder == ">" else arr
+            blob, typ = arr.tobytes(), arr.dtype.str
+        else:
+            values = [None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else v
+                      for v in s.tolist()]
+            blob, typ = json.dumps(values, default=_json_default).encode(), "json"
+        columns.append({"name": str(col), "type": typ, "bytes": len(blob)})
+        blobs.append(blob)
+    header = json.dumps({"name": name, "nrows": len(df), "columns": columns}).encode()
+    return struct.pack("<I", len(header)) + header + b"".join(blobs)
+
+
+def decode_table(payload):
+    """(name, DataFrame) from a TABLE payload."""
+    (hlen,) = struct.unpack_from("<I", payload, 0)
+    header = json.loads(payload[4:4 + hlen])
+    pos, n, data = 4 + hlen, header["nrows"], {}
+    for col in header["columns"]:
+        blob = payload[pos:pos + col["bytes"]]
+        pos += col["bytes"]
+        if col["type"] == "json":
+            data[col["name"]] = pd.Series(json.loads(blob), dtype=object)
+        elif col["type"] == "Int64":
+            values = np.frombuffer(blob, dtype="<i8", count=n)
+            mask = np.frombuffer(blob, dtype="u1", count=n, offset=8 * n).astype(bool)
+            data[col["name"]] = pd.arrays.IntegerArray(values.copy(), mask)
+        else:
+            data[col["name"]] = np.frombuffer(blob, dtype=np.dtype(col["type"]), count=n).copy()
+    return header["name"], pd.DataFrame(data, index=pd.RangeIndex(n))
+
+
+def table_frame(name, df, rank=0):
+    """A TABLE frame holding ``df`` under ``name`` (e.g. "align.collectives")."""
+    return Frame(Kind.TABLE, rank, encode_table(name, df))
 
 
 class StreamWriter:
@@ -285,6 +341,17 @@ class _RankBuilder:
         d.kernels = np.frombuffer(b"".join(self.parts[Kind.KERNELS]), dtype=KERNEL_DTYPE)
         d.comms = np.frombuffer(b"".join(self.parts[Kind.COMMS]), dtype=COMM_DTYPE)
         return d
+
+
+def read_tables(source):
+    """All TABLE frames of a stream as ``{name: DataFrame}`` (later frames of
+    the same name are appended to earlier ones)."""
+    tables = {}
+    for frame in iter_frames(source):
+        if frame.kind == Kind.TABLE:
+            name, df = frame.table()
+            tables[name] = pd.concat([tables[name], df], ignore_index=True) if name in tables else df
+    return tables
 
 
 def read_stream(source):
