@@ -1,11 +1,14 @@
 /*
- * Standalone driver for the C core: tokenizes files (gzip sniffed) with
- * pseudo-random chunk sizes.  Used for sanitizer runs (make sanitize) and
+ * Standalone driver for the C core, for sanitizer runs (make sanitize) and
  * profiling; not part of the Python package.
  *
- *   st_driver [-s SEED] [-q] FILE...
- * Exit 0 when every file was tokenized or refused with an error code, 2 on
- * usage errors.  Prints one line per file: status, events, bytes.
+ *   st_driver [-s SEED] [-c MAX_CHUNK] FILE...   tokenize (gzip sniffed) in
+ *                                                pseudo-random chunk sizes
+ *   st_driver -w ROUNDS                          random interval sweeps checked
+ *                                                against brute force
+ * Prints one line per file.  Exit 0 when every file was tokenized or refused
+ * with an error code and every sweep agreed; 1 on a sweep mismatch; 2 on
+ * usage errors.  Memory errors abort under AddressSanitizer/UBSan.
  */
 #include "st_tokenizer.h"
 #include "st_sweep.h"
@@ -54,8 +57,12 @@ static int run_file(const char *path, size_t max_chunk)
     unsigned long long events_total = 0;
     st_tok_out out = {events, OUT_CAP, 0, kernels, OUT_CAP, 0, comms, OUT_CAP, 0};
     for (;;) {
-        /* fill buf with up to a random number of new bytes */
+        /* fill buf with up to a random number of new bytes; when the last
+         * feed consumed nothing (one item bigger than what is buffered), at
+         * least double the buffered amount, as the Python side does */
         size_t want = next_chunk(max_chunk);
+        if (len > want)
+            want = len;
         if (len + want > cap) {
             while (len + want > cap)
                 cap *= 2;
@@ -77,8 +84,7 @@ static int run_file(const char *path, size_t max_chunk)
                                        (unsigned char *)buf + len + added, want - added, &used, &made);
                 if (r < 0) {
                     printf("%s: inflate error: %s\n", path, st_inflate_error(inf));
-                    rc = r;
-                    goto done;
+                    goto cleanup;
                 }
                 in_pos += used;
                 added += made;
@@ -105,18 +111,79 @@ static int run_file(const char *path, size_t max_chunk)
         if (rc < 0 || rc == ST_DONE || rc == ST_TRUNCATED)
             break;
     }
-done:
     if (rc < 0)
         printf("%s: error %d at byte %llu: %s\n", path, rc,
                (unsigned long long)st_tok_error_offset(tok), st_tok_error(tok));
     else
         printf("%s: status %d, %llu events, %u strings\n", path, rc, events_total,
                st_tok_string_count(tok));
+cleanup:
     free(buf);
     st_inflate_destroy(inf);
     st_tok_destroy(tok);
     fclose(f);
     return 0;
+}
+
+static int64_t rnd(int64_t lo, int64_t hi) { return lo + (int64_t)next_chunk((size_t)(hi - lo + 1)) - 1; }
+
+static int cmp_start(const void *a, const void *b)
+{
+    const int64_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* Random interval sets: st_union / st_overlap_with_union / st_pairs against
+ * brute force.  Returns the number of mismatches. */
+static int check_sweeps(int rounds)
+{
+    enum { N = 64 };
+    int bad = 0;
+    for (int round = 0; round < rounds; round++) {
+        int64_t b[N][2], bs[N], be[N], us[N], ue[N], qs[N], qe[N], ov[N];
+        int64_t pa[N * N], pb[N * N], pl[N * N], pmax[N];
+        size_t nb = (size_t)rnd(0, N - 1), nq = (size_t)rnd(0, N - 1), nu;
+        for (size_t i = 0; i < nb; i++) {
+            b[i][0] = rnd(0, 1000);
+            b[i][1] = b[i][0] + rnd(-5, 100);
+        }
+        qsort(b, nb, sizeof b[0], cmp_start);
+        for (size_t i = 0; i < nb; i++) {
+            bs[i] = b[i][0];
+            be[i] = b[i][1];
+        }
+        for (size_t i = 0; i < nq; i++) {
+            qs[i] = rnd(0, 1000);
+            qe[i] = qs[i] + rnd(0, 200);
+        }
+        st_union(bs, be, nb, us, ue, &nu);
+        st_overlap_with_union(qs, qe, nq, us, ue, nu, ov);
+        st_prefix_max(bs, be, nb, pmax);
+        size_t a_pos = 0, b_pos = 0, np = 0;
+        while (a_pos < nq) /* tiny capacity: exercises resumption */
+            np += st_pairs(qs, qe, nq, bs, be, pmax, nb, pa + np, pb + np, pl + np, 3, &a_pos, &b_pos);
+        for (size_t i = 0; i < nq; i++) {
+            int64_t covered = 0, pair_total = 0;
+            for (int64_t t = qs[i]; t < qe[i]; t++) {
+                int in = 0;
+                for (size_t j = 0; j < nb && !in; j++)
+                    in = bs[j] <= t && t < be[j];
+                covered += in;
+            }
+            bad += covered != ov[i];
+            for (size_t j = 0; j < nb; j++) {
+                int64_t lo = bs[j] > qs[i] ? bs[j] : qs[i], hi = be[j] < qe[i] ? be[j] : qe[i];
+                if (hi > lo)
+                    pair_total += hi - lo;
+            }
+            for (size_t k = 0; k < np; k++)
+                if (pa[k] == (int64_t)i)
+                    pair_total -= pl[k];
+            bad += pair_total != 0;
+        }
+    }
+    printf("sweeps: %d rounds, %d mismatches\n", rounds, bad);
+    return bad;
 }
 
 int main(int argc, char **argv)
@@ -128,8 +195,10 @@ int main(int argc, char **argv)
             rng_state = strtoull(argv[++i], NULL, 10) | 1;
         else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
             max_chunk = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc)
+            return check_sweeps(atoi(argv[++i])) ? 1 : 0;
         else {
-            fprintf(stderr, "usage: st_driver [-s SEED] [-c MAX_CHUNK] FILE...\n");
+            fprintf(stderr, "usage: st_driver [-s SEED] [-c MAX_CHUNK] FILE... | st_driver -w ROUNDS\n");
             return 2;
         }
     }

@@ -77,13 +77,18 @@ class Tokenizer:
         self._consumed = ffi.new("size_t *")
         self.strings_sent = 0
 
-    def feed(self, data, eof=False):
-        """Tokenize ``data`` (a writable or read-only buffer).
+    def feed(self, data, length=None, eof=False):
+        """Tokenize the first ``length`` bytes of ``data`` (bytes or bytearray;
+        not a memoryview slice, whose export cffi could outlive).
 
         Returns ``(status, consumed)``; raises NativeError on bad input.
         """
-        buf = ffi.from_buffer(data)
-        rc = lib.st_tok_feed(self._tok, buf, len(buf), int(eof), self._out, self._consumed)
+        length = len(data) if length is None else length
+        if not 0 <= length <= len(data):
+            raise ValueError("length out of range")
+        buf = ffi.from_buffer("char[]", data)
+        rc = lib.st_tok_feed(self._tok, buf, length, int(eof), self._out, self._consumed)
+        del buf
         if rc < 0:
             raise NativeError(ffi.string(lib.st_tok_error(self._tok)).decode("utf-8", "replace"),
                               lib.st_tok_error_offset(self._tok), rc)
@@ -151,14 +156,19 @@ class Inflater:
         self._used = ffi.new("size_t *")
         self._made = ffi.new("size_t *")
 
-    def run(self, data, out):
-        """Inflate from ``data`` into the writable buffer ``out``.
+    def run(self, data, out, out_start=0, out_end=None):
+        """Inflate from ``data`` (bytes) into ``out[out_start:out_end]`` (a bytearray).
 
         Returns ``(input bytes used, output bytes made)``.
         """
-        src = ffi.from_buffer(data)
-        dst = ffi.from_buffer(out, require_writable=True)
-        rc = lib.st_inflate_run(self._inf, src, len(src), dst, len(dst), self._used, self._made)
+        out_end = len(out) if out_end is None else out_end
+        if not 0 <= out_start <= out_end <= len(out):
+            raise ValueError("output range out of bounds")
+        src = ffi.from_buffer("unsigned char[]", data)
+        dst = ffi.from_buffer("unsigned char[]", out, require_writable=True)
+        rc = lib.st_inflate_run(self._inf, src, len(data), dst + out_start, out_end - out_start,
+                                self._used, self._made)
+        del src, dst
         if rc < 0:
             raise NativeError(ffi.string(lib.st_inflate_error(self._inf)).decode(), code=rc)
         return self._used[0], self._made[0]

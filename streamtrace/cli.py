@@ -14,7 +14,8 @@ import tempfile
 
 import click
 
-from . import extract as extract_mod
+from .extract import VERSION
+from .extract import extract as extract_api
 from .errors import StreamtraceError
 from .sources import DEFAULT_RANK_REGEX, resolve_inputs
 
@@ -64,6 +65,9 @@ def atomic_output(path):
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -137,7 +141,7 @@ def _progress_printer(quiet):
 # ------------------------------------------------------------------ commands
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(extract_mod.VERSION, prog_name="streamtrace")
+@click.version_option(VERSION, prog_name="streamtrace")
 def main():
     """Fast, bounded-memory analysis of multi-rank PyTorch profiler traces.
 
@@ -176,15 +180,16 @@ def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size,
             raise click.UsageError("--rank goes with a single input path")
         inputs[0].rank = rank
     with stream_output(output) as out:
-        extract_mod.extract(inputs, out, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs,
+        extract_api(inputs, out, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs,
                             strict=strict, progress=_progress_printer(quiet))
 
 
 @main.command()
 @click.argument("streams", nargs=-1, type=click.Path())
-@click.option("--what", type=click.Choice(["events", "kernels", "collectives", "meta", "strings"]),
+@click.option("--what", type=click.Choice(["summary", "events", "kernels", "collectives", "meta", "strings"]),
               default="meta", show_default=True, help="Which part of the stream to print.")
-@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["jsonl", "csv", "table"]), default="jsonl", show_default=True,
+              help="table: aligned text for reading in a terminal.")
 @click.option("--rank", "ranks", type=int, multiple=True, help="Only these ranks (repeatable).")
 @handle_errors
 def dump(streams, what, fmt, ranks):

@@ -5,8 +5,12 @@ same formats.  Tables are produced per rank, so memory is one rank's table.
 """
 import json
 import math
+import os
 
+import numpy as np
 import pandas as pd
+
+from ._native import FLAGS
 
 from .stream import read_stream
 from .tables import comms_frame, events_frame, kernels_frame
@@ -29,7 +33,35 @@ def _strings(rank):
     return pd.DataFrame({"id": range(len(rank.strings)), "string": rank.strings})
 
 
+def _summary(rank):
+    """One row per rank: what extract found."""
+    e = rank.events
+    names = rank.names(e["name"])
+    cats = rank.names(e["cat"])
+    kernel = np.isin(cats, ["kernel", "Kernel"])
+    lowered = np.char.lower(names[kernel].astype(str)) if kernel.any() else np.array([], dtype=str)
+    nccl = np.char.find(lowered, "nccl") >= 0
+    nccl |= np.char.find(lowered, "rccl") >= 0
+    has_ts = (e["flags"] & FLAGS["has_ts"]) != 0
+    x = (e["ph"] == ord("X")) & has_ts
+    span_ms = float((e["ts"][x] + e["dur"][x]).max() - e["ts"][x].min()) / 1e6 if x.any() else 0.0
+    m = rank.meta
+    return pd.DataFrame([{
+        "source": os.path.basename(m.get("source", "")),
+        "world_size": m.get("world_size"),
+        "events": len(e),
+        "kernels": int(kernel.sum()),
+        "nccl_kernels": int(nccl.sum()),
+        "comm_records": len(rank.comms),
+        "gpu_streams": int(len(np.unique(e["stream"][kernel]))),
+        "span_ms": round(span_ms, 3),
+        "pyfunc_skipped": m.get("counts", {}).get("pyfunc_skipped", 0),
+        "warnings": len(m.get("warnings", [])),
+    }])
+
+
 TABLES = {
+    "summary": _summary,
     "events": events_frame,
     "kernels": kernels_frame,
     "collectives": _collectives,
@@ -49,7 +81,10 @@ def _jsonable(v):
 
 
 def write_table(df, fmt, out, header=True):
-    """Write a DataFrame as JSON lines or CSV to a text stream."""
+    """Write a DataFrame as JSON lines, CSV or an aligned text table."""
+    if fmt == "table":
+        out.write(df.to_string(index=False, header=header) + "\n")
+        return
     if fmt == "csv":
         nested = [c for c in df.columns if df[c].map(lambda v: isinstance(v, (dict, list))).any()]
         if nested:

@@ -99,19 +99,19 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
 
     while True:
         if not eof and filled < len(buf):
-            n = source.readinto(memoryview(buf)[filled:])
+            n = source.read_into(buf, filled)
             if n == 0:
                 eof = True
             filled += n
         try:
-            status, consumed = tok.feed(memoryview(buf)[:filled], eof=eof)
+            status, consumed = tok.feed(buf, filled, eof=eof)
         except _native.NativeError as exc:
             raise TraceError(path, exc.args[0], exc.offset) from None
         for key, raw in tok.take_meta():
             k = decode_raw_string(key)
             trace_meta[k] = _parse_meta_value(path, k, raw)
         if consumed:
-            memoryview(buf)[: filled - consumed] = memoryview(buf)[consumed:filled]
+            buf[: filled - consumed] = buf[consumed:filled]  # keep the incomplete tail
             filled -= consumed
         if progress:
             progress(tok.counts())
@@ -123,7 +123,7 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
                 raise TraceError(path, "unexpected data after the end of the JSON document",
                                  tok.counts()["bytes_consumed"])
             if not eof:  # anything after the document must be whitespace
-                n = source.readinto(memoryview(buf))
+                n = source.read_into(buf, 0)
                 if n and bytes(buf[:n]).strip():
                     raise TraceError(path, "unexpected data after the end of the JSON document",
                                      tok.counts()["bytes_consumed"])
@@ -146,6 +146,8 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
 
     counts = tok.counts()
     if not counts["doc_started"]:
+        if source.truncated:
+            raise TraceError(path, f"the {source.kind} stream ends before any data (truncated file)")
         raise TraceError(path, "empty file (no JSON)")
     if not counts["saw_events"]:
         if truncated_at is not None:
@@ -232,12 +234,12 @@ def peek_metadata(path, limit=16 << 20):
         tok = _native.Tokenizer(capacity=1)
         meta, buf, filled = {}, bytearray(1 << 16), 0
         while filled < limit:
-            n = source.readinto(memoryview(buf)[filled:])
+            n = source.read_into(buf, filled)
             filled += n
-            status, consumed = tok.feed(memoryview(buf)[:filled], eof=n == 0)
+            status, consumed = tok.feed(buf, filled, eof=n == 0)
             for key, raw in tok.take_meta():
                 meta[decode_raw_string(key)] = _parse_meta_value(path, key, raw)
-            memoryview(buf)[: filled - consumed] = memoryview(buf)[consumed:filled]
+            buf[: filled - consumed] = buf[consumed:filled]
             filled -= consumed
             if status != _native.OK or n == 0 or tok.counts()["events_seen"]:
                 break

@@ -1,7 +1,8 @@
 """Opening trace files: sniff the format from magic bytes, decompress in chunks.
 
-Every source offers ``readinto(buffer) -> int`` (0 at the end) and, after the
-end, ``truncated`` (the compressed stream stopped early) plus ``kind``.
+Every source offers ``read_into(buf, start) -> int``: it fills ``buf[start:]``
+(a bytearray) and returns the count, 0 at the end; after the end,
+``truncated`` says whether the compressed stream stopped early.
 gzip goes through ISA-L (the ``isal`` package, ~2-3x zlib) when it is
 installed, else through the C core's zlib inflater; zstd through
 ``zstandard``; anything else is read as plain JSON.
@@ -38,8 +39,9 @@ class PlainSource:
         self._f = f
         self.truncated = False
 
-    def readinto(self, buf):
-        return self._f.readinto(buf) or 0
+    def read_into(self, buf, start):
+        with memoryview(buf) as mv:
+            return self._f.readinto(mv[start:]) or 0
 
 
 class ZlibGzipSource:
@@ -54,10 +56,9 @@ class ZlibGzipSource:
         self._eof = False
         self.truncated = False
 
-    def readinto(self, buf):
-        mv = memoryview(buf)
-        made = 0
-        while made < len(mv):
+    def read_into(self, buf, start):
+        made = start
+        while made < len(buf):
             if not self._in and not self._eof:
                 self._in = self._f.read(READ_SIZE)
                 self._eof = not self._in
@@ -65,19 +66,19 @@ class ZlibGzipSource:
                 self.truncated = not self._inf.at_member_end
                 break
             try:
-                used, n = self._inf.run(self._in, mv[made:])
+                used, n = self._inf.run(self._in, buf, made)
             except _native.NativeError as exc:
                 raise TraceError(self._path, str(exc)) from None
             self._in = self._in[used:]
             made += n
-            if used == 0 and n == 0:  # needs input it cannot get from a partial buffer
+            if used == 0 and n == 0:  # needs more input than the partial buffer has
                 if self._eof:
                     self.truncated = True
                     break
                 more = self._f.read(READ_SIZE)
                 self._eof = not more
                 self._in = self._in + more
-        return made
+        return made - start
 
 
 class IsalGzipSource:
@@ -92,10 +93,9 @@ class IsalGzipSource:
         self._eof = False
         self.truncated = False
 
-    def readinto(self, buf):
-        mv = memoryview(buf)
-        made = 0
-        while made < len(mv):
+    def read_into(self, buf, start):
+        made = start
+        while made < len(buf):
             if self._d.eof:  # member finished: another may follow
                 rest = self._d.unused_data
                 if not rest and not self._eof:
@@ -117,13 +117,13 @@ class IsalGzipSource:
                     self.truncated = True
                     break
             try:
-                out = self._d.decompress(self._pending, len(mv) - made)
+                out = self._d.decompress(self._pending, len(buf) - made)
             except Exception as exc:  # isal raises IsalError / EOFError
                 raise TraceError(self._path, f"corrupt gzip data ({exc})") from None
             self._pending = b""
-            mv[made:made + len(out)] = out
+            buf[made:made + len(out)] = out
             made += len(out)
-        return made
+        return made - start
 
 
 class ZstdSource:
@@ -137,9 +137,10 @@ class ZstdSource:
         self._r = zstandard.ZstdDecompressor().stream_reader(f, read_size=READ_SIZE, read_across_frames=True)
         self.truncated = False
 
-    def readinto(self, buf):
+    def read_into(self, buf, start):
         try:
-            return self._r.readinto(buf)
+            with memoryview(buf) as mv:
+                return self._r.readinto(mv[start:])
         except self._zerr as exc:
             msg = str(exc)
             if "incomplete" in msg or "truncated" in msg or "end of stream" in msg:

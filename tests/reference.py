@@ -7,7 +7,7 @@ compare the two on real traces and fixtures.
 """
 import gzip
 import json
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, Decimal, localcontext
 
 import numpy as np
 
@@ -41,8 +41,12 @@ def scaled_int(v, scale):
         return NONE
     if isinstance(v, Decimal) and not v.is_finite():
         return NONE
-    x = (Decimal(v) * (Decimal(10) ** scale)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN)
-    x = int(x)
+    v = Decimal(v)
+    if v.adjusted() > 40:  # far outside int64 whatever the scale
+        return NONE
+    with localcontext() as ctx:
+        ctx.prec = 200
+        x = int((v.scaleb(scale)).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
     return x if INT64_MIN <= x <= INT64_MAX else NONE
 
 

@@ -36,3 +36,51 @@ def test_pyfunc_skipped_and_counted(real_dir):
     data = extract_one(path)
     assert data.meta["counts"]["pyfunc_skipped"] == 34405
     assert "python_function" not in set(data.events_df()["cat"])
+
+
+@pytest.fixture(scope="module")
+def fixture_sets(tmp_path_factory):
+    import generate_fixture
+
+    base = tmp_path_factory.mktemp("fx")
+    sets = {}
+    for name, opts in {
+        "new_json": dict(format="json", layout="new", ranks=2, tp=1, straggler_rank=1, straggler_us=200),
+        "new_gz_tp": dict(format="json.gz", layout="new", ranks=4, tp=2, clock_offsets_us="random"),
+        "old_zst": dict(format="json.zst", layout="old", ranks=2),
+    }.items():
+        out = base / name
+        truth = generate_fixture.generate(str(out), **opts)
+        sets[name] = (out, truth)
+    return sets
+
+
+@pytest.mark.parametrize("name", ["new_json", "new_gz_tp", "old_zst"])
+def test_fixture_matches_reference_and_truth(fixture_sets, name):
+    out, truth = fixture_sets[name]
+    for rank, filename in truth["files"].items():
+        path = out / filename
+        data = assert_matches_reference(path)
+        assert data.rank == int(rank)
+        # every written event is seen; python_function ones are counted, not stored
+        counts = truth["event_counts"][rank]
+        assert data.meta["counts"]["events_seen"] == sum(counts.values())
+        pyfunc = sum(n for k, n in counts.items() if k.endswith("/python_function"))
+        assert data.meta["counts"]["pyfunc_skipped"] == pyfunc
+        assert len(data.events) == sum(counts.values()) - pyfunc
+        if truth["layout"] == "new":
+            assert data.meta["trace"]["baseTimeNanoseconds"] == truth["base_time_ns"]
+
+
+def test_fixture_nccl_kernels_have_truth_times(fixture_sets):
+    """ts/dur of every NCCL kernel equal the decimal text written (exact ns)."""
+    out, truth = fixture_sets["new_gz_tp"]
+    from decimal import Decimal
+
+    for rank, filename in truth["files"].items():
+        ev = extract_one(out / filename).events_df()
+        kernels = ev[(ev["cat"] == "kernel") & ev["name"].str.startswith("nccl")]
+        got = sorted(zip(kernels["ts"].astype(int), kernels["dur"].astype(int)))
+        want = sorted((int(Decimal(p["ts_us"]) * 1000), int(Decimal(p["dur_us"]) * 1000))
+                      for c in truth["collectives"] for r, p in c["per_rank"].items() if r == rank)
+        assert got == want

@@ -1,0 +1,147 @@
+"""Property tests for the C tokenizer (hypothesis).
+
+- any chunking of the input gives identical records, strings and metadata;
+- numbers parse exactly (decimal -> int64 ns, half-even) like Decimal does;
+- mutated or random input never crashes: it extracts or raises TraceError.
+"""
+import gzip
+import io
+import json
+from decimal import Decimal
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reference import scaled_int
+from streamtrace import TraceError, _native
+from streamtrace.extract import decode_raw_string, extract_rank
+
+SAMPLE = (
+    b'{\n  "schemaVersion": 1,\n  "deviceProperties": [{"id": 0, "numSms": 80}],\n'
+    b'  "distributedInfo": {"backend": "nccl", "rank": 2, "world_size": 4},\n  "traceEvents": [\n'
+    b'  {\n    "ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*)",'
+    b' "pid": 0, "tid": 84,\n    "ts": 1694128201429795.123, "dur": 2146,\n'
+    b'    "args": {"External id": 41246, "stream": 84, "correlation": 41246, "grid": [8, 1, 1],'
+    b' "block": [640, 1, 1], "blocks per SM": 0.1, "Collective name": "allreduce", "In msg nelems": 1024,'
+    b' "Process Group Ranks": "[0, 1, 2, 3]", "dtype": "Float"}\n  },\n'
+    b'  {"ph": "f", "id": 41246, "pid": 0, "tid": 84, "ts": 1694128201429795.123, "cat": "ac2g",'
+    b' "name": "ac2g", "bp": "e"},\n'
+    b'  {"ph": "X", "cat": "python_function", "name": "x.py(1): f", "pid": 1, "tid": 1, "ts": 5, "dur": 1},\n'
+    b'  {"ph": "X", "cat": "user_annotation", "name": "nccl:all_reduce \\"quoted\\" \\u00e9", "pid": 1,'
+    b' "tid": "thread 7", "ts": 4, "dur": 10, "args": {"Input Dims": [[6144]], "Input type": ["float"]}},\n'
+    b'  {"name": "thread_name", "ph": "M", "pid": 0, "tid": 84, "args": {"name": "stream 84 "}},\n'
+    b'  {"ph": "i", "s": "g", "pid": "Traces", "tid": "Trace PyTorch Profiler", "ts": 1, "name": "it"}\n'
+    b'  ],\n  "traceName": "x.json",\n  "baseTimeNanoseconds": 1711964646000000000\n}\n'
+)
+
+
+def tokenize(data, cuts, keep_pyfunc=False, capacity=3):
+    """Feed ``data`` split at ``cuts`` (a small output capacity forces
+    OUTPUT_FULL round trips too); return everything the tokenizer produced."""
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=capacity)
+    records, meta = [b"", b"", b""], []
+    pending = bytearray()
+    bounds = sorted(set(c for c in cuts if 0 < c < len(data))) + [len(data)]
+    start = 0
+    for end in bounds:
+        pending += data[start:end]
+        start = end
+        eof = end == len(data)
+        while True:
+            status, consumed = tok.feed(pending, eof=eof)
+            del pending[:consumed]
+            for i, part in enumerate(tok.take_records()):
+                records[i] += part
+            meta += tok.take_meta()
+            if status != _native.OUTPUT_FULL:
+                break
+    _, strings = tok.take_new_strings()
+    return status, records, strings, meta, tok.counts()["events_stored"]
+
+
+REFERENCE = tokenize(SAMPLE, [])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(SAMPLE)), max_size=40))
+def test_any_chunking_gives_identical_output(cuts):
+    assert tokenize(SAMPLE, cuts) == REFERENCE
+    assert REFERENCE[0] == _native.DONE and REFERENCE[4] == 5
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(chunk=st.integers(min_value=1, max_value=4096))
+def test_extract_chunk_size_does_not_matter(tmp_path, chunk):
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(SAMPLE * 1))
+    frames = list(extract_rank(str(path), chunk_size=chunk))
+    baseline = list(extract_rank(str(path)))
+    assert [(f.kind, f.payload) for f in frames if f.kind != 1] == \
+           [(f.kind, f.payload) for f in baseline if f.kind != 1] or \
+           _same_records(frames, baseline)
+
+
+def _same_records(a, b):
+    """Frames may be split differently; the concatenated records must match."""
+    def joined(frames, kind):
+        return b"".join(f.payload for f in frames if f.kind == kind)
+    return all(joined(a, k) == joined(b, k) for k in (3, 4, 5))
+
+
+numbers = st.one_of(
+    st.integers(min_value=-(10**18), max_value=10**18).map(str),
+    st.decimals(allow_nan=False, allow_infinity=False, places=None,
+                min_value=Decimal("-1e15"), max_value=Decimal("1e15")).map(lambda d: format(d, "f")),
+    st.tuples(st.integers(0, 10**6), st.integers(-30, 30)).map(lambda t: f"{t[0]}e{t[1]}"),
+    st.tuples(st.integers(0, 999999), st.integers(0, 10**9)).map(lambda t: f"{t[0]}.{t[1]:09d}"),
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(numbers)
+def test_timestamps_parse_exactly(text):
+    doc = b'{"traceEvents": [{"ph": "X", "ts": ' + text.encode() + b', "args": {"correlation": ' + text.encode() + b"}}]}"
+    status, (events, _, _), _, _, n = tokenize(doc, [])
+    rec = _native.np.frombuffer(events, dtype=_native.EVENT_DTYPE)[0]
+    expected_ns = scaled_int(Decimal(text), 3)
+    has_ts = bool(rec["flags"] & _native.FLAGS["has_ts"])
+    assert has_ts == (expected_ns != _native.NONE)
+    if has_ts:
+        assert rec["ts"] == expected_ns
+    assert rec["correlation"] == scaled_int(Decimal(text), 0)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_mutated_input_never_crashes(tmp_path, data):
+    buf = bytearray(SAMPLE)
+    for _ in range(data.draw(st.integers(1, 8))):
+        op = data.draw(st.sampled_from(["flip", "delete", "insert", "truncate"]))
+        pos = data.draw(st.integers(0, max(len(buf) - 1, 0)))
+        if op == "flip" and buf:
+            buf[pos] = data.draw(st.integers(0, 255))
+        elif op == "delete" and buf:
+            del buf[pos:pos + data.draw(st.integers(1, 20))]
+        elif op == "insert":
+            buf[pos:pos] = data.draw(st.sampled_from([b"{", b"[", b"]", b"}", b'"', b"\\", b",", b":", b"\x00", b"1e999"]))
+        else:
+            del buf[pos:]
+    path = tmp_path / "m.json"
+    path.write_bytes(bytes(buf))
+    try:
+        list(extract_rank(str(path)))
+    except TraceError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20) |
+                    st.floats(allow_nan=False, allow_infinity=False),
+                    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=8), kids, max_size=4),
+                    max_leaves=30))
+def test_random_json_values_in_events_never_crash(value):
+    for key in ("ts", "pid", "name", "args", "grid", "ph", "id"):
+        ev = {"ph": "X", key: value, "args": {key: value, "grid": value, "Collective name": value}}
+        doc = json.dumps({"traceEvents": [ev, {"ph": "X", "name": "after"}]}).encode()
+        status, _, strings, _, n = tokenize(doc, [len(doc) // 2])
+        assert status == _native.DONE and n == 2 and "after" in [decode_raw_string(s) for s in strings]
