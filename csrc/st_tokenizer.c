@@ -85,8 +85,25 @@ static void set_error(st_tok *t, const char *base, const char *at, const char *f
 
 /* -------------------------------------------------------------- lexing */
 
-static const char *skip_ws(const char *p, const char *end)
+static inline const char *skip_ws(const char *p, const char *end)
 {
+    if (p < end && (unsigned char)*p > ' ')
+        return p; /* the common cases: no whitespace, or one space */
+    if (end - p >= 2 && *p == ' ' && (unsigned char)p[1] > ' ')
+        return p + 1;
+#if defined(__SSE2__)
+    while (end - p >= 16) { /* pretty-printed JSON: newline + indentation */
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
+                                  _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')),
+                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
+        unsigned m = ~(unsigned)_mm_movemask_epi8(ws) & 0xFFFFu;
+        if (m)
+            return p + __builtin_ctz(m);
+        p += 16;
+    }
+#endif
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
     return p;
@@ -216,7 +233,63 @@ static int skip_value(st_tok *t, const char *base, const char *p, const char *en
     return P_MORE;
 }
 
+/* Skip the rest of an object whose '{' has been read: *next is just past its
+ * closing '}'.  Used to drop unwanted events without parsing their members. */
+static int skip_object_rest(st_tok *t, const char *base, const char *p, const char *end,
+                            const char **next)
+{
+    uint32_t depth = 1;
+    const char *s;
+    size_t slen;
+    while (p < end) {
+        char c = *p;
+        if (c == '"') {
+            if (scan_string(p, end, &s, &slen, &p) != P_OK)
+                return P_MORE;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (++depth > t->opt.max_depth) {
+                set_error(t, base, p, "JSON nested deeper than %u levels", t->opt.max_depth);
+                t->err_code = ST_ERR_LIMIT;
+                return P_ERR;
+            }
+        } else if ((c == '}' || c == ']') && --depth == 0) {
+            if (c != '}') {
+                set_error(t, base, p, "mismatched ']'");
+                return P_ERR;
+            }
+            *next = p + 1;
+            return P_OK;
+        }
+        p++;
+    }
+    return P_MORE;
+}
+
 /* ---------------------------------------------------------- numbers */
+
+/* Eight ASCII digits at once (SWAR): the check and the conversion work on one
+ * little-endian 64-bit word. */
+static inline int is_eight_digits(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    return ((w & 0xF0F0F0F0F0F0F0F0ull) |
+            (((w + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) ==
+           0x3333333333333333ull;
+}
+
+static inline uint64_t parse_eight_digits(const char *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+    w -= 0x3030303030303030ull;
+    w = (w * 10) + (w >> 8); /* pairs */
+    w = (((w & 0x000000FF000000FFull) * 0x000F424000000064ull) +
+         (((w >> 16) & 0x000000FF000000FFull) * 0x0000271000000001ull)) >> 32;
+    return w;
+}
 
 /*
  * Parse a JSON number exactly as value * 10^scale, rounded half to even, into
@@ -482,19 +555,32 @@ typedef struct {
 
 /* Everything an event may carry, as spans into the buffer, plus parsed
  * numbers.  Committed to records only when the event is complete. */
+/* Communication and launch-geometry fields: most events have neither, so
+ * these parts are initialised only when a first such key is seen. */
+typedef struct {
+    span coll, dtype, pg_name, pg_desc, pg_ranks, in_split, out_split;
+    int64_t in_nelems, out_nelems, group_size, pg_id, seq, rank;
+} comm_fields;
+
+typedef struct {
+    int32_t grid[3], block[3];
+    int64_t regs, smem;
+    float bpsm, wpsm, occ;
+} kernel_fields;
+
+/* Everything an event may carry, as spans into the buffer, plus parsed
+ * numbers.  Committed to records only when the event is complete. */
 typedef struct {
     span ph, cat, name, s_scope, bp;
     span pid_str, tid_str, id_str;
     span label;
-    span coll, dtype, pg_name, pg_desc, pg_ranks, in_split, out_split;
     span input_dims, input_type;
     int64_t ts, dur, pid, tid, id, correlation, external_id, value;
     int64_t stream, device, cbid;
-    int64_t in_nelems, out_nelems, group_size, pg_id, seq, rank;
-    int32_t grid[3], block[3];
-    int64_t regs, smem;
-    float bpsm, wpsm, occ;
     int has_ts, has_dur, has_kernel, has_comm;
+    int skip_rest; /* the event is dropped: skip its remaining members */
+    comm_fields comm;   /* valid when has_comm */
+    kernel_fields kern; /* valid when has_kernel */
 } event_fields;
 
 /* Copied by assignment per event (cheaper than memset + stores). */
@@ -502,23 +588,59 @@ static const event_fields FIELDS_INIT = {
     .ts = ST_NONE, .dur = ST_NONE, .pid = ST_NONE, .tid = ST_NONE, .id = ST_NONE,
     .correlation = ST_NONE, .external_id = ST_NONE, .value = ST_NONE,
     .stream = ST_NONE, .device = ST_NONE, .cbid = ST_NONE,
+};
+static const comm_fields COMM_INIT = {
     .in_nelems = ST_NONE, .out_nelems = ST_NONE, .group_size = ST_NONE,
     .pg_id = ST_NONE, .seq = ST_NONE, .rank = ST_NONE,
-    .grid = {-1, -1, -1}, .block = {-1, -1, -1},
-    .regs = ST_NONE, .smem = ST_NONE,
-    .bpsm = NAN, .wpsm = NAN, .occ = NAN,
 };
+static const kernel_fields KERNEL_INIT = {
+    .grid = {-1, -1, -1}, .block = {-1, -1, -1},
+    .regs = ST_NONE, .smem = ST_NONE, .bpsm = NAN, .wpsm = NAN, .occ = NAN,
+};
+
+static inline comm_fields *comm_of(event_fields *f)
+{
+    if (!f->has_comm) {
+        f->comm = COMM_INIT;
+        f->has_comm = 1;
+    }
+    return &f->comm;
+}
+
+static inline kernel_fields *kernel_of(event_fields *f)
+{
+    if (!f->has_kernel) {
+        f->kern = KERNEL_INIT;
+        f->has_kernel = 1;
+    }
+    return &f->kern;
+}
 
 /* Equality of short byte runs; with a constant n it compiles to a few word
  * compares instead of a memcmp call. */
 static inline int bytes_eq(const char *a, const char *b, size_t n)
 {
-    for (; n >= 8; a += 8, b += 8, n -= 8) {
-        uint64_t x, y;
-        memcpy(&x, a, 8);
-        memcpy(&y, b, 8);
-        if (x != y)
+    uint64_t x, y;
+    uint32_t u, v;
+    if (n >= 8) {
+        for (; n > 8; a += 8, b += 8, n -= 8) {
+            memcpy(&x, a, 8);
+            memcpy(&y, b, 8);
+            if (x != y)
+                return 0;
+        }
+        memcpy(&x, a + n - 8, 8); /* the last 8 bytes, overlapping */
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        if (u != v)
             return 0;
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return u == v;
     }
     for (; n; n--)
         if (*a++ != *b++)
@@ -543,6 +665,39 @@ static int read_int_value(st_tok *t, const char *base, const char *p, const char
     if (*p == '{' || *p == '[') {
         t->counts.bad_numbers++;
         return skip_value(t, base, p, end, next);
+    }
+    /* fast path, one pass: [-]digits[.digits] short enough to need no
+     * rounding or overflow check, followed by a delimiter */
+    {
+        const char *q = p;
+        int neg = q < end && *q == '-';
+        q += neg;
+        uint64_t v = 0;
+        int digits = 0, frac = 0;
+        if (end - q >= 16 && is_eight_digits(q)) { /* e.g. 16-digit epoch-µs timestamps */
+            v = parse_eight_digits(q);
+            q += 8;
+            digits = 8;
+        }
+        while (q < end && (unsigned)(*q - '0') < 10 && digits < 16) {
+            v = v * 10 + (uint64_t)(*q++ - '0');
+            digits++;
+        }
+        if (digits && q < end && *q == '.' && scale > 0) {
+            const char *d = ++q;
+            while (q < end && (unsigned)(*q - '0') < 10 && frac < scale) {
+                v = v * 10 + (uint64_t)(*q++ - '0');
+                frac++;
+            }
+            if (q == d)
+                digits = 0; /* "1." : let the slow path judge it */
+        }
+        if (digits && q < end && !is_scalar_char(*q)) {
+            v *= (uint64_t)POW10[scale - frac];
+            *num = neg ? -(int64_t)v : (int64_t)v;
+            *next = q;
+            return P_OK;
+        }
     }
     int r = scan_scalar(p, end, next);
     if (r == P_ERR) {
@@ -638,38 +793,28 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
 {
     switch (kn) {
     case 3:
-        if (KEY_IS(k, kn, "Seq")) {
-            f->has_comm = 1;
-            return read_arg_int(t, base, p, end, &f->seq, next);
-        }
+        if (KEY_IS(k, kn, "Seq")) 
+            return read_arg_int(t, base, p, end, &comm_of(f)->seq, next);
         if (KEY_IS(k, kn, "cid"))
             return read_arg_int(t, base, p, end, &f->cbid, next);
         break;
     case 4:
         if (KEY_IS(k, kn, "cbid"))
             return read_arg_int(t, base, p, end, &f->cbid, next);
-        if (KEY_IS(k, kn, "grid")) {
-            f->has_kernel = 1;
-            return read_dim3(t, base, p, end, f->grid, next);
-        }
-        if (KEY_IS(k, kn, "Rank")) {
-            f->has_comm = 1;
-            return read_arg_int(t, base, p, end, &f->rank, next);
-        }
+        if (KEY_IS(k, kn, "grid")) 
+            return read_dim3(t, base, p, end, kernel_of(f)->grid, next);
+        if (KEY_IS(k, kn, "Rank")) 
+            return read_arg_int(t, base, p, end, &comm_of(f)->rank, next);
         if (KEY_IS(k, kn, "name"))
             return read_string_value(t, base, p, end, &f->label, next);
         break;
     case 5:
         if (KEY_IS(k, kn, "bytes"))
             return read_arg_int(t, base, p, end, &f->value, next);
-        if (KEY_IS(k, kn, "block")) {
-            f->has_kernel = 1;
-            return read_dim3(t, base, p, end, f->block, next);
-        }
-        if (KEY_IS(k, kn, "dtype")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->dtype, next);
-        }
+        if (KEY_IS(k, kn, "block")) 
+            return read_dim3(t, base, p, end, kernel_of(f)->block, next);
+        if (KEY_IS(k, kn, "dtype")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->dtype, next);
         break;
     case 6:
         if (KEY_IS(k, kn, "stream"))
@@ -682,10 +827,8 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
     case 10:
         if (KEY_IS(k, kn, "sort_index"))
             return read_arg_int(t, base, p, end, &f->value, next);
-        if (KEY_IS(k, kn, "Group size")) {
-            f->has_comm = 1;
-            return read_arg_int(t, base, p, end, &f->group_size, next);
-        }
+        if (KEY_IS(k, kn, "Group size")) 
+            return read_arg_int(t, base, p, end, &comm_of(f)->group_size, next);
         if (KEY_IS(k, kn, "Input Dims"))
             return read_raw_value(t, base, p, end, &f->input_dims, next);
         if (KEY_IS(k, kn, "Input type"))
@@ -698,78 +841,50 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
             return read_arg_int(t, base, p, end, &f->correlation, next);
         break;
     case 12:
-        if (KEY_IS(k, kn, "warps per SM")) {
-            f->has_kernel = 1;
-            return read_arg_float(t, base, p, end, &f->wpsm, next);
-        }
+        if (KEY_IS(k, kn, "warps per SM")) 
+            return read_arg_float(t, base, p, end, &kernel_of(f)->wpsm, next);
         break;
     case 13:
-        if (KEY_IS(k, kn, "blocks per SM")) {
-            f->has_kernel = 1;
-            return read_arg_float(t, base, p, end, &f->bpsm, next);
-        }
-        if (KEY_IS(k, kn, "shared memory")) {
-            f->has_kernel = 1;
-            return read_arg_int(t, base, p, end, &f->smem, next);
-        }
-        if (KEY_IS(k, kn, "In split size")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->in_split, next);
-        }
-        if (KEY_IS(k, kn, "In msg nelems")) {
-            f->has_comm = 1;
-            return read_arg_int(t, base, p, end, &f->in_nelems, next);
-        }
+        if (KEY_IS(k, kn, "blocks per SM")) 
+            return read_arg_float(t, base, p, end, &kernel_of(f)->bpsm, next);
+        if (KEY_IS(k, kn, "shared memory")) 
+            return read_arg_int(t, base, p, end, &kernel_of(f)->smem, next);
+        if (KEY_IS(k, kn, "In split size")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->in_split, next);
+        if (KEY_IS(k, kn, "In msg nelems")) 
+            return read_arg_int(t, base, p, end, &comm_of(f)->in_nelems, next);
         break;
     case 14:
-        if (KEY_IS(k, kn, "Out split size")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->out_split, next);
-        }
-        if (KEY_IS(k, kn, "Out msg nelems")) {
-            f->has_comm = 1;
-            return read_arg_int(t, base, p, end, &f->out_nelems, next);
-        }
+        if (KEY_IS(k, kn, "Out split size")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->out_split, next);
+        if (KEY_IS(k, kn, "Out msg nelems")) 
+            return read_arg_int(t, base, p, end, &comm_of(f)->out_nelems, next);
         break;
     case 15:
-        if (KEY_IS(k, kn, "Collective name")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->coll, next);
-        }
+        if (KEY_IS(k, kn, "Collective name")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->coll, next);
         break;
     case 16:
-        if (KEY_IS(k, kn, "Process Group ID")) {
-            f->has_comm = 1;
-            return read_arg_int(t, base, p, end, &f->pg_id, next);
-        }
+        if (KEY_IS(k, kn, "Process Group ID")) 
+            return read_arg_int(t, base, p, end, &comm_of(f)->pg_id, next);
         break;
     case 18:
-        if (KEY_IS(k, kn, "Process Group Name")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->pg_name, next);
-        }
+        if (KEY_IS(k, kn, "Process Group Name")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->pg_name, next);
         break;
     case 19:
-        if (KEY_IS(k, kn, "Process Group Ranks")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->pg_ranks, next);
-        }
+        if (KEY_IS(k, kn, "Process Group Ranks")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->pg_ranks, next);
         break;
     case 20:
-        if (KEY_IS(k, kn, "registers per thread")) {
-            f->has_kernel = 1;
-            return read_arg_int(t, base, p, end, &f->regs, next);
-        }
+        if (KEY_IS(k, kn, "registers per thread")) 
+            return read_arg_int(t, base, p, end, &kernel_of(f)->regs, next);
         break;
     case 25:
-        if (KEY_IS(k, kn, "Process Group Description")) {
-            f->has_comm = 1;
-            return read_raw_value(t, base, p, end, &f->pg_desc, next);
-        }
-        if (KEY_IS(k, kn, "est. achieved occupancy %")) {
-            f->has_kernel = 1;
-            return read_arg_float(t, base, p, end, &f->occ, next);
-        }
+        if (KEY_IS(k, kn, "Process Group Description")) 
+            return read_raw_value(t, base, p, end, &comm_of(f)->pg_desc, next);
+        if (KEY_IS(k, kn, "est. achieved occupancy %")) 
+            return read_arg_float(t, base, p, end, &kernel_of(f)->occ, next);
         break;
     }
     return skip_value(t, base, p, end, next);
@@ -818,6 +933,8 @@ static inline int parse_object(st_tok *t, const char *base, const char *p, const
         int r = member(t, base, k, kn, p, end, f, &p);
         if (r != P_OK)
             return r;
+        if (f->skip_rest)
+            return skip_object_rest(t, base, p, end, next);
         p = skip_ws(p, end);
         if (p >= end)
             return P_MORE;
@@ -863,8 +980,12 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
             return read_string_value(t, base, p, end, &f->bp, next);
         break;
     case 3:
-        if (KEY_IS(k, kn, "cat"))
-            return read_string_value(t, base, p, end, &f->cat, next);
+        if (KEY_IS(k, kn, "cat")) {
+            int r = read_string_value(t, base, p, end, &f->cat, next);
+            if (r == P_OK && !t->opt.keep_pyfunc && SPAN_IS(f->cat, "python_function"))
+                f->skip_rest = 1;
+            return r;
+        }
         if (KEY_IS(k, kn, "pid"))
             return read_int_value(t, base, p, end, 0, &f->pid, &f->pid_str, next);
         if (KEY_IS(k, kn, "tid"))
@@ -902,6 +1023,12 @@ static uint32_t intern_opt(st_tok *t, const char *base, span sp, int *ok)
     if (id == ST_NOSTR)
         *ok = 0;
     return id;
+}
+
+/* int64 field -> int32 record field; absent or out of range -> -1 */
+static inline int32_t to_int32(int64_t v)
+{
+    return v == ST_NONE || v < INT32_MIN || v > INT32_MAX ? -1 : (int32_t)v;
 }
 
 static int commit_event(st_tok *t, const char *base, event_fields *f, st_tok_out *out)
@@ -942,43 +1069,45 @@ static int commit_event(st_tok *t, const char *base, event_fields *f, st_tok_out
     e->correlation = f->correlation;
     e->external_id = f->external_id;
     e->value = f->value;
-    e->stream = f->stream == ST_NONE || f->stream < INT32_MIN || f->stream > INT32_MAX ? -1 : (int32_t)f->stream;
-    e->device = f->device == ST_NONE || f->device < INT32_MIN || f->device > INT32_MAX ? -1 : (int32_t)f->device;
-    e->cbid = f->cbid == ST_NONE || f->cbid < INT32_MIN || f->cbid > INT32_MAX ? -1 : (int32_t)f->cbid;
+    e->stream = to_int32(f->stream);
+    e->device = to_int32(f->device);
+    e->cbid = to_int32(f->cbid);
 
     uint32_t index = (uint32_t)t->counts.events_stored;
     if (f->has_kernel) {
+        const kernel_fields *g = &f->kern;
         st_kernel *k = &out->kernels[out->n_kernels++];
         k->event = index;
-        memcpy(k->grid, f->grid, sizeof k->grid);
-        memcpy(k->block, f->block, sizeof k->block);
-        k->registers_per_thread = f->regs == ST_NONE || f->regs > INT32_MAX || f->regs < INT32_MIN ? -1 : (int32_t)f->regs;
-        k->shared_memory = f->smem == ST_NONE || f->smem > INT32_MAX || f->smem < INT32_MIN ? -1 : (int32_t)f->smem;
-        k->blocks_per_sm = f->bpsm;
-        k->warps_per_sm = f->wpsm;
-        k->occupancy_pct = f->occ;
+        memcpy(k->grid, g->grid, sizeof k->grid);
+        memcpy(k->block, g->block, sizeof k->block);
+        k->registers_per_thread = to_int32(g->regs);
+        k->shared_memory = to_int32(g->smem);
+        k->blocks_per_sm = g->bpsm;
+        k->warps_per_sm = g->wpsm;
+        k->occupancy_pct = g->occ;
     }
     int dims = (f->input_dims.s || f->input_type.s) && wants_input_dims(f->name);
     if (f->has_comm || dims) {
+        const comm_fields *m = comm_of(f);
         st_comm *c = &out->comms[out->n_comms++];
         memset(c, 0, sizeof *c);
         c->event = index;
-        c->collective_name = intern_opt(t, base, f->coll, &ok);
-        c->dtype = intern_opt(t, base, f->dtype, &ok);
-        c->pg_name = intern_opt(t, base, f->pg_name, &ok);
-        c->pg_desc = intern_opt(t, base, f->pg_desc, &ok);
-        c->pg_ranks = intern_opt(t, base, f->pg_ranks, &ok);
-        c->in_split = intern_opt(t, base, f->in_split, &ok);
-        c->out_split = intern_opt(t, base, f->out_split, &ok);
+        c->collective_name = intern_opt(t, base, m->coll, &ok);
+        c->dtype = intern_opt(t, base, m->dtype, &ok);
+        c->pg_name = intern_opt(t, base, m->pg_name, &ok);
+        c->pg_desc = intern_opt(t, base, m->pg_desc, &ok);
+        c->pg_ranks = intern_opt(t, base, m->pg_ranks, &ok);
+        c->in_split = intern_opt(t, base, m->in_split, &ok);
+        c->out_split = intern_opt(t, base, m->out_split, &ok);
         span none = {0, 0};
         c->input_dims = intern_opt(t, base, dims ? f->input_dims : none, &ok);
         c->input_type = intern_opt(t, base, dims ? f->input_type : none, &ok);
-        c->in_nelems = f->in_nelems;
-        c->out_nelems = f->out_nelems;
-        c->group_size = f->group_size;
-        c->pg_id = f->pg_id;
-        c->seq = f->seq;
-        c->rank = f->rank;
+        c->in_nelems = m->in_nelems;
+        c->out_nelems = m->out_nelems;
+        c->group_size = m->group_size;
+        c->pg_id = m->pg_id;
+        c->seq = m->seq;
+        c->rank = m->rank;
     }
     if (!ok)
         return P_ERR;

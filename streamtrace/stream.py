@@ -17,7 +17,6 @@ import sys
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from ._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
 from .errors import StreamFormatError
@@ -120,6 +119,8 @@ def encode_table(name, df):
     values), ``Int64`` (int64 values then one mask byte per row, 1 = missing),
     or ``json`` (a UTF-8 JSON array: strings, None, nested values).
     """
+    import pandas as pd  # imported here: extract never needs pandas
+
     columns, blobs = [], []
     for col in df.columns:
         s = df[col]
@@ -144,6 +145,8 @@ def encode_table(name, df):
 
 def decode_table(payload):
     """(name, DataFrame) from a TABLE payload."""
+    import pandas as pd
+
     (hlen,) = struct.unpack_from("<I", payload, 0)
     header = json.loads(payload[4:4 + hlen])
     pos, n, data = 4 + hlen, header["nrows"], {}
@@ -346,6 +349,8 @@ class _RankBuilder:
 def read_tables(source):
     """All TABLE frames of a stream as ``{name: DataFrame}`` (later frames of
     the same name are appended to earlier ones)."""
+    import pandas as pd
+
     tables = {}
     for frame in iter_frames(source):
         if frame.kind == Kind.TABLE:

@@ -1,0 +1,47 @@
+"""One benchmark case in a fresh process; prints {"seconds", "peak_rss_mb"} as JSON.
+
+    python bench/measure.py extract|extract_zlib|reference|json_load PATH
+"""
+import json
+import os
+import resource
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_extract(path):
+    from streamtrace import RankInput, extract
+
+    with open(os.devnull, "wb") as null:
+        extract([RankInput(path)], null)
+
+
+def run_reference(path):
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+    from reference import reference_extract
+
+    reference_extract(path)
+
+
+def run_json_load(path):
+    with open(path, "rb") as f:
+        json.load(f)
+
+
+def main():
+    case, path = sys.argv[1], sys.argv[2]
+    if case == "extract_zlib":
+        os.environ["STREAMTRACE_GZIP"] = "zlib"
+        case = "extract"
+    fn = {"extract": run_extract, "reference": run_reference, "json_load": run_json_load}[case]
+    t0 = time.perf_counter()
+    fn(path)
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB on Linux
+    print(json.dumps({"seconds": seconds, "peak_rss_mb": peak}))
+
+
+if __name__ == "__main__":
+    main()

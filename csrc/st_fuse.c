@@ -1,0 +1,2477 @@
+/*
+ * Streaming rewriter for `streamtrace fuse`.  See st_fuse.h.
+ *
+ * Each event is handled in two phases over the caller's buffer:
+ *   A. scan: walk the object, validate every value as strict JSON, record
+ *      the spans of its members (and of its args' members) and the fields
+ *      the filters and rewrites need.  Nothing is committed, so an event cut
+ *      by the end of the buffer, or one whose output does not fit, is simply
+ *      handled again on the next call.
+ *   B. decide and (write mode) emit: members are copied in input order,
+ *      compacted; a value already compact and valid is copied with one
+ *      memcpy, anything else is walked again with output on.
+ * Per-event counters live in the event record and are added to the context's
+ * statistics only when the event is committed.
+ */
+#include "st_fuse.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define DEFAULT_MAX_DEPTH 256u
+#define MAX_MEMBERS (1u << 20)     /* per object */
+#define MAX_LANES 64u              /* per track */
+#define BIG_DIGITS 96              /* exact ts arithmetic beyond int64 */
+#define NONE_I64 INT64_MIN
+
+enum { P_OK = 0, P_MORE = 1, P_ERR = 2 };
+
+enum doc_state { S_START, S_ROOT_KEY, S_ROOT_NEXT, S_EVENTS, S_EVENTS_NEXT, S_DONE };
+
+/* walk flags: how a value's output differs from its input bytes */
+#define W_WS 1u       /* whitespace removed */
+#define W_REPAIR 2u   /* a string was repaired */
+#define W_BADLIT 4u   /* a bare word or malformed number became null */
+
+/* member kinds */
+enum {
+    K_OTHER, K_PH, K_CAT, K_NAME, K_PID, K_TID, K_TS, K_DUR, K_ID, K_ARGS,
+    A_OTHER, A_CORR, A_EXT, A_EXT_LC, A_RESERVED, A_NAME, A_SORT
+};
+
+/* kinds of pid / tid / id values */
+enum { V_NONE = 0, V_INT = 1, V_STR = 2, V_OTHER = 3 };
+
+typedef struct {
+    const char *s;
+    size_t n;
+} span;
+
+typedef struct {
+    span key;           /* raw key content, without quotes */
+    span val;           /* the value's bytes as in the input */
+    uint8_t kind;
+    uint8_t key_clean;  /* key needs no repair */
+    uint8_t val_clean;  /* value is compact valid JSON: copy as is */
+} member;
+
+typedef struct {
+    uint8_t pid_k, tid_k, id_k;
+    int64_t pid, tid, id;
+    span pid_s, tid_s;          /* string contents */
+    span ph, cat, name;         /* string contents; s == NULL when absent */
+    int has_ts, has_dur;
+    int64_t ts, dur;            /* ns, unshifted */
+    int corr_k, ext_k, ext_lc_k;
+    int64_t corr, ext, ext_lc;
+    int args_kind;              /* 0 absent, 1 object, 2 another value */
+    size_t args_member;         /* index of the args member */
+    span thread_label;          /* args.name of a thread_name record */
+    int has_sort;
+    int64_t sort_index;
+    uint64_t bad_literals, repaired;
+} ev_info;
+
+typedef struct {
+    int64_t ts, end;
+    uint32_t idx, track;
+} interval;
+
+typedef struct {
+    uint32_t idx, track, lane;
+} move;
+
+typedef struct {
+    uint8_t pid_k, tid_k;
+    int64_t pid, tid;
+    uint64_t pid_off, tid_off;  /* string bytes in the arena */
+    uint32_t pid_len, tid_len;
+    uint64_t name_off;
+    uint32_t name_len;
+    int64_t sort_index;
+    uint64_t n_kept, n_moved;
+    uint32_t n_lanes, flags;
+    int64_t lane_base;
+    uint64_t hash;
+} track;
+
+typedef struct {
+    char *key;
+    size_t key_len;
+    char *value;
+    size_t value_len;
+} meta_member;
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int full;
+} obuf;
+
+struct st_fuse {
+    st_fuse_config cfg;
+    int mode;
+    enum doc_state state;
+    int first_in_container;
+    int bare_array;
+    int saw_events;
+    int wrote_any;
+    st_fuse_stats st;
+    char err[256];
+    uint64_t err_offset;
+    int err_code;
+
+    char *stack;                /* bracket kinds, max_depth */
+
+    member *members, *args;
+    size_t n_members, n_args, members_cap, args_cap;
+
+    /* byte arena for track strings and names */
+    char *arena;
+    uint64_t arena_len, arena_cap;
+
+    /* tracks: array + open-addressing hash (index + 1; 0 empty) */
+    track *tracks;
+    uint32_t n_tracks, tracks_cap;
+    uint32_t *tslots;
+    uint32_t n_tslots;
+    uint32_t last_track;        /* one-entry cache, index + 1 */
+
+    /* names for ST_FUSE_NAME_FILTER: arena offsets + state */
+    uint64_t *name_off;
+    uint32_t *name_len;
+    uint8_t *name_state;        /* 0 pending, 1 keep, 2 drop */
+    uint32_t n_names, names_cap;
+    uint32_t *nslots;
+    uint32_t n_nslots;
+    int64_t pending_name;       /* name id awaiting a decision, or -1 */
+
+    /* cats */
+    char **cats;
+    size_t *cat_lens;
+    size_t n_cats;
+
+    uint8_t *mask;
+    uint64_t mask_events;
+
+    int64_t *pid_raw, *pid_new;
+    size_t n_pids;
+
+    interval *ivl;
+    size_t n_ivl, ivl_cap;
+    move *moves;
+    size_t n_moves, moves_cap, move_cursor;
+    int lanes_done;
+
+    meta_member *meta;
+    size_t n_meta, meta_cap;
+};
+
+/* ------------------------------------------------------------------ errors */
+
+static void set_error(st_fuse *f, int code, const char *base, const char *at, const char *fmt, ...)
+{
+    va_list ap;
+    f->err_code = code;
+    va_start(ap, fmt);
+    vsnprintf(f->err, sizeof f->err, fmt, ap);
+    va_end(ap);
+    f->err_offset = f->st.bytes_consumed + (uint64_t)(base && at ? at - base : 0);
+}
+
+static void set_char_error(st_fuse *f, const char *base, const char *at, const char *what)
+{
+    unsigned char c = (unsigned char)*at;
+    if (c >= 0x20 && c < 0x7f)
+        set_error(f, ST_FUSE_ERR_SYNTAX, base, at, "%s, found '%c'", what, c);
+    else
+        set_error(f, ST_FUSE_ERR_SYNTAX, base, at, "%s, found byte 0x%02x", what, c);
+}
+
+/* ------------------------------------------------------------------ output */
+
+static inline void put(obuf *o, const void *s, size_t n)
+{
+    if (o->full)
+        return;
+    if (o->cap - o->len < n) {
+        o->full = 1;
+        return;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+}
+
+static inline void putc1(obuf *o, char c)
+{
+    if (o->full)
+        return;
+    if (o->len >= o->cap) {
+        o->full = 1;
+        return;
+    }
+    o->p[o->len++] = c;
+}
+
+#define PUTS(o, lit) put((o), (lit), sizeof(lit) - 1)
+
+static void put_i64(obuf *o, int64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[n++] = '-';
+    char out[24];
+    for (int i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    put(o, out, (size_t)n);
+}
+
+/* ------------------------------------------------------------------ lexing */
+
+static inline int is_ws(char c)
+{
+    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
+static inline const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && is_ws(*p))
+        p++;
+    return p;
+}
+
+/* First byte in [p, end) that is '"', '\\', a control byte or a non-ASCII
+ * byte; end if none.  (A signed compare with 0x20 catches both control bytes
+ * and bytes >= 0x80.) */
+static inline const char *str_special(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\');
+    const __m128i space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i m = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, bslash)),
+                                 _mm_cmplt_epi8(v, space));
+        int mask = _mm_movemask_epi8(m);
+        if (mask)
+            return p + __builtin_ctz((unsigned)mask);
+        p += 16;
+    }
+#endif
+    while (p < end) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80)
+            return p;
+        p++;
+    }
+    return end;
+}
+
+static int is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
+/* Length of the valid UTF-8 sequence at s (2..4), 0 if invalid, -1 if cut by end. */
+static int utf8_len(const unsigned char *s, const unsigned char *end)
+{
+    unsigned c = s[0], lo = 0x80, hi = 0xBF;
+    int n;
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2;
+    } else if (c == 0xE0) {
+        n = 3;
+        lo = 0xA0;
+    } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
+        n = 3;
+    } else if (c == 0xED) {
+        n = 3;
+        hi = 0x9F; /* no UTF-16 surrogates */
+    } else if (c == 0xF0) {
+        n = 4;
+        lo = 0x90;
+    } else if (c >= 0xF1 && c <= 0xF3) {
+        n = 4;
+    } else if (c == 0xF4) {
+        n = 4;
+        hi = 0x8F;
+    } else {
+        return 0;
+    }
+    for (int i = 1; i < n; i++) {
+        if (s + i >= end)
+            return -1;
+        unsigned b = s[i];
+        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
+            return 0;
+    }
+    return n;
+}
+
+/*
+ * A string value.  p points at the opening quote; *next ends up just past
+ * the closing quote.  With o, the string is written, repaired where needed.
+ * Never fails: only P_OK or P_MORE.
+ */
+static int walk_string(const char *p, const char *end, obuf *o, const char **next, unsigned *wf)
+{
+    static const char HEX[] = "0123456789abcdef";
+    const char *s = p + 1, *run = p; /* run: first byte not yet written */
+    for (;;) {
+        const char *q = str_special(s, end);
+        if (q >= end)
+            return P_MORE;
+        unsigned char c = (unsigned char)*q;
+        if (c == '"') {
+            if (o)
+                put(o, run, (size_t)(q + 1 - run));
+            *next = q + 1;
+            return P_OK;
+        }
+        if (c == '\\') {
+            if (end - q < 2)
+                return P_MORE;
+            char e = q[1];
+            if (e == 'u') {
+                if (end - q < 6)
+                    return P_MORE;
+                if (is_hex(q[2]) && is_hex(q[3]) && is_hex(q[4]) && is_hex(q[5])) {
+                    s = q + 6;
+                    continue;
+                }
+            } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
+                       e == 'r' || e == 't') {
+                s = q + 2;
+                continue;
+            }
+            /* an invalid escape: keep the backslash as a character */
+            *wf |= W_REPAIR;
+            if (o) {
+                put(o, run, (size_t)(q - run));
+                PUTS(o, "\\\\");
+            }
+            run = s = q + 1;
+            continue;
+        }
+        if (c < 0x20) {
+            *wf |= W_REPAIR;
+            if (o) {
+                char u[6] = {'\\', 'u', '0', '0', HEX[c >> 4], HEX[c & 15]};
+                put(o, run, (size_t)(q - run));
+                put(o, u, 6);
+            }
+            run = s = q + 1;
+            continue;
+        }
+        int n = utf8_len((const unsigned char *)q, (const unsigned char *)end);
+        if (n < 0)
+            return P_MORE;
+        if (n == 0) {
+            *wf |= W_REPAIR;
+            if (o) {
+                put(o, run, (size_t)(q - run));
+                PUTS(o, "\xEF\xBF\xBD");
+            }
+            run = s = q + 1;
+            continue;
+        }
+        s = q + n;
+    }
+}
+
+/* bytes that may continue a number or a bare word */
+static const unsigned char SCALAR_CHAR[256] = {
+    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,
+    ['7'] = 1, ['8'] = 1, ['9'] = 1, ['-'] = 1, ['+'] = 1, ['.'] = 1,
+    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1,
+    ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
+    ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
+    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
+    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1,
+    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1,
+    ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,
+    ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['_'] = 1,
+};
+
+static inline int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* JSON number grammar; *is_int: no fraction and no exponent. */
+static int valid_number(const char *s, size_t n, int *is_int)
+{
+    size_t i = 0;
+    *is_int = 0;
+    if (i < n && s[i] == '-')
+        i++;
+    if (i >= n)
+        return 0;
+    if (s[i] == '0') {
+        i++;
+    } else if (s[i] >= '1' && s[i] <= '9') {
+        while (i < n && is_digit(s[i]))
+            i++;
+    } else {
+        return 0;
+    }
+    int integral = 1;
+    if (i < n && s[i] == '.') {
+        size_t d = ++i;
+        while (i < n && is_digit(s[i]))
+            i++;
+        if (i == d)
+            return 0;
+        integral = 0;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        size_t d = i;
+        while (i < n && is_digit(s[i]))
+            i++;
+        if (i == d)
+            return 0;
+        integral = 0;
+    }
+    *is_int = integral;
+    return i == n;
+}
+
+#define TOKEN_IS(p, n, lit) ((n) == sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
+
+/* A number or a bare word.  *next is the first byte after it. */
+static int walk_scalar(st_fuse *f, const char *base, const char *p, const char *end, obuf *o,
+                       const char **next, unsigned *wf)
+{
+    const char *q = p;
+    while (q < end && SCALAR_CHAR[(unsigned char)*q])
+        q++;
+    if (q == end)
+        return P_MORE; /* the token may go on in the next chunk */
+    if (q == p) {
+        set_char_error(f, base, p, "expected a JSON value");
+        return P_ERR;
+    }
+    size_t n = (size_t)(q - p);
+    int is_int;
+    if (valid_number(p, n, &is_int) || TOKEN_IS(p, n, "true") || TOKEN_IS(p, n, "false") ||
+        TOKEN_IS(p, n, "null")) {
+        if (o)
+            put(o, p, n);
+    } else {
+        *wf |= W_BADLIT;
+        if (o)
+            PUTS(o, "null");
+    }
+    *next = q;
+    return P_OK;
+}
+
+/*
+ * Any JSON value at p (no leading whitespace), validated; with o, written
+ * compact and repaired.  Iterative, bounded by max_depth.
+ */
+static int walk_value(st_fuse *f, const char *base, const char *p, const char *end, obuf *o,
+                      const char **next, unsigned *wf)
+{
+    enum { W_VALUE, W_VALUE_OR_CLOSE, W_KEY, W_KEY_OR_CLOSE, W_AFTER } st = W_VALUE;
+    uint32_t depth = 0;
+    char *stack = f->stack;
+    int r;
+    for (;;) {
+        if (depth) {
+            const char *q = skip_ws(p, end);
+            if (q != p) {
+                *wf |= W_WS;
+                p = q;
+            }
+        }
+        if (p >= end)
+            return P_MORE;
+        char c = *p;
+        switch (st) {
+        case W_VALUE_OR_CLOSE:
+            if (c == ']')
+                goto close;
+            /* fall through */
+        case W_VALUE:
+            if (c == '"') {
+                r = walk_string(p, end, o, &p, wf);
+            } else if (c == '{' || c == '[') {
+                if (depth >= f->cfg.max_depth) {
+                    set_error(f, ST_FUSE_ERR_LIMIT, base, p, "JSON nested deeper than %u levels",
+                              f->cfg.max_depth);
+                    return P_ERR;
+                }
+                stack[depth++] = c;
+                if (o)
+                    putc1(o, c);
+                p++;
+                st = c == '{' ? W_KEY_OR_CLOSE : W_VALUE_OR_CLOSE;
+                continue;
+            } else {
+                r = walk_scalar(f, base, p, end, o, &p, wf);
+            }
+            if (r != P_OK)
+                return r;
+            if (depth == 0) {
+                *next = p;
+                return P_OK;
+            }
+            st = W_AFTER;
+            continue;
+        case W_KEY_OR_CLOSE:
+            if (c == '}')
+                goto close;
+            /* fall through */
+        case W_KEY:
+            if (c != '"') {
+                set_char_error(f, base, p, "expected a key string");
+                return P_ERR;
+            }
+            r = walk_string(p, end, o, &p, wf);
+            if (r != P_OK)
+                return r;
+            {
+                const char *q = skip_ws(p, end);
+                if (q != p) {
+                    *wf |= W_WS;
+                    p = q;
+                }
+            }
+            if (p >= end)
+                return P_MORE;
+            if (*p != ':') {
+                set_char_error(f, base, p, "expected ':' after a key");
+                return P_ERR;
+            }
+            if (o)
+                putc1(o, ':');
+            p++; /* whitespace after ':' is skipped at the top of the loop */
+            st = W_VALUE;
+            continue;
+        case W_AFTER:
+            if (c == ',') {
+                if (o)
+                    putc1(o, ',');
+                p++;
+                st = stack[depth - 1] == '{' ? W_KEY : W_VALUE;
+                continue;
+            }
+            if (c == '}' || c == ']')
+                goto close;
+            set_char_error(f, base, p, "expected ',' or a closing bracket");
+            return P_ERR;
+        }
+    close:
+        if ((c == '}') != (stack[depth - 1] == '{')) {
+            set_char_error(f, base, p, "mismatched closing bracket");
+            return P_ERR;
+        }
+        if (o)
+            putc1(o, c);
+        p++;
+        depth--;
+        if (depth == 0) {
+            *next = p;
+            return P_OK;
+        }
+        st = W_AFTER;
+    }
+}
+
+/* Lenient skip of a top-level member's value (it is parsed again by the
+ * caller): strings and bracket balance only. */
+static int skip_value(st_fuse *f, const char *base, const char *p, const char *end,
+                      const char **next)
+{
+    unsigned wf = 0;
+    uint32_t depth = 0;
+    if (p >= end)
+        return P_MORE;
+    if (*p == '"')
+        return walk_string(p, end, NULL, next, &wf);
+    if (*p != '{' && *p != '[')
+        return walk_scalar(f, base, p, end, NULL, next, &wf);
+    while (p < end) {
+        char c = *p;
+        if (c == '"') {
+            if (walk_string(p, end, NULL, &p, &wf) != P_OK)
+                return P_MORE;
+            continue;
+        }
+        if (c == '{' || c == '[') {
+            if (depth >= f->cfg.max_depth) {
+                set_error(f, ST_FUSE_ERR_LIMIT, base, p, "JSON nested deeper than %u levels",
+                          f->cfg.max_depth);
+                return P_ERR;
+            }
+            f->stack[depth++] = c;
+        } else if (c == '}' || c == ']') {
+            if (depth == 0 || (c == '}') != (f->stack[depth - 1] == '{')) {
+                set_char_error(f, base, p, "mismatched closing bracket");
+                return P_ERR;
+            }
+            if (--depth == 0) {
+                *next = p + 1;
+                return P_OK;
+            }
+        }
+        p++;
+    }
+    return P_MORE;
+}
+
+/* ------------------------------------------------------------------ numbers */
+
+/* Integer token (JSON grammar, no fraction/exponent) that fits int64. */
+static int parse_int_token(const char *s, size_t n, int64_t *out)
+{
+    int is_int;
+    if (!valid_number(s, n, &is_int) || !is_int)
+        return 0;
+    int neg = s[0] == '-';
+    uint64_t v = 0;
+    for (size_t i = (size_t)neg; i < n; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    if (neg) {
+        if (v > (uint64_t)INT64_MAX + 1)
+            return 0;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+    } else {
+        if (v > (uint64_t)INT64_MAX)
+            return 0;
+        *out = (int64_t)v;
+    }
+    return 1;
+}
+
+typedef struct {
+    int neg;
+    const char *ip, *fp;   /* integer and fraction digits */
+    size_t il, fl;
+    long exp;              /* decimal exponent (clamped) */
+} decnum;
+
+/* Split a valid JSON number. */
+static void dec_split(const char *s, size_t n, decnum *d)
+{
+    const char *p = s, *end = s + n;
+    d->neg = 0;
+    if (*p == '-') {
+        d->neg = 1;
+        p++;
+    }
+    d->ip = p;
+    while (p < end && is_digit(*p))
+        p++;
+    d->il = (size_t)(p - d->ip);
+    d->fp = p;
+    d->fl = 0;
+    if (p < end && *p == '.') {
+        d->fp = ++p;
+        while (p < end && is_digit(*p))
+            p++;
+        d->fl = (size_t)(p - d->fp);
+    }
+    d->exp = 0;
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        int eneg = 0;
+        if (*p == '+' || *p == '-')
+            eneg = *p++ == '-';
+        while (p < end) {
+            if (d->exp < 1000000)
+                d->exp = d->exp * 10 + (*p - '0');
+            p++;
+        }
+        if (eneg)
+            d->exp = -d->exp;
+    }
+}
+
+/* value * 10^scale, rounded half to even, as int64; 0 if it does not fit. */
+static int dec_scaled(const decnum *d, int scale, int64_t *out)
+{
+    long total = (long)(d->il + d->fl);
+    long keep = (long)d->il + d->exp + scale;
+    uint64_t v = 0;
+    int round_digit = 0, sticky = 0;
+    for (long i = 0; i < total; i++) {
+        int dig = (i < (long)d->il ? d->ip[i] : d->fp[i - (long)d->il]) - '0';
+        if (i < keep) {
+            if (v > (UINT64_MAX - (uint64_t)dig) / 10)
+                return 0;
+            v = v * 10 + (uint64_t)dig;
+        } else if (i == keep) {
+            round_digit = dig;
+        } else {
+            sticky |= dig != 0;
+        }
+    }
+    if (v)
+        for (long i = total; i < keep; i++) {
+            if (v > UINT64_MAX / 10)
+                return 0;
+            v *= 10;
+        }
+    if (round_digit > 5 || (round_digit == 5 && (sticky || (v & 1))))
+        v++;
+    if (d->neg) {
+        if (v > (uint64_t)INT64_MAX + 1)
+            return 0;
+        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+    } else {
+        if (v > (uint64_t)INT64_MAX)
+            return 0;
+        *out = (int64_t)v;
+    }
+    return 1;
+}
+
+/* Write sign * mag (decimal digits, most significant first, n digits) with
+ * k digits after the point. */
+static void put_decimal_digits(obuf *o, int neg, const char *digits, size_t n, size_t k)
+{
+    size_t lead = 0;
+    while (lead < n && digits[lead] == '0')
+        lead++;
+    if (neg && lead < n)
+        putc1(o, '-');
+    if (n - lead > k) {
+        put(o, digits + lead, n - lead - k);
+    } else {
+        putc1(o, '0');
+    }
+    if (k) {
+        putc1(o, '.');
+        if (n < k) {
+            for (size_t i = n; i < k; i++)
+                putc1(o, '0');
+            put(o, digits, n);
+        } else {
+            put(o, digits + n - k, k);
+        }
+    }
+}
+
+/*
+ * Write the JSON number s (valid) plus shift_ns nanoseconds, where s is in
+ * microseconds, exactly.  The result keeps the input's fraction digits and
+ * adds only the ones the shift needs.  Returns 0 if the number is too long or
+ * too large for exact arithmetic (it is then written unchanged).
+ */
+static int put_shifted(obuf *o, const char *s, size_t n, int64_t shift_ns)
+{
+    if (shift_ns == 0) {
+        put(o, s, n);
+        return 1;
+    }
+    decnum d;
+    dec_split(s, n, &d);
+    /* shift = b * 10^eb microseconds with as few decimals as possible */
+    int64_t b = shift_ns;
+    long eb = -3;
+    while (eb < 0 && b % 10 == 0) {
+        b /= 10;
+        eb++;
+    }
+    long ea = d.exp - (long)d.fl; /* s = A * 10^ea */
+    long e = ea < eb ? ea : eb;
+    if (e > 0)
+        e = 0;
+    /* big-decimal: digits most significant first, aligned at exponent e */
+    long a_zeros = ea - e, b_zeros = eb - e;
+    long a_len = (long)(d.il + d.fl) + a_zeros;
+    if (a_len > BIG_DIGITS || b_zeros > BIG_DIGITS - 20 || d.exp > BIG_DIGITS || d.exp < -BIG_DIGITS) {
+        put(o, s, n);
+        return 0;
+    }
+    char A[BIG_DIGITS + 2], B[BIG_DIGITS + 2], R[BIG_DIGITS + 2];
+    long len = a_len;
+    char bdig[24];
+    int bn = 0;
+    uint64_t bu = b < 0 ? (uint64_t)0 - (uint64_t)b : (uint64_t)b;
+    do {
+        bdig[bn++] = (char)('0' + bu % 10);
+        bu /= 10;
+    } while (bu);
+    long b_len = bn + b_zeros;
+    if (b_len > len)
+        len = b_len;
+    len += 1; /* room for a carry */
+    if (len > BIG_DIGITS + 1) {
+        put(o, s, n);
+        return 0;
+    }
+    /* right-align both into len digits */
+    memset(A, '0', (size_t)len);
+    memset(B, '0', (size_t)len);
+    {
+        long pos = len - a_len;
+        memcpy(A + pos, d.ip, d.il);
+        memcpy(A + pos + (long)d.il, d.fp, d.fl);
+        /* trailing a_zeros are already '0' */
+        long bpos = len - b_len;
+        for (int i = 0; i < bn; i++)
+            B[bpos + i] = bdig[bn - 1 - i];
+    }
+    int aneg = d.neg, bneg = b < 0, rneg;
+    if (aneg == bneg) {
+        int carry = 0;
+        for (long i = len - 1; i >= 0; i--) {
+            int v = (A[i] - '0') + (B[i] - '0') + carry;
+            R[i] = (char)('0' + v % 10);
+            carry = v / 10;
+        }
+        rneg = aneg;
+    } else {
+        int cmp = memcmp(A, B, (size_t)len);
+        const char *X = cmp >= 0 ? A : B, *Y = cmp >= 0 ? B : A;
+        int borrow = 0;
+        for (long i = len - 1; i >= 0; i--) {
+            int v = (X[i] - '0') - (Y[i] - '0') - borrow;
+            borrow = v < 0;
+            R[i] = (char)('0' + (v + 10) % 10);
+        }
+        rneg = cmp >= 0 ? aneg : bneg;
+    }
+    put_decimal_digits(o, rneg, R, (size_t)len, (size_t)(-e));
+    return 1;
+}
+
+/* ------------------------------------------------------------------ arena / hashing */
+
+static uint64_t hash_bytes(const char *s, size_t n, uint64_t seed)
+{
+    uint64_t h = 0xcbf29ce484222325ull ^ seed ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+/* Copy bytes into the arena; returns 0 on failure. */
+static int arena_add(st_fuse *f, const char *s, size_t n, uint64_t *off)
+{
+    if (f->arena_len + n > f->arena_cap) {
+        uint64_t cap = f->arena_cap ? f->arena_cap : 4096;
+        while (cap < f->arena_len + n)
+            cap *= 2;
+        char *a = realloc(f->arena, cap);
+        if (!a)
+            return 0;
+        f->arena = a;
+        f->arena_cap = cap;
+    }
+    if (n)
+        memcpy(f->arena + f->arena_len, s, n);
+    *off = f->arena_len;
+    f->arena_len += n;
+    return 1;
+}
+
+/* ------------------------------------------------------------------ tracks */
+
+static uint64_t track_hash(uint8_t pk, int64_t pid, span ps, uint8_t tk, int64_t tid, span ts)
+{
+    uint64_t h = mix64(((uint64_t)pk << 8) | tk);
+    h = mix64(h ^ (pk == V_STR ? hash_bytes(ps.s, ps.n, 1) : (uint64_t)(pk == V_INT ? pid : 0)));
+    h = mix64(h ^ (tk == V_STR ? hash_bytes(ts.s, ts.n, 2) : (uint64_t)(tk == V_INT ? tid : 0)));
+    return h;
+}
+
+static int track_matches(const st_fuse *f, const track *t, uint8_t pk, int64_t pid, span ps,
+                         uint8_t tk, int64_t tid, span ts)
+{
+    if (t->pid_k != pk || t->tid_k != tk)
+        return 0;
+    if (pk == V_INT && t->pid != pid)
+        return 0;
+    if (pk == V_STR && (t->pid_len != ps.n || memcmp(f->arena + t->pid_off, ps.s, ps.n) != 0))
+        return 0;
+    if (tk == V_INT && t->tid != tid)
+        return 0;
+    if (tk == V_STR && (t->tid_len != ts.n || memcmp(f->arena + t->tid_off, ts.s, ts.n) != 0))
+        return 0;
+    return 1;
+}
+
+static int grow_tslots(st_fuse *f)
+{
+    uint32_t n = f->n_tslots ? f->n_tslots * 2 : 256;
+    if (n == 0 || n > (1u << 30))
+        return 0;
+    uint32_t *slots = calloc(n, sizeof *slots);
+    if (!slots)
+        return 0;
+    for (uint32_t i = 0; i < f->n_tracks; i++) {
+        uint32_t j = (uint32_t)f->tracks[i].hash & (n - 1);
+        while (slots[j])
+            j = (j + 1) & (n - 1);
+        slots[j] = i + 1;
+    }
+    free(f->tslots);
+    f->tslots = slots;
+    f->n_tslots = n;
+    return 1;
+}
+
+/* Index of the event's track, created if new; -1 when out of memory. */
+static int64_t find_track(st_fuse *f, const ev_info *ev)
+{
+    uint8_t pk = ev->pid_k == V_OTHER ? V_NONE : ev->pid_k;
+    uint8_t tk = ev->tid_k == V_OTHER ? V_NONE : ev->tid_k;
+    if (f->last_track) {
+        const track *t = &f->tracks[f->last_track - 1];
+        if (track_matches(f, t, pk, ev->pid, ev->pid_s, tk, ev->tid, ev->tid_s))
+            return f->last_track - 1;
+    }
+    uint64_t h = track_hash(pk, ev->pid, ev->pid_s, tk, ev->tid, ev->tid_s);
+    if ((uint64_t)f->n_tracks * 2 >= f->n_tslots && !grow_tslots(f))
+        return -1;
+    uint32_t mask = f->n_tslots - 1, j = (uint32_t)h & mask;
+    while (f->tslots[j]) {
+        uint32_t i = f->tslots[j] - 1;
+        if (f->tracks[i].hash == h &&
+            track_matches(f, &f->tracks[i], pk, ev->pid, ev->pid_s, tk, ev->tid, ev->tid_s)) {
+            f->last_track = i + 1;
+            return i;
+        }
+        j = (j + 1) & mask;
+    }
+    if (f->n_tracks == f->tracks_cap) {
+        uint32_t cap = f->tracks_cap ? f->tracks_cap * 2 : 64;
+        if (cap > (1u << 30))
+            return -1;
+        track *t = realloc(f->tracks, (size_t)cap * sizeof *t);
+        if (!t)
+            return -1;
+        f->tracks = t;
+        f->tracks_cap = cap;
+    }
+    track *t = &f->tracks[f->n_tracks];
+    memset(t, 0, sizeof *t);
+    t->pid_k = pk;
+    t->tid_k = tk;
+    t->pid = pk == V_INT ? ev->pid : 0;
+    t->tid = tk == V_INT ? ev->tid : 0;
+    t->hash = h;
+    t->n_lanes = 1;
+    t->flags = (pk == V_INT ? ST_FUSE_T_PID_INT : 0) | (pk == V_STR ? ST_FUSE_T_PID_STR : 0) |
+               (tk == V_INT ? ST_FUSE_T_TID_INT : 0) | (tk == V_STR ? ST_FUSE_T_TID_STR : 0);
+    if (pk == V_STR) {
+        if (!arena_add(f, ev->pid_s.s, ev->pid_s.n, &t->pid_off))
+            return -1;
+        t->pid_len = (uint32_t)ev->pid_s.n;
+    }
+    if (tk == V_STR) {
+        if (!arena_add(f, ev->tid_s.s, ev->tid_s.n, &t->tid_off))
+            return -1;
+        t->tid_len = (uint32_t)ev->tid_s.n;
+    }
+    f->tslots[j] = f->n_tracks + 1;
+    f->last_track = f->n_tracks + 1;
+    return f->n_tracks++;
+}
+
+/* ------------------------------------------------------------------ names */
+
+static int grow_nslots(st_fuse *f)
+{
+    uint32_t n = f->n_nslots ? f->n_nslots * 2 : 1024;
+    if (n == 0 || n > (1u << 31))
+        return 0;
+    uint32_t *slots = calloc(n, sizeof *slots);
+    if (!slots)
+        return 0;
+    for (uint32_t i = 0; i < f->n_names; i++) {
+        uint32_t j = (uint32_t)hash_bytes(f->arena + f->name_off[i], f->name_len[i], 3) & (n - 1);
+        while (slots[j])
+            j = (j + 1) & (n - 1);
+        slots[j] = i + 1;
+    }
+    free(f->nslots);
+    f->nslots = slots;
+    f->n_nslots = n;
+    return 1;
+}
+
+/* The decision for a name: 1 keep, 2 drop, 0 pending (added), -1 no memory. */
+static int name_state(st_fuse *f, span name)
+{
+    const char *s = name.s ? name.s : "";
+    size_t n = name.s ? name.n : 0;
+    if ((uint64_t)f->n_names * 2 >= f->n_nslots && !grow_nslots(f))
+        return -1;
+    uint32_t mask = f->n_nslots - 1;
+    uint32_t j = (uint32_t)hash_bytes(s, n, 3) & mask;
+    while (f->nslots[j]) {
+        uint32_t i = f->nslots[j] - 1;
+        if (f->name_len[i] == n && memcmp(f->arena + f->name_off[i], s, n) == 0) {
+            if (f->name_state[i] == 0)
+                f->pending_name = i;
+            return f->name_state[i];
+        }
+        j = (j + 1) & mask;
+    }
+    if (n > UINT32_MAX)
+        return -1;
+    if (f->n_names == f->names_cap) {
+        uint32_t cap = f->names_cap ? f->names_cap * 2 : 256;
+        uint64_t *off = realloc(f->name_off, (size_t)cap * sizeof *off);
+        if (!off)
+            return -1;
+        f->name_off = off;
+        uint32_t *len = realloc(f->name_len, (size_t)cap * sizeof *len);
+        if (!len)
+            return -1;
+        f->name_len = len;
+        uint8_t *state = realloc(f->name_state, (size_t)cap);
+        if (!state)
+            return -1;
+        f->name_state = state;
+        f->names_cap = cap;
+    }
+    if (!arena_add(f, s, n, &f->name_off[f->n_names]))
+        return -1;
+    f->name_len[f->n_names] = (uint32_t)n;
+    f->name_state[f->n_names] = 0;
+    f->nslots[j] = f->n_names + 1;
+    f->pending_name = f->n_names++;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ one event: phase A */
+
+#define KEY_IS(sp, lit) ((sp).n == sizeof(lit) - 1 && memcmp((sp).s, (lit), sizeof(lit) - 1) == 0)
+
+static int push_member(st_fuse *f, member **arr, size_t *n, size_t *cap, const member *m,
+                       const char *base, const char *at)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 32;
+        if (c > MAX_MEMBERS) {
+            set_error(f, ST_FUSE_ERR_LIMIT, base, at, "an object has more than %u members", MAX_MEMBERS);
+            return P_ERR;
+        }
+        member *a = realloc(*arr, c * sizeof *a);
+        if (!a) {
+            set_error(f, ST_FUSE_ERR_NOMEM, base, at, "out of memory");
+            return P_ERR;
+        }
+        *arr = a;
+        *cap = c;
+    }
+    (*arr)[(*n)++] = *m;
+    return P_OK;
+}
+
+static int event_key_kind(span k)
+{
+    switch (k.n) {
+    case 2:
+        if (KEY_IS(k, "ph"))
+            return K_PH;
+        if (KEY_IS(k, "ts"))
+            return K_TS;
+        if (KEY_IS(k, "id"))
+            return K_ID;
+        break;
+    case 3:
+        if (KEY_IS(k, "cat"))
+            return K_CAT;
+        if (KEY_IS(k, "pid"))
+            return K_PID;
+        if (KEY_IS(k, "tid"))
+            return K_TID;
+        if (KEY_IS(k, "dur"))
+            return K_DUR;
+        break;
+    case 4:
+        if (KEY_IS(k, "name"))
+            return K_NAME;
+        if (KEY_IS(k, "args"))
+            return K_ARGS;
+        break;
+    }
+    return K_OTHER;
+}
+
+static int arg_key_kind(span k)
+{
+    switch (k.n) {
+    case 4:
+        if (KEY_IS(k, "rank") || KEY_IS(k, "lane"))
+            return A_RESERVED;
+        if (KEY_IS(k, "name"))
+            return A_NAME;
+        break;
+    case 6:
+        if (KEY_IS(k, "id_raw"))
+            return A_RESERVED;
+        break;
+    case 7:
+        if (KEY_IS(k, "pid_raw") || KEY_IS(k, "tid_raw"))
+            return A_RESERVED;
+        break;
+    case 8:
+        if (KEY_IS(k, "args_raw"))
+            return A_RESERVED;
+        break;
+    case 10:
+        if (KEY_IS(k, "sort_index"))
+            return A_SORT;
+        break;
+    case 11:
+        if (KEY_IS(k, "correlation"))
+            return A_CORR;
+        if (KEY_IS(k, "External id"))
+            return A_EXT;
+        if (KEY_IS(k, "external id"))
+            return A_EXT_LC;
+        break;
+    case 15:
+        if (KEY_IS(k, "correlation_raw") || KEY_IS(k, "External id_raw") ||
+            KEY_IS(k, "external id_raw"))
+            return A_RESERVED;
+        break;
+    }
+    return A_OTHER;
+}
+
+static void account(ev_info *ev, unsigned wf)
+{
+    if (wf & W_BADLIT)
+        ev->bad_literals++;
+    if (wf & W_REPAIR)
+        ev->repaired++;
+}
+
+/* int or string or other, for pid / tid / id */
+static uint8_t id_value(const member *m, int64_t *num, span *str)
+{
+    const char *v = m->val.s;
+    if (*v == '"') {
+        str->s = v + 1;
+        str->n = m->val.n - 2;
+        return V_STR;
+    }
+    if (m->val_clean && parse_int_token(v, m->val.n, num))
+        return V_INT;
+    return V_OTHER;
+}
+
+/* the value is a clean integer token */
+static int int_value(const member *m, int64_t *num)
+{
+    return m->val_clean && *m->val.s != '"' && parse_int_token(m->val.s, m->val.n, num);
+}
+
+static int is_number_token(const member *m)
+{
+    int is_int;
+    return *m->val.s != '"' && valid_number(m->val.s, m->val.n, &is_int);
+}
+
+/* ns value of a number member (scaled by 1000 from microseconds) */
+static int ns_value(const member *m, int64_t *ns)
+{
+    int is_int;
+    if (!m->val_clean || *m->val.s == '"' || !valid_number(m->val.s, m->val.n, &is_int))
+        return 0;
+    decnum d;
+    dec_split(m->val.s, m->val.n, &d);
+    return dec_scaled(&d, 3, ns);
+}
+
+/* Walk "{ key: value, ... }" at p into the members array; for args objects
+ * (is_args) into the args array. */
+static int parse_object(st_fuse *f, const char *base, const char *p, const char *end, int is_args,
+                        ev_info *ev, const char **next)
+{
+    p = skip_ws(p + 1, end);
+    if (p >= end)
+        return P_MORE;
+    if (*p == '}') {
+        *next = p + 1;
+        return P_OK;
+    }
+    for (;;) {
+        member m;
+        unsigned wf = 0;
+        const char *k = p, *v;
+        int r;
+        if (p >= end)
+            return P_MORE;
+        if (*p != '"') {
+            set_char_error(f, base, p, is_args ? "expected a key string in args" : "expected a key string in an event");
+            return P_ERR;
+        }
+        if (walk_string(p, end, NULL, &p, &wf) != P_OK)
+            return P_MORE;
+        m.key.s = k + 1;
+        m.key.n = (size_t)(p - k - 2);
+        m.key_clean = !(wf & W_REPAIR);
+        account(ev, wf);
+        p = skip_ws(p, end);
+        if (p >= end)
+            return P_MORE;
+        if (*p != ':') {
+            set_char_error(f, base, p, "expected ':' after a key");
+            return P_ERR;
+        }
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return P_MORE;
+        if (is_args)
+            m.kind = (uint8_t)(m.key_clean ? arg_key_kind(m.key) : A_OTHER);
+        else
+            m.kind = (uint8_t)(m.key_clean ? event_key_kind(m.key) : K_OTHER);
+        v = p;
+        wf = 0;
+        if (m.kind == K_ARGS && *p == '{') {
+            if (ev->args_kind) { /* a second args member: keep it as an ordinary member */
+                m.kind = K_OTHER;
+                r = walk_value(f, base, p, end, NULL, &p, &wf);
+            } else {
+                ev->args_kind = 1;
+                r = parse_object(f, base, p, end, 1, ev, &p);
+            }
+        } else {
+            if (m.kind == K_ARGS) {
+                if (ev->args_kind)
+                    m.kind = K_OTHER;
+                else
+                    ev->args_kind = 2;
+            }
+            r = walk_value(f, base, p, end, NULL, &p, &wf);
+        }
+        if (r != P_OK)
+            return r;
+        account(ev, wf);
+        m.val.s = v;
+        m.val.n = (size_t)(p - v);
+        m.val_clean = !(wf & (W_WS | W_REPAIR | W_BADLIT));
+        switch (m.kind) {
+        case K_PH:
+            if (*v == '"' && m.val_clean)
+                ev->ph = (span){v + 1, m.val.n - 2};
+            break;
+        case K_CAT:
+            if (*v == '"' && m.val_clean)
+                ev->cat = (span){v + 1, m.val.n - 2};
+            break;
+        case K_NAME:
+            if (*v == '"' && m.val_clean)
+                ev->name = (span){v + 1, m.val.n - 2};
+            break;
+        case K_PID:
+            ev->pid_k = id_value(&m, &ev->pid, &ev->pid_s);
+            break;
+        case K_TID:
+            ev->tid_k = id_value(&m, &ev->tid, &ev->tid_s);
+            break;
+        case K_ID:
+            ev->id_k = id_value(&m, &ev->id, &(span){0, 0});
+            break;
+        case K_TS:
+            ev->has_ts = ns_value(&m, &ev->ts);
+            break;
+        case K_DUR:
+            ev->has_dur = ns_value(&m, &ev->dur);
+            break;
+        case K_ARGS:
+            ev->args_member = f->n_members;
+            break;
+        case A_CORR:
+            ev->corr_k = int_value(&m, &ev->corr) ? V_INT : V_OTHER;
+            break;
+        case A_EXT:
+            ev->ext_k = int_value(&m, &ev->ext) ? V_INT : V_OTHER;
+            break;
+        case A_EXT_LC:
+            ev->ext_lc_k = int_value(&m, &ev->ext_lc) ? V_INT : V_OTHER;
+            break;
+        case A_NAME:
+            if (*v == '"' && m.val_clean)
+                ev->thread_label = (span){v + 1, m.val.n - 2};
+            break;
+        case A_SORT:
+            ev->has_sort = int_value(&m, &ev->sort_index);
+            break;
+        }
+        r = is_args ? push_member(f, &f->args, &f->n_args, &f->args_cap, &m, base, k)
+                    : push_member(f, &f->members, &f->n_members, &f->members_cap, &m, base, k);
+        if (r != P_OK)
+            return r;
+        p = skip_ws(p, end);
+        if (p >= end)
+            return P_MORE;
+        if (*p == ',') {
+            p = skip_ws(p + 1, end);
+            continue;
+        }
+        if (*p == '}') {
+            *next = p + 1;
+            return P_OK;
+        }
+        set_char_error(f, base, p, is_args ? "expected ',' or '}' in args" : "expected ',' or '}' in an event");
+        return P_ERR;
+    }
+}
+
+/* ------------------------------------------------------------------ decisions */
+
+enum { D_KEEP, D_PROCESS_META, D_PYFUNC, D_TRACE, D_CAT, D_NAME, D_NCCL, D_WINDOW, D_MASK,
+       D_NO_PROCESS, D_PENDING, D_NOMEM };
+
+static int is_meta(const ev_info *ev)
+{
+    return ev->ph.s && ev->ph.n == 1 && ev->ph.s[0] == 'M';
+}
+
+static int is_process_meta(const ev_info *ev)
+{
+    return is_meta(ev) && (KEY_IS(ev->name, "process_name") || KEY_IS(ev->name, "process_sort_index") ||
+                           KEY_IS(ev->name, "process_labels"));
+}
+
+static int contains_nccl(span s)
+{
+    for (size_t i = 0; i + 4 <= s.n; i++) {
+        if ((s.s[i] | 0x20) == 'n' && (s.s[i + 1] | 0x20) == 'c' && (s.s[i + 2] | 0x20) == 'c' &&
+            (s.s[i + 3] | 0x20) == 'l')
+            return 1;
+    }
+    return 0;
+}
+
+static int is_gpu_cat(span c)
+{
+    return KEY_IS(c, "kernel") || KEY_IS(c, "gpu_memcpy") || KEY_IS(c, "gpu_memset") ||
+           KEY_IS(c, "gpu_user_annotation") || KEY_IS(c, "Kernel") || KEY_IS(c, "Memcpy") ||
+           KEY_IS(c, "Memset");
+}
+
+static int64_t sat_add(int64_t a, int64_t b)
+{
+    if (b > 0 && a > INT64_MAX - b)
+        return INT64_MAX;
+    if (b < 0 && a < INT64_MIN - b)
+        return INT64_MIN;
+    return a + b;
+}
+
+static int pid_lookup(const st_fuse *f, int64_t pid, int64_t *out)
+{
+    size_t lo = 0, hi = f->n_pids;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->pid_raw[mid] < pid)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < f->n_pids && f->pid_raw[lo] == pid) {
+        *out = f->pid_new[lo];
+        return 1;
+    }
+    return 0;
+}
+
+static int decide(st_fuse *f, const ev_info *ev, uint64_t idx)
+{
+    if (is_process_meta(ev))
+        return D_PROCESS_META;
+    if (f->cfg.flags & ST_FUSE_KEEP_MASK) {
+        if (idx >= f->mask_events || !(f->mask[idx >> 3] & (1u << (idx & 7))))
+            return D_MASK;
+    } else if (!is_meta(ev)) {
+        uint32_t fl = f->cfg.flags;
+        if (!(fl & ST_FUSE_KEEP_PYFUNC) && KEY_IS(ev->cat, "python_function"))
+            return D_PYFUNC;
+        if (!(fl & ST_FUSE_KEEP_SPANS) && KEY_IS(ev->cat, "Trace"))
+            return D_TRACE;
+        if (fl & ST_FUSE_CAT_FILTER) {
+            int ok = 0;
+            for (size_t i = 0; ev->cat.s && i < f->n_cats && !ok; i++)
+                ok = f->cat_lens[i] == ev->cat.n && memcmp(f->cats[i], ev->cat.s, ev->cat.n) == 0;
+            if (!ok)
+                return D_CAT;
+        }
+        if ((fl & ST_FUSE_NCCL_ONLY) &&
+            !((KEY_IS(ev->cat, "kernel") || KEY_IS(ev->cat, "Kernel")) && contains_nccl(ev->name)))
+            return D_NCCL;
+        if ((fl & ST_FUSE_WINDOW) && ev->has_ts) {
+            int64_t t0 = sat_add(ev->ts, f->cfg.ts_shift_ns);
+            int64_t t1 = sat_add(t0, ev->has_dur && ev->dur > 0 ? ev->dur : 0);
+            if (t1 < f->cfg.window_lo_ns || t0 > f->cfg.window_hi_ns)
+                return D_WINDOW;
+        }
+        if (fl & ST_FUSE_NAME_FILTER) {
+            int s = name_state(f, ev->name);
+            if (s < 0)
+                return D_NOMEM;
+            if (s == 0)
+                return D_PENDING;
+            if (s == 2)
+                return D_NAME;
+        }
+    }
+    if (f->mode == ST_FUSE_MODE_WRITE && is_meta(ev) && ev->pid_k == V_INT) {
+        int64_t mapped;
+        if (!pid_lookup(f, ev->pid, &mapped))
+            return D_NO_PROCESS;
+    }
+    return D_KEEP;
+}
+
+static void count_drop(st_fuse *f, int d)
+{
+    switch (d) {
+    case D_PROCESS_META: f->st.dropped_process_meta++; break;
+    case D_PYFUNC: f->st.dropped_pyfunc++; break;
+    case D_TRACE: f->st.dropped_trace++; break;
+    case D_CAT: f->st.dropped_cat++; break;
+    case D_NAME: f->st.dropped_name++; break;
+    case D_NCCL: f->st.dropped_nccl++; break;
+    case D_WINDOW: f->st.dropped_window++; break;
+    case D_MASK: f->st.dropped_mask++; break;
+    case D_NO_PROCESS: f->st.dropped_no_process++; break;
+    }
+}
+
+/* ------------------------------------------------------------------ phase B: emit */
+
+/* Write a member's value: as is when clean, else walked again with output
+ * on.  The walk may look one byte past the value (a number ends at the first
+ * byte that cannot continue it); phase A saw that byte, so it is in the
+ * buffer. */
+static void put_value(st_fuse *f, obuf *o, const member *m)
+{
+    if (m->val_clean) {
+        put(o, m->val.s, m->val.n);
+    } else {
+        unsigned wf = 0;
+        const char *next;
+        walk_value(f, NULL, m->val.s, m->val.s + m->val.n + 1, o, &next, &wf);
+    }
+}
+
+static void put_key(obuf *o, const member *m)
+{
+    if (m->key_clean) {
+        putc1(o, '"');
+        put(o, m->key.s, m->key.n);
+        putc1(o, '"');
+    } else {
+        unsigned wf = 0;
+        const char *next;
+        walk_string(m->key.s - 1, m->key.s + m->key.n + 1, o, &next, &wf);
+    }
+    putc1(o, ':');
+}
+
+/* A string value with a suffix before its closing quote. */
+static void put_string_suffixed(obuf *o, const member *m, const char *suffix, int64_t num)
+{
+    unsigned wf = 0;
+    const char *next;
+    walk_string(m->val.s, m->val.s + m->val.n, o, &next, &wf);
+    if (!o->full)
+        o->len--; /* the closing quote */
+    put(o, suffix, strlen(suffix));
+    put_i64(o, num);
+    PUTS(o, ")\"");
+}
+
+static void put_shifted_id(st_fuse *f, obuf *o, const member *m, int kind, int64_t v, uint64_t *overflow)
+{
+    int64_t off = f->cfg.id_offset;
+    if (kind == V_INT && !((off > 0 && v > INT64_MAX - off) || (off < 0 && v < INT64_MIN - off))) {
+        put_i64(o, v + off);
+        return;
+    }
+    if (kind == V_INT)
+        (*overflow)++;
+    put_value(f, o, m);
+}
+
+typedef struct {
+    const member *pid, *tid, *id, *corr, *ext, *ext_lc, *args_other;
+    uint32_t lane;
+    uint64_t id_overflow, ts_unshifted;
+} emit_ctx;
+
+static void put_args_tail(st_fuse *f, obuf *o, emit_ctx *c, int first)
+{
+    if (!first)
+        putc1(o, ',');
+    PUTS(o, "\"rank\":");
+    put_i64(o, f->cfg.rank);
+    if (c->pid) {
+        PUTS(o, ",\"pid_raw\":");
+        put_value(f, o, c->pid);
+    }
+    if (c->lane) {
+        PUTS(o, ",\"tid_raw\":");
+        if (c->tid)
+            put_value(f, o, c->tid);
+        else
+            PUTS(o, "null");
+        PUTS(o, ",\"lane\":");
+        put_i64(o, c->lane);
+    }
+    if (c->id) {
+        PUTS(o, ",\"id_raw\":");
+        put_value(f, o, c->id);
+    }
+    if (c->corr) {
+        PUTS(o, ",\"correlation_raw\":");
+        put_value(f, o, c->corr);
+    }
+    if (c->ext) {
+        PUTS(o, ",\"External id_raw\":");
+        put_value(f, o, c->ext);
+    }
+    if (c->ext_lc) {
+        PUTS(o, ",\"external id_raw\":");
+        put_value(f, o, c->ext_lc);
+    }
+    if (c->args_other) {
+        PUTS(o, ",\"args_raw\":");
+        put_value(f, o, c->args_other);
+    }
+}
+
+static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, uint32_t track_i,
+                       emit_ctx *c)
+{
+    memset(c, 0, sizeof *c);
+    c->lane = lane;
+    for (size_t i = 0; i < f->n_members; i++) {
+        const member *m = &f->members[i];
+        switch (m->kind) {
+        case K_PID: c->pid = m; break;
+        case K_TID: c->tid = m; break;
+        case K_ID: c->id = m; break;
+        }
+    }
+    for (size_t i = 0; i < f->n_args; i++) {
+        const member *m = &f->args[i];
+        switch (m->kind) {
+        case A_CORR: c->corr = m; break;
+        case A_EXT: c->ext = m; break;
+        case A_EXT_LC: c->ext_lc = m; break;
+        }
+    }
+    if (f->wrote_any)
+        putc1(o, ',');
+    putc1(o, '{');
+    for (size_t i = 0; i < f->n_members; i++) {
+        const member *m = &f->members[i];
+        if (i)
+            putc1(o, ',');
+        put_key(o, m);
+        switch (m->kind) {
+        case K_PID:
+            if (ev->pid_k == V_INT) {
+                int64_t mapped;
+                if (!pid_lookup(f, ev->pid, &mapped))
+                    mapped = sat_add(ev->pid, f->cfg.pid_offset);
+                put_i64(o, mapped);
+            } else if (ev->pid_k == V_STR) {
+                put_string_suffixed(o, m, " (rank ", f->cfg.rank);
+            } else {
+                put_value(f, o, m);
+            }
+            break;
+        case K_TID:
+            if (lane && ev->tid_k == V_STR) {
+                put_string_suffixed(o, m, " (lane ", lane);
+            } else if (lane && ev->tid_k == V_INT) {
+                put_i64(o, sat_add(f->tracks[track_i].lane_base, (int64_t)lane - 1));
+            } else {
+                put_value(f, o, m);
+            }
+            break;
+        case K_ID:
+            put_shifted_id(f, o, m, ev->id_k, ev->id, &c->id_overflow);
+            break;
+        case K_TS:
+            if (m->val_clean && is_number_token(m)) {
+                if (!put_shifted(o, m->val.s, m->val.n, f->cfg.ts_shift_ns))
+                    c->ts_unshifted++;
+            } else {
+                put_value(f, o, m);
+            }
+            break;
+        case K_ARGS:
+            if (ev->args_kind == 1) {
+                int first = 1;
+                putc1(o, '{');
+                for (size_t j = 0; j < f->n_args; j++) {
+                    const member *a = &f->args[j];
+                    if (a->kind == A_RESERVED)
+                        continue;
+                    if (!first)
+                        putc1(o, ',');
+                    first = 0;
+                    put_key(o, a);
+                    if (a->kind == A_CORR)
+                        put_shifted_id(f, o, a, ev->corr_k, ev->corr, &c->id_overflow);
+                    else if (a->kind == A_EXT)
+                        put_shifted_id(f, o, a, ev->ext_k, ev->ext, &c->id_overflow);
+                    else if (a->kind == A_EXT_LC)
+                        put_shifted_id(f, o, a, ev->ext_lc_k, ev->ext_lc, &c->id_overflow);
+                    else
+                        put_value(f, o, a);
+                }
+                put_args_tail(f, o, c, first);
+                putc1(o, '}');
+            } else {
+                c->args_other = m;
+                putc1(o, '{');
+                put_args_tail(f, o, c, 1);
+                putc1(o, '}');
+            }
+            break;
+        default:
+            put_value(f, o, m);
+        }
+    }
+    if (!ev->args_kind) {
+        if (f->n_members)
+            putc1(o, ',');
+        PUTS(o, "\"args\":{");
+        put_args_tail(f, o, c, 1);
+        putc1(o, '}');
+    }
+    putc1(o, '}');
+}
+
+/* ------------------------------------------------------------------ commit (scan mode) */
+
+static int push_interval(st_fuse *f, int64_t ts, int64_t end, uint64_t idx, uint32_t track_i)
+{
+    if (idx > UINT32_MAX)
+        return 0;
+    if (f->n_ivl == f->ivl_cap) {
+        size_t cap = f->ivl_cap ? f->ivl_cap * 2 : 4096;
+        interval *a = realloc(f->ivl, cap * sizeof *a);
+        if (!a)
+            return 0;
+        f->ivl = a;
+        f->ivl_cap = cap;
+    }
+    interval *v = &f->ivl[f->n_ivl++];
+    v->ts = ts;
+    v->end = end;
+    v->idx = (uint32_t)idx;
+    v->track = track_i;
+    return 1;
+}
+
+static void minmax(int64_t *lo, int64_t *hi, int64_t v)
+{
+    if (v < *lo)
+        *lo = v;
+    if (v > *hi)
+        *hi = v;
+}
+
+static int commit_scan(st_fuse *f, const char *base, const char *at, const ev_info *ev, uint64_t idx)
+{
+    int64_t ti = find_track(f, ev);
+    if (ti < 0) {
+        set_error(f, ST_FUSE_ERR_NOMEM, base, at, "out of memory for tracks");
+        return P_ERR;
+    }
+    track *t = &f->tracks[ti];
+    if (ev->pid_k == V_INT)
+        minmax(&f->st.pid_min, &f->st.pid_max, ev->pid);
+    if (ev->id_k == V_INT)
+        minmax(&f->st.id_min, &f->st.id_max, ev->id);
+    if (ev->corr_k == V_INT)
+        minmax(&f->st.id_min, &f->st.id_max, ev->corr);
+    if (ev->ext_k == V_INT)
+        minmax(&f->st.id_min, &f->st.id_max, ev->ext);
+    if (ev->ext_lc_k == V_INT)
+        minmax(&f->st.id_min, &f->st.id_max, ev->ext_lc);
+    if (is_meta(ev)) {
+        if (KEY_IS(ev->name, "thread_name") && ev->thread_label.s) {
+            if (!arena_add(f, ev->thread_label.s, ev->thread_label.n, &t->name_off)) {
+                set_error(f, ST_FUSE_ERR_NOMEM, base, at, "out of memory for thread names");
+                return P_ERR;
+            }
+            t->name_len = (uint32_t)(ev->thread_label.n > UINT32_MAX ? UINT32_MAX : ev->thread_label.n);
+            t->flags |= ST_FUSE_T_NAMED;
+        } else if (KEY_IS(ev->name, "thread_sort_index") && ev->has_sort) {
+            t->sort_index = ev->sort_index;
+            t->flags |= ST_FUSE_T_SORTED;
+        }
+        return P_OK;
+    }
+    t->n_kept++;
+    if (ev->cat.s && is_gpu_cat(ev->cat))
+        t->flags |= ST_FUSE_T_GPU;
+    if (ev->has_ts) {
+        int64_t t0 = sat_add(ev->ts, f->cfg.ts_shift_ns);
+        int64_t t1 = sat_add(t0, ev->has_dur && ev->dur > 0 ? ev->dur : 0);
+        minmax(&f->st.ts_min_ns, &f->st.ts_max_ns, t0);
+        minmax(&f->st.ts_min_ns, &f->st.ts_max_ns, t1);
+        if (ev->ph.s && ev->ph.n == 1 && ev->ph.s[0] == 'X') {
+            int64_t end = sat_add(ev->ts, ev->has_dur && ev->dur > 0 ? ev->dur : 0);
+            if (!push_interval(f, ev->ts, end, idx, (uint32_t)ti)) {
+                set_error(f, ST_FUSE_ERR_NOMEM, base, at,
+                          idx > UINT32_MAX ? "more than 2^32 events in one trace" : "out of memory for intervals");
+                return P_ERR;
+            }
+        }
+    }
+    return P_OK;
+}
+
+/* ------------------------------------------------------------------ one event */
+
+enum { E_DONE = 0, E_MORE = 1, E_ERR = 2, E_FULL = 3, E_NAME = 4 };
+
+static int handle_event(st_fuse *f, const char *base, const char *p, const char *end,
+                        st_fuse_out *out, const char **next)
+{
+    ev_info ev;
+    memset(&ev, 0, sizeof ev);
+    f->n_members = f->n_args = 0;
+    int r = parse_object(f, base, p, end, 0, &ev, next);
+    if (r == P_MORE)
+        return E_MORE;
+    if (r == P_ERR)
+        return E_ERR;
+    uint64_t idx = f->st.events_seen;
+
+    if (f->mode == ST_FUSE_MODE_SPANS) {
+        if (!is_process_meta(&ev)) {
+            if (out->n_spans >= out->spans_cap)
+                return E_FULL;
+            st_fuse_span *sp = &out->spans[out->n_spans++];
+            sp->index = idx;
+            sp->offset = (uint64_t)(p - base);
+            sp->length = (uint64_t)(*next - p);
+        } else {
+            f->st.dropped_process_meta++;
+        }
+        f->st.events_seen++;
+        return E_DONE;
+    }
+
+    int d = decide(f, &ev, idx);
+    if (d == D_PENDING)
+        return E_NAME;
+    if (d == D_NOMEM) {
+        set_error(f, ST_FUSE_ERR_NOMEM, base, p, "out of memory for event names");
+        return E_ERR;
+    }
+    if (d != D_KEEP) {
+        count_drop(f, d);
+        f->st.events_seen++;
+        return E_DONE;
+    }
+
+    if (f->mode == ST_FUSE_MODE_SCAN) {
+        if (commit_scan(f, base, p, &ev, idx) != P_OK)
+            return E_ERR;
+    } else {
+        uint32_t lane = 0, track_i = 0;
+        while (f->move_cursor < f->n_moves && f->moves[f->move_cursor].idx < idx)
+            f->move_cursor++;
+        if (f->move_cursor < f->n_moves && f->moves[f->move_cursor].idx == idx) {
+            lane = f->moves[f->move_cursor].lane;
+            track_i = f->moves[f->move_cursor].track;
+        }
+        obuf o = {out->buf, out->len, out->cap, 0};
+        emit_ctx c;
+        emit_event(f, &o, &ev, lane, track_i, &c);
+        if (o.full) {
+            if (out->len == 0) {
+                set_error(f, ST_FUSE_ERR_OUTPUT, base, p,
+                          "one event needs more than %llu bytes of output buffer",
+                          (unsigned long long)out->cap);
+                return E_ERR;
+            }
+            return E_FULL;
+        }
+        f->st.bytes_written += o.len - out->len;
+        out->len = o.len;
+        f->wrote_any = 1;
+        f->st.id_overflow += c.id_overflow;
+        f->st.ts_unshifted += c.ts_unshifted;
+    }
+    f->st.bad_literals += ev.bad_literals;
+    f->st.repaired_strings += ev.repaired;
+    f->st.events_kept++;
+    f->st.events_seen++;
+    return E_DONE;
+}
+
+/* ------------------------------------------------------------------ document */
+
+static int store_meta(st_fuse *f, const char *base, span k, const char *v, size_t vn)
+{
+    if (f->n_meta == f->meta_cap) {
+        size_t cap = f->meta_cap ? f->meta_cap * 2 : 16;
+        meta_member *m = realloc(f->meta, cap * sizeof *m);
+        if (!m)
+            goto nomem;
+        f->meta = m;
+        f->meta_cap = cap;
+    }
+    meta_member *m = &f->meta[f->n_meta];
+    m->key = malloc(k.n + 1);
+    m->value = malloc(vn + 1);
+    if (!m->key || !m->value) {
+        free(m->key);
+        free(m->value);
+        goto nomem;
+    }
+    memcpy(m->key, k.s, k.n);
+    m->key[k.n] = 0;
+    memcpy(m->value, v, vn);
+    m->value[vn] = 0;
+    m->key_len = k.n;
+    m->value_len = vn;
+    f->n_meta++;
+    return P_OK;
+nomem:
+    set_error(f, ST_FUSE_ERR_NOMEM, base, k.s, "out of memory for top-level members");
+    return P_ERR;
+}
+
+/* One item in the current state; E_* codes. */
+static int parse_item(st_fuse *f, const char *base, const char *p, const char *end,
+                      st_fuse_out *out, const char **next)
+{
+    unsigned wf = 0;
+    switch (f->state) {
+    case S_START:
+        if (end - p >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) { /* UTF-8 BOM */
+            *next = p + 3;
+            return E_DONE;
+        }
+        if (*p == '{') {
+            f->state = S_ROOT_KEY;
+        } else if (*p == '[') {
+            f->state = S_EVENTS;
+            f->bare_array = 1;
+            f->saw_events = 1;
+        } else {
+            set_error(f, ST_FUSE_ERR_SYNTAX, base, p, "not a trace: expected a JSON object or array");
+            return E_ERR;
+        }
+        f->first_in_container = 1;
+        *next = p + 1;
+        return E_DONE;
+
+    case S_ROOT_KEY: {
+        if (*p == '}' && f->first_in_container) {
+            f->state = S_DONE;
+            *next = p + 1;
+            return E_DONE;
+        }
+        if (*p != '"') {
+            set_char_error(f, base, p, "expected a key string in the top-level object");
+            return E_ERR;
+        }
+        const char *k = p;
+        if (walk_string(p, end, NULL, &p, &wf) != P_OK)
+            return E_MORE;
+        span key = {k + 1, (size_t)(p - k - 2)};
+        p = skip_ws(p, end);
+        if (p >= end)
+            return E_MORE;
+        if (*p != ':') {
+            set_char_error(f, base, p, "expected ':' after a top-level key");
+            return E_ERR;
+        }
+        p = skip_ws(p + 1, end);
+        if (p >= end)
+            return E_MORE;
+        if (KEY_IS(key, "traceEvents")) {
+            if (*p != '[') {
+                set_error(f, ST_FUSE_ERR_SYNTAX, base, p, "not a trace: traceEvents is not an array");
+                return E_ERR;
+            }
+            f->state = S_EVENTS;
+            f->saw_events = 1;
+            f->first_in_container = 1;
+            *next = p + 1;
+            return E_DONE;
+        }
+        const char *v = p;
+        int r = skip_value(f, base, p, end, next);
+        if (r == P_MORE)
+            return E_MORE;
+        if (r == P_ERR)
+            return E_ERR;
+        if (f->mode == ST_FUSE_MODE_SCAN && store_meta(f, base, key, v, (size_t)(*next - v)) != P_OK)
+            return E_ERR;
+        f->first_in_container = 0;
+        f->state = S_ROOT_NEXT;
+        return E_DONE;
+    }
+
+    case S_ROOT_NEXT:
+        if (*p == ',') {
+            f->state = S_ROOT_KEY;
+            *next = p + 1;
+            return E_DONE;
+        }
+        if (*p == '}') {
+            f->state = S_DONE;
+            *next = p + 1;
+            return E_DONE;
+        }
+        set_char_error(f, base, p, "expected ',' or '}' in the top-level object");
+        return E_ERR;
+
+    case S_EVENTS: {
+        if (*p == ']' && f->first_in_container)
+            goto close_events;
+        if (*p != '{') {
+            set_char_error(f, base, p, "expected an event object");
+            return E_ERR;
+        }
+        int r = handle_event(f, base, p, end, out, next);
+        if (r == E_DONE) {
+            f->first_in_container = 0;
+            f->state = S_EVENTS_NEXT;
+        }
+        return r;
+    }
+
+    case S_EVENTS_NEXT:
+        if (*p == ',') {
+            f->state = S_EVENTS;
+            *next = p + 1;
+            return E_DONE;
+        }
+        if (*p == ']')
+            goto close_events;
+        set_char_error(f, base, p, "expected ',' or ']' after an event");
+        return E_ERR;
+
+    case S_DONE:
+        set_error(f, ST_FUSE_ERR_SYNTAX, base, p, "unexpected data after the end of the JSON document");
+        return E_ERR;
+    }
+    set_error(f, ST_FUSE_ERR_SYNTAX, base, p, "internal: bad state");
+    return E_ERR;
+
+close_events:
+    *next = p + 1;
+    f->state = f->bare_array ? S_DONE : S_ROOT_NEXT;
+    f->first_in_container = 0;
+    return E_DONE;
+}
+
+int st_fuse_feed(st_fuse *f, const char *buf, size_t len, int eof, st_fuse_out *out,
+                 size_t *consumed)
+{
+    const char *p = buf, *end = buf + len;
+    int rc = ST_FUSE_OK;
+    *consumed = 0;
+    if (f->pending_name >= 0) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "a name awaits st_fuse_decide_name()");
+        return ST_FUSE_ERR_USAGE;
+    }
+    if (f->mode == ST_FUSE_MODE_WRITE && (!out || !out->buf)) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "write mode needs an output buffer");
+        return ST_FUSE_ERR_USAGE;
+    }
+    if (f->mode == ST_FUSE_MODE_SPANS && (!out || !out->spans)) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "spans mode needs a span array");
+        return ST_FUSE_ERR_USAGE;
+    }
+    for (;;) {
+        p = skip_ws(p, end);
+        if (p >= end) {
+            if (f->state == S_DONE)
+                rc = ST_FUSE_DONE;
+            else if (eof)
+                rc = ST_FUSE_TRUNCATED;
+            break;
+        }
+        const char *next = p;
+        int r = parse_item(f, buf, p, end, out, &next);
+        if (r == E_ERR) {
+            rc = f->err_code;
+            break;
+        }
+        if (r == E_MORE) {
+            rc = eof ? ST_FUSE_TRUNCATED : ST_FUSE_OK;
+            break;
+        }
+        if (r == E_FULL) {
+            rc = ST_FUSE_OUTPUT_FULL;
+            break;
+        }
+        if (r == E_NAME) {
+            rc = ST_FUSE_NAME;
+            break;
+        }
+        p = next;
+    }
+    if (rc >= 0) {
+        size_t n = (size_t)(p - buf);
+        *consumed = n;
+        f->st.bytes_consumed += n;
+    }
+    if (rc == ST_FUSE_TRUNCATED) {
+        f->err_offset = f->st.bytes_consumed;
+        snprintf(f->err, sizeof f->err, "truncated at byte %llu",
+                 (unsigned long long)f->st.bytes_consumed);
+    }
+    return rc;
+}
+
+/* ------------------------------------------------------------------ lanes */
+
+static int cmp_interval(const void *a, const void *b)
+{
+    const interval *x = a, *y = b;
+    if (x->track != y->track)
+        return x->track < y->track ? -1 : 1;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    if (x->end != y->end)
+        return x->end > y->end ? -1 : 1; /* longer first: the parent */
+    return x->idx < y->idx ? -1 : (x->idx > y->idx);
+}
+
+static int cmp_move(const void *a, const void *b)
+{
+    const move *x = a, *y = b;
+    return x->idx < y->idx ? -1 : (x->idx > y->idx);
+}
+
+typedef struct {
+    int64_t *ends;
+    size_t n, cap;
+} lane_stack;
+
+static int lane_push(lane_stack *s, int64_t end)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 64;
+        int64_t *e = realloc(s->ends, cap * sizeof *e);
+        if (!e)
+            return 0;
+        s->ends = e;
+        s->cap = cap;
+    }
+    s->ends[s->n++] = end;
+    return 1;
+}
+
+static int add_move(st_fuse *f, uint32_t idx, uint32_t track_i, uint32_t lane)
+{
+    if (f->n_moves == f->moves_cap) {
+        size_t cap = f->moves_cap ? f->moves_cap * 2 : 256;
+        move *m = realloc(f->moves, cap * sizeof *m);
+        if (!m)
+            return 0;
+        f->moves = m;
+        f->moves_cap = cap;
+    }
+    f->moves[f->n_moves].idx = idx;
+    f->moves[f->n_moves].track = track_i;
+    f->moves[f->n_moves].lane = lane;
+    f->n_moves++;
+    return 1;
+}
+
+/*
+ * Lanes per track: intervals sorted by (ts, longest first); each goes to the
+ * first lane where, after closing the intervals that ended by its start, it
+ * nests inside the innermost open one (or the lane is empty).  Every lane is
+ * then properly nested, which is what Perfetto needs.
+ */
+int st_fuse_finish_scan(st_fuse *f)
+{
+    if (f->mode != ST_FUSE_MODE_SCAN || f->lanes_done) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "st_fuse_finish_scan() belongs after a scan pass");
+        return ST_FUSE_ERR_USAGE;
+    }
+    int rc = ST_FUSE_OK;
+    lane_stack stacks[MAX_LANES];
+    memset(stacks, 0, sizeof stacks);
+    f->n_moves = 0;
+    if (f->n_ivl)
+        qsort(f->ivl, f->n_ivl, sizeof *f->ivl, cmp_interval);
+    size_t i = 0;
+    while (i < f->n_ivl && rc == ST_FUSE_OK) {
+        uint32_t tr = f->ivl[i].track;
+        uint32_t n_lanes = 0;
+        for (; i < f->n_ivl && f->ivl[i].track == tr; i++) {
+            const interval *v = &f->ivl[i];
+            uint32_t lane = n_lanes;
+            for (uint32_t l = 0; l < n_lanes; l++) {
+                lane_stack *s = &stacks[l];
+                while (s->n && s->ends[s->n - 1] <= v->ts)
+                    s->n--;
+                if (!s->n || s->ends[s->n - 1] >= v->end) {
+                    lane = l;
+                    break;
+                }
+            }
+            if (lane == n_lanes) {
+                if (n_lanes < MAX_LANES) {
+                    stacks[n_lanes].n = 0;
+                    n_lanes++;
+                } else {
+                    lane = MAX_LANES - 1;
+                    f->st.lanes_forced++;
+                }
+            }
+            if (!lane_push(&stacks[lane], v->end)) {
+                rc = ST_FUSE_ERR_NOMEM;
+                break;
+            }
+            if (lane) {
+                if (!add_move(f, v->idx, tr, lane)) {
+                    rc = ST_FUSE_ERR_NOMEM;
+                    break;
+                }
+                f->tracks[tr].n_moved++;
+            }
+        }
+        if (n_lanes > f->tracks[tr].n_lanes)
+            f->tracks[tr].n_lanes = n_lanes;
+    }
+    for (uint32_t l = 0; l < MAX_LANES; l++)
+        free(stacks[l].ends);
+    free(f->ivl);
+    f->ivl = NULL;
+    f->n_ivl = f->ivl_cap = 0;
+    if (rc != ST_FUSE_OK) {
+        set_error(f, rc, NULL, NULL, "out of memory for lanes");
+        return rc;
+    }
+    if (f->n_moves)
+        qsort(f->moves, f->n_moves, sizeof *f->moves, cmp_move);
+    f->st.lane_moves = f->n_moves;
+    f->lanes_done = 1;
+    return ST_FUSE_OK;
+}
+
+/* ------------------------------------------------------------------ lifecycle */
+
+static void clear_meta(st_fuse *f)
+{
+    for (size_t i = 0; i < f->n_meta; i++) {
+        free(f->meta[i].key);
+        free(f->meta[i].value);
+    }
+    f->n_meta = 0;
+}
+
+int st_fuse_configure(st_fuse *f, const st_fuse_config *config)
+{
+    if (!config)
+        return ST_FUSE_ERR_USAGE;
+    uint32_t depth = config->max_depth ? config->max_depth : DEFAULT_MAX_DEPTH;
+    if (depth > (1u << 20)) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "max_depth too large");
+        return ST_FUSE_ERR_USAGE;
+    }
+    if (!f->stack || depth != f->cfg.max_depth) {
+        char *s = realloc(f->stack, depth);
+        if (!s)
+            return ST_FUSE_ERR_NOMEM;
+        f->stack = s;
+    }
+    f->cfg = *config;
+    f->cfg.max_depth = depth;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_create(st_fuse **out, const st_fuse_config *config)
+{
+    st_fuse *f = calloc(1, sizeof *f);
+    *out = NULL;
+    if (!f)
+        return ST_FUSE_ERR_NOMEM;
+    st_fuse_config dflt;
+    memset(&dflt, 0, sizeof dflt);
+    int rc = st_fuse_configure(f, config ? config : &dflt);
+    if (rc != ST_FUSE_OK) {
+        free(f->stack);
+        free(f);
+        return rc;
+    }
+    f->pending_name = -1;
+    st_fuse_begin(f, ST_FUSE_MODE_SCAN);
+    *out = f;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_begin(st_fuse *f, int mode)
+{
+    if (mode != ST_FUSE_MODE_SCAN && mode != ST_FUSE_MODE_WRITE && mode != ST_FUSE_MODE_SPANS) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "unknown mode %d", mode);
+        return ST_FUSE_ERR_USAGE;
+    }
+    f->mode = mode;
+    f->state = S_START;
+    f->first_in_container = 0;
+    f->bare_array = 0;
+    f->saw_events = 0;
+    f->wrote_any = (f->cfg.flags & ST_FUSE_COMMA_FIRST) ? 1 : 0;
+    f->pending_name = -1;
+    f->move_cursor = 0;
+    uint64_t lane_moves = f->st.lane_moves;
+    memset(&f->st, 0, sizeof f->st);
+    f->st.pid_min = f->st.id_min = f->st.ts_min_ns = INT64_MAX;
+    f->st.pid_max = f->st.id_max = f->st.ts_max_ns = INT64_MIN;
+    f->err[0] = 0;
+    if (mode == ST_FUSE_MODE_SCAN) {
+        /* a new scan starts from nothing */
+        clear_meta(f);
+        f->n_tracks = 0;
+        f->last_track = 0;
+        if (f->tslots)
+            memset(f->tslots, 0, (size_t)f->n_tslots * sizeof *f->tslots);
+        f->n_ivl = 0;
+        f->n_moves = 0;
+        f->lanes_done = 0;
+        f->arena_len = 0;
+        f->n_names = 0;
+        if (f->nslots)
+            memset(f->nslots, 0, (size_t)f->n_nslots * sizeof *f->nslots);
+    } else {
+        f->st.lane_moves = lane_moves;
+    }
+    return ST_FUSE_OK;
+}
+
+void st_fuse_destroy(st_fuse *f)
+{
+    if (!f)
+        return;
+    clear_meta(f);
+    free(f->meta);
+    free(f->stack);
+    free(f->members);
+    free(f->args);
+    free(f->arena);
+    free(f->tracks);
+    free(f->tslots);
+    free(f->name_off);
+    free(f->name_len);
+    free(f->name_state);
+    free(f->nslots);
+    for (size_t i = 0; i < f->n_cats; i++)
+        free(f->cats[i]);
+    free(f->cats);
+    free(f->cat_lens);
+    free(f->mask);
+    free(f->pid_raw);
+    free(f->pid_new);
+    free(f->ivl);
+    free(f->moves);
+    free(f);
+}
+
+const char *st_fuse_error(const st_fuse *f) { return f->err; }
+uint64_t st_fuse_error_offset(const st_fuse *f) { return f->err_offset; }
+
+void st_fuse_get_stats(const st_fuse *f, st_fuse_stats *s)
+{
+    *s = f->st;
+    s->doc_started = f->state != S_START;
+    s->saw_events = (uint32_t)f->saw_events;
+    s->bare_array = (uint32_t)f->bare_array;
+    s->doc_done = f->state == S_DONE;
+}
+
+int st_fuse_add_cat(st_fuse *f, const char *cat, size_t len)
+{
+    char **cats = realloc(f->cats, (f->n_cats + 1) * sizeof *cats);
+    if (!cats)
+        return ST_FUSE_ERR_NOMEM;
+    f->cats = cats;
+    size_t *lens = realloc(f->cat_lens, (f->n_cats + 1) * sizeof *lens);
+    if (!lens)
+        return ST_FUSE_ERR_NOMEM;
+    f->cat_lens = lens;
+    char *c = malloc(len ? len : 1);
+    if (!c)
+        return ST_FUSE_ERR_NOMEM;
+    if (len)
+        memcpy(c, cat, len);
+    f->cats[f->n_cats] = c;
+    f->cat_lens[f->n_cats] = len;
+    f->n_cats++;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_pending_name(const st_fuse *f, const char **ptr, size_t *len)
+{
+    if (f->pending_name < 0)
+        return 0;
+    *ptr = f->arena + f->name_off[f->pending_name];
+    *len = f->name_len[f->pending_name];
+    return 1;
+}
+
+int st_fuse_decide_name(st_fuse *f, int keep)
+{
+    if (f->pending_name < 0) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "no name awaits a decision");
+        return ST_FUSE_ERR_USAGE;
+    }
+    f->name_state[f->pending_name] = keep ? 1 : 2;
+    f->pending_name = -1;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_set_keep_mask(st_fuse *f, const uint8_t *bits, uint64_t n_events)
+{
+    size_t n = (size_t)((n_events + 7) / 8);
+    uint8_t *m = malloc(n ? n : 1);
+    if (!m)
+        return ST_FUSE_ERR_NOMEM;
+    if (n)
+        memcpy(m, bits, n);
+    free(f->mask);
+    f->mask = m;
+    f->mask_events = n_events;
+    return ST_FUSE_OK;
+}
+
+size_t st_fuse_track_count(const st_fuse *f) { return f->n_tracks; }
+
+int st_fuse_get_track(const st_fuse *f, size_t i, st_fuse_track *out)
+{
+    if (i >= f->n_tracks)
+        return ST_FUSE_ERR_USAGE;
+    const track *t = &f->tracks[i];
+    memset(out, 0, sizeof *out);
+    out->pid = t->pid;
+    out->tid = t->tid;
+    if (t->pid_k == V_STR) {
+        out->pid_str = f->arena + t->pid_off;
+        out->pid_len = t->pid_len;
+    }
+    if (t->tid_k == V_STR) {
+        out->tid_str = f->arena + t->tid_off;
+        out->tid_len = t->tid_len;
+    }
+    if (t->flags & ST_FUSE_T_NAMED) {
+        out->name = f->arena + t->name_off;
+        out->name_len = t->name_len;
+    }
+    out->sort_index = t->sort_index;
+    out->n_kept = t->n_kept;
+    out->n_moved = t->n_moved;
+    out->n_lanes = t->n_lanes;
+    out->flags = t->flags;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_set_lane_base(st_fuse *f, size_t i, int64_t first_tid)
+{
+    if (i >= f->n_tracks)
+        return ST_FUSE_ERR_USAGE;
+    f->tracks[i].lane_base = first_tid;
+    return ST_FUSE_OK;
+}
+
+typedef struct {
+    int64_t raw, mapped;
+} pid_pair;
+
+static int cmp_pid_pair(const void *a, const void *b)
+{
+    const pid_pair *x = a, *y = b;
+    return x->raw < y->raw ? -1 : (x->raw > y->raw);
+}
+
+int st_fuse_set_pid_map(st_fuse *f, const int64_t *raw, const int64_t *mapped, size_t n)
+{
+    pid_pair *pairs = malloc((n ? n : 1) * sizeof *pairs);
+    int64_t *r = malloc((n ? n : 1) * sizeof *r);
+    int64_t *m = malloc((n ? n : 1) * sizeof *m);
+    if (!pairs || !r || !m) {
+        free(pairs);
+        free(r);
+        free(m);
+        return ST_FUSE_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pairs[i].raw = raw[i];
+        pairs[i].mapped = mapped[i];
+    }
+    qsort(pairs, n, sizeof *pairs, cmp_pid_pair);
+    for (size_t i = 0; i < n; i++) {
+        r[i] = pairs[i].raw;
+        m[i] = pairs[i].mapped;
+    }
+    free(pairs);
+    free(f->pid_raw);
+    free(f->pid_new);
+    f->pid_raw = r;
+    f->pid_new = m;
+    f->n_pids = n;
+    return ST_FUSE_OK;
+}
+
+size_t st_fuse_meta_count(const st_fuse *f) { return f->n_meta; }
+
+int st_fuse_meta(const st_fuse *f, size_t i, const char **key, size_t *key_len,
+                 const char **value, size_t *value_len)
+{
+    if (i >= f->n_meta)
+        return ST_FUSE_ERR_USAGE;
+    *key = f->meta[i].key;
+    *key_len = f->meta[i].key_len;
+    *value = f->meta[i].value;
+    *value_len = f->meta[i].value_len;
+    return ST_FUSE_OK;
+}
