@@ -27,6 +27,7 @@
 #define MAX_MEMBERS (1u << 20)     /* per object */
 #define MAX_LANES 64u              /* per track */
 #define BIG_DIGITS 96              /* exact ts arithmetic beyond int64 */
+#define DEFAULT_INTERVAL_BUDGET (1u << 18) /* X intervals held before a run is handed out */
 #define NONE_I64 INT64_MIN
 
 enum { P_OK = 0, P_MORE = 1, P_ERR = 2 };
@@ -85,6 +86,17 @@ typedef struct {
 typedef struct {
     uint32_t idx, track, lane;
 } move;
+
+typedef struct {
+    int64_t *ends;
+    size_t n, cap;
+} lane_stack;
+
+typedef struct {
+    const interval *p;
+    size_t n, pos;
+    int last;
+} run_cursor;
 
 typedef struct {
     uint8_t pid_k, tid_k;
@@ -162,8 +174,18 @@ struct st_fuse {
     int64_t *pid_raw, *pid_new;
     size_t n_pids;
 
+    /* X intervals of the scan: a bounded buffer, sorted and handed to the
+     * caller as a run when full (external sort), then merged back */
     interval *ivl;
-    size_t n_ivl, ivl_cap;
+    size_t n_ivl, ivl_cap, ivl_budget;
+    int run_pending, run_taken;
+    uint64_t runs_taken;
+    run_cursor *cursors;
+    size_t n_cursors;
+    /* the greedy lane assignment, resumable across merge calls */
+    lane_stack stacks[MAX_LANES];
+    uint32_t g_track, g_lanes;
+    int g_active;
     move *moves;
     size_t n_moves, moves_cap, move_cursor;
     int lanes_done;
@@ -171,6 +193,9 @@ struct st_fuse {
     meta_member *meta;
     size_t n_meta, meta_cap;
 };
+
+static void sort_intervals(interval *a, size_t n);
+static int run_release(st_fuse *f);
 
 /* ------------------------------------------------------------------ errors */
 
@@ -409,54 +434,173 @@ static inline int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-/* JSON number grammar; *is_int: no fraction and no exponent. */
-static int valid_number(const char *s, size_t n, int *is_int)
+/* What a number token holds, from one pass over it. */
+typedef struct {
+    uint8_t valid;        /* JSON number grammar */
+    uint8_t is_int;       /* valid, no fraction, no exponent */
+    uint8_t int_fits;     /* is_int and the value fits int64 (ival) */
+    uint8_t neg, has_exp;
+    uint8_t il, fl;       /* integer / fraction digit counts (saturate at 255) */
+    uint64_t ipart, fpart;/* their values when il <= 19 / fl <= 19 */
+    int64_t ival;
+} numinfo;
+
+static const int64_t POW10[19] = {
+    1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL, 10000000LL, 100000000LL,
+    1000000000LL, 10000000000LL, 100000000000LL, 1000000000000LL, 10000000000000LL,
+    100000000000000LL, 1000000000000000LL, 10000000000000000LL, 100000000000000000LL,
+    1000000000000000000LL};
+
+/* JSON number grammar, with the values the rewrite needs. */
+static int scan_number(const char *s, size_t n, numinfo *ni)
 {
-    size_t i = 0;
-    *is_int = 0;
-    if (i < n && s[i] == '-')
+    size_t i = 0, d;
+    memset(ni, 0, sizeof *ni);
+    if (i < n && s[i] == '-') {
+        ni->neg = 1;
         i++;
+    }
     if (i >= n)
         return 0;
+    d = i;
     if (s[i] == '0') {
         i++;
     } else if (s[i] >= '1' && s[i] <= '9') {
-        while (i < n && is_digit(s[i]))
+        uint64_t v = 0;
+        while (i < n && is_digit(s[i])) {
+            v = v * 10 + (uint64_t)(s[i] - '0'); /* wraps beyond 19 digits: unused then */
             i++;
+        }
+        ni->ipart = v;
     } else {
         return 0;
     }
-    int integral = 1;
+    ni->il = (uint8_t)(i - d > 255 ? 255 : i - d);
     if (i < n && s[i] == '.') {
-        size_t d = ++i;
-        while (i < n && is_digit(s[i]))
+        d = ++i;
+        uint64_t v = 0;
+        while (i < n && is_digit(s[i])) {
+            v = v * 10 + (uint64_t)(s[i] - '0');
             i++;
+        }
         if (i == d)
             return 0;
-        integral = 0;
+        ni->fpart = v;
+        ni->fl = (uint8_t)(i - d > 255 ? 255 : i - d);
     }
     if (i < n && (s[i] == 'e' || s[i] == 'E')) {
         i++;
         if (i < n && (s[i] == '+' || s[i] == '-'))
             i++;
-        size_t d = i;
+        d = i;
         while (i < n && is_digit(s[i]))
             i++;
         if (i == d)
             return 0;
-        integral = 0;
+        ni->has_exp = 1;
     }
-    *is_int = integral;
-    return i == n;
+    if (i != n)
+        return 0;
+    ni->valid = 1;
+    ni->is_int = !ni->fl && !ni->has_exp;
+    if (ni->is_int && ni->il <= 19) { /* 19 digits cannot wrap a uint64 */
+        uint64_t v = ni->ipart;
+        if (!ni->neg && v <= (uint64_t)INT64_MAX) {
+            ni->ival = (int64_t)v;
+            ni->int_fits = 1;
+        } else if (ni->neg && v <= (uint64_t)INT64_MAX + 1) {
+            ni->ival = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
+            ni->int_fits = 1;
+        }
+    }
+    return 1;
+}
+
+static int valid_number(const char *s, size_t n, int *is_int)
+{
+    numinfo ni;
+    int ok = scan_number(s, n, &ni);
+    *is_int = ni.is_int;
+    return ok;
 }
 
 #define TOKEN_IS(p, n, lit) ((n) == sizeof(lit) - 1 && memcmp((p), (lit), sizeof(lit) - 1) == 0)
 
-/* A number or a bare word.  *next is the first byte after it. */
-static int walk_scalar(st_fuse *f, const char *base, const char *p, const char *end, obuf *o,
-                       const char **next, unsigned *wf)
+/* A number or a bare word.  *next is the first byte after it; ni (optional)
+ * receives the number's values (ni->valid == 0 for words). */
+static int walk_scalar_ni(st_fuse *f, const char *base, const char *p, const char *end, obuf *o,
+                          const char **next, unsigned *wf, numinfo *ni)
 {
     const char *q = p;
+    if (*q == '-' || is_digit(*q)) {
+        /* fast path: parse a well-formed number in one pass; anything odd
+         * (leading zeros, a word right after the digits, ...) falls through
+         * to the token scan below */
+        const char *d;
+        uint64_t ipart = 0, fpart = 0;
+        int neg = *q == '-', has_exp = 0;
+        size_t il, fl = 0;
+        q += neg;
+        d = q;
+        if (q < end && *q == '0') {
+            q++;
+        } else {
+            while (q < end && is_digit(*q))
+                ipart = ipart * 10 + (uint64_t)(*q++ - '0');
+        }
+        il = (size_t)(q - d);
+        int ok = il > 0;
+        if (ok && q < end && *q == '.') {
+            d = ++q;
+            while (q < end && is_digit(*q))
+                fpart = fpart * 10 + (uint64_t)(*q++ - '0');
+            fl = (size_t)(q - d);
+            ok = fl > 0;
+        }
+        if (ok && q < end && (*q == 'e' || *q == 'E')) {
+            q++;
+            if (q < end && (*q == '+' || *q == '-'))
+                q++;
+            d = q;
+            while (q < end && is_digit(*q))
+                q++;
+            ok = q > d;
+            has_exp = 1;
+        }
+        if (q == end)
+            return P_MORE;
+        if (ok && !SCALAR_CHAR[(unsigned char)*q]) {
+            if (ni) {
+                /* locals first, one store each: no narrow-store/wide-load stalls */
+                int is_int = !fl && !has_exp, fits = 0;
+                int64_t ival = 0;
+                if (is_int && il <= 19) { /* 19 digits cannot wrap a uint64 */
+                    if (!neg && ipart <= (uint64_t)INT64_MAX) {
+                        ival = (int64_t)ipart;
+                        fits = 1;
+                    } else if (neg && ipart <= (uint64_t)INT64_MAX + 1) {
+                        ival = ipart == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)ipart;
+                        fits = 1;
+                    }
+                }
+                ni->valid = 1;
+                ni->is_int = (uint8_t)is_int;
+                ni->int_fits = (uint8_t)fits;
+                ni->neg = (uint8_t)neg;
+                ni->has_exp = (uint8_t)has_exp;
+                ni->il = (uint8_t)(il > 255 ? 255 : il);
+                ni->fl = (uint8_t)(fl > 255 ? 255 : fl);
+                ni->ipart = ipart;
+                ni->fpart = fpart;
+                ni->ival = ival;
+            }
+            if (o)
+                put(o, p, (size_t)(q - p));
+            *next = q;
+            return P_OK;
+        }
+        q = p;
+    }
     while (q < end && SCALAR_CHAR[(unsigned char)*q])
         q++;
     if (q == end)
@@ -466,8 +610,10 @@ static int walk_scalar(st_fuse *f, const char *base, const char *p, const char *
         return P_ERR;
     }
     size_t n = (size_t)(q - p);
-    int is_int;
-    if (valid_number(p, n, &is_int) || TOKEN_IS(p, n, "true") || TOKEN_IS(p, n, "false") ||
+    numinfo local;
+    if (!ni)
+        ni = &local;
+    if (scan_number(p, n, ni) || TOKEN_IS(p, n, "true") || TOKEN_IS(p, n, "false") ||
         TOKEN_IS(p, n, "null")) {
         if (o)
             put(o, p, n);
@@ -478,6 +624,12 @@ static int walk_scalar(st_fuse *f, const char *base, const char *p, const char *
     }
     *next = q;
     return P_OK;
+}
+
+static int walk_scalar(st_fuse *f, const char *base, const char *p, const char *end, obuf *o,
+                       const char **next, unsigned *wf)
+{
+    return walk_scalar_ni(f, base, p, end, o, next, wf, NULL);
 }
 
 /*
@@ -637,32 +789,6 @@ static int skip_value(st_fuse *f, const char *base, const char *p, const char *e
 
 /* ------------------------------------------------------------------ numbers */
 
-/* Integer token (JSON grammar, no fraction/exponent) that fits int64. */
-static int parse_int_token(const char *s, size_t n, int64_t *out)
-{
-    int is_int;
-    if (!valid_number(s, n, &is_int) || !is_int)
-        return 0;
-    int neg = s[0] == '-';
-    uint64_t v = 0;
-    for (size_t i = (size_t)neg; i < n; i++) {
-        unsigned d = (unsigned)(s[i] - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return 0;
-        v = v * 10 + d;
-    }
-    if (neg) {
-        if (v > (uint64_t)INT64_MAX + 1)
-            return 0;
-        *out = v == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)v;
-    } else {
-        if (v > (uint64_t)INT64_MAX)
-            return 0;
-        *out = (int64_t)v;
-    }
-    return 1;
-}
-
 typedef struct {
     int neg;
     const char *ip, *fp;   /* integer and fraction digits */
@@ -772,6 +898,54 @@ static void put_decimal_digits(obuf *o, int neg, const char *digits, size_t n, s
     }
 }
 
+/* Microseconds (a valid number token) -> ns; exact for up to 3 decimals,
+ * rounded half to even beyond. */
+static int token_ns(const char *s, size_t n, const numinfo *ni, int64_t *ns)
+{
+    if (!ni->valid)
+        return 0;
+    if (!ni->has_exp && ni->il <= 15 && ni->fl <= 3) {
+        int64_t v = (int64_t)ni->ipart * 1000 + (int64_t)ni->fpart * POW10[3 - ni->fl];
+        *ns = ni->neg ? -v : v;
+        return 1;
+    }
+    decnum d;
+    dec_split(s, n, &d);
+    return dec_scaled(&d, 3, ns);
+}
+
+/* v / 10^k written with exactly k decimals */
+static void put_fixed(obuf *o, int64_t v, int k)
+{
+    char tmp[48];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u || n <= k);
+    char out[50];
+    int m = 0;
+    if (v < 0)
+        out[m++] = '-';
+    for (int i = n - 1; i >= 0; i--) {
+        out[m++] = tmp[i];
+        if (i == k && k)
+            out[m++] = '.';
+    }
+    put(o, out, (size_t)m);
+}
+
+static int count_digits(uint64_t u)
+{
+    int n = 1;
+    while (u >= 10) {
+        u /= 10;
+        n++;
+    }
+    return n;
+}
+
 /*
  * Write the JSON number s (valid) plus shift_ns nanoseconds, where s is in
  * microseconds, exactly.  The result keeps the input's fraction digits and
@@ -784,8 +958,6 @@ static int put_shifted(obuf *o, const char *s, size_t n, int64_t shift_ns)
         put(o, s, n);
         return 1;
     }
-    decnum d;
-    dec_split(s, n, &d);
     /* shift = b * 10^eb microseconds with as few decimals as possible */
     int64_t b = shift_ns;
     long eb = -3;
@@ -793,6 +965,23 @@ static int put_shifted(obuf *o, const char *s, size_t n, int64_t shift_ns)
         b /= 10;
         eb++;
     }
+    numinfo ni;
+    scan_number(s, n, &ni);
+    if (!ni.has_exp && ni.il <= 18 && ni.fl <= 18) {
+        /* int64 fast path: both terms below 10^18, so the sum cannot overflow */
+        long fl = ni.fl;
+        long e = -fl < eb ? -fl : eb;
+        long sa = -fl - e, sb = eb - e;
+        uint64_t bu = b < 0 ? (uint64_t)0 - (uint64_t)b : (uint64_t)b;
+        if (ni.il + fl + sa <= 18 && count_digits(bu) + sb <= 18) {
+            int64_t A = ((int64_t)ni.ipart * POW10[fl] + (int64_t)ni.fpart) * POW10[sa];
+            int64_t B = b * POW10[sb];
+            put_fixed(o, (ni.neg ? -A : A) + B, (int)-e);
+            return 1;
+        }
+    }
+    decnum d;
+    dec_split(s, n, &d);
     long ea = d.exp - (long)d.fl; /* s = A * 10^ea */
     long e = ea < eb ? ea : eb;
     if (e > 0)
@@ -859,6 +1048,13 @@ static int put_shifted(obuf *o, const char *s, size_t n, int64_t shift_ns)
 
 /* ------------------------------------------------------------------ arena / hashing */
 
+/* memcmp for byte runs that may be empty (then either pointer may be NULL,
+ * which memcmp itself does not allow). */
+static inline int bytes_equal(const char *a, const char *b, size_t n)
+{
+    return n == 0 || memcmp(a, b, n) == 0;
+}
+
 static uint64_t hash_bytes(const char *s, size_t n, uint64_t seed)
 {
     uint64_t h = 0xcbf29ce484222325ull ^ seed ^ n;
@@ -924,11 +1120,11 @@ static int track_matches(const st_fuse *f, const track *t, uint8_t pk, int64_t p
         return 0;
     if (pk == V_INT && t->pid != pid)
         return 0;
-    if (pk == V_STR && (t->pid_len != ps.n || memcmp(f->arena + t->pid_off, ps.s, ps.n) != 0))
+    if (pk == V_STR && (t->pid_len != ps.n || !bytes_equal(f->arena + t->pid_off, ps.s, ps.n)))
         return 0;
     if (tk == V_INT && t->tid != tid)
         return 0;
-    if (tk == V_STR && (t->tid_len != ts.n || memcmp(f->arena + t->tid_off, ts.s, ts.n) != 0))
+    if (tk == V_STR && (t->tid_len != ts.n || !bytes_equal(f->arena + t->tid_off, ts.s, ts.n)))
         return 0;
     return 1;
 }
@@ -1044,7 +1240,7 @@ static int name_state(st_fuse *f, span name)
     uint32_t j = (uint32_t)hash_bytes(s, n, 3) & mask;
     while (f->nslots[j]) {
         uint32_t i = f->nslots[j] - 1;
-        if (f->name_len[i] == n && memcmp(f->arena + f->name_off[i], s, n) == 0) {
+        if (f->name_len[i] == n && bytes_equal(f->arena + f->name_off[i], s, n)) {
             if (f->name_state[i] == 0)
                 f->pending_name = i;
             return f->name_state[i];
@@ -1184,48 +1380,38 @@ static void account(ev_info *ev, unsigned wf)
         ev->repaired++;
 }
 
-/* int or string or other, for pid / tid / id */
-static uint8_t id_value(const member *m, int64_t *num, span *str)
-{
-    const char *v = m->val.s;
-    if (*v == '"') {
-        str->s = v + 1;
-        str->n = m->val.n - 2;
-        return V_STR;
-    }
-    if (m->val_clean && parse_int_token(v, m->val.n, num))
-        return V_INT;
-    return V_OTHER;
-}
-
-/* the value is a clean integer token */
-static int int_value(const member *m, int64_t *num)
-{
-    return m->val_clean && *m->val.s != '"' && parse_int_token(m->val.s, m->val.n, num);
-}
-
 static int is_number_token(const member *m)
 {
     int is_int;
     return *m->val.s != '"' && valid_number(m->val.s, m->val.n, &is_int);
 }
 
-/* ns value of a number member (scaled by 1000 from microseconds) */
-static int ns_value(const member *m, int64_t *ns)
+/* pid / tid / id: an int that fits, a string, or something else */
+static uint8_t id_kind(const char *v, size_t n, const numinfo *ni, unsigned wf, int64_t *num, span *str)
 {
-    int is_int;
-    if (!m->val_clean || *m->val.s == '"' || !valid_number(m->val.s, m->val.n, &is_int))
-        return 0;
-    decnum d;
-    dec_split(m->val.s, m->val.n, &d);
-    return dec_scaled(&d, 3, ns);
+    if (*v == '"') {
+        str->s = v + 1;
+        str->n = n - 2;
+        return V_STR;
+    }
+    if (!(wf & W_BADLIT) && ni->int_fits) {
+        *num = ni->ival;
+        return V_INT;
+    }
+    return V_OTHER;
 }
 
-/* Walk "{ key: value, ... }" at p into the members array; for args objects
- * (is_args) into the args array. */
+/*
+ * Walk "{ key: value, ... }" at p; for an event (is_args 0) or its args
+ * object (is_args 1).  The fields the filters and rewrites need go into ev.
+ * Write and spans modes validate every value strictly and record each member
+ * (f->members / f->args) for the emitter; scan mode only looks closely at the
+ * values it needs and skips the rest leniently (write mode validates them).
+ */
 static int parse_object(st_fuse *f, const char *base, const char *p, const char *end, int is_args,
                         ev_info *ev, const char **next)
 {
+    const int record = f->mode != ST_FUSE_MODE_SCAN;
     p = skip_ws(p + 1, end);
     if (p >= end)
         return P_MORE;
@@ -1235,6 +1421,7 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
     }
     for (;;) {
         member m;
+        numinfo ni;
         unsigned wf = 0;
         const char *k = p, *v;
         int r;
@@ -1264,27 +1451,29 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
             m.kind = (uint8_t)(m.key_clean ? arg_key_kind(m.key) : A_OTHER);
         else
             m.kind = (uint8_t)(m.key_clean ? event_key_kind(m.key) : K_OTHER);
+        if (m.kind == K_ARGS && ev->args_kind)
+            m.kind = K_OTHER; /* a second args member is an ordinary member */
         v = p;
         wf = 0;
-        if (m.kind == K_ARGS && *p == '{') {
-            if (ev->args_kind) { /* a second args member: keep it as an ordinary member */
-                m.kind = K_OTHER;
-                r = walk_value(f, base, p, end, NULL, &p, &wf);
-            } else {
+        ni.valid = 0;
+        if (*p == '"') {
+            r = walk_string(p, end, NULL, &p, &wf);
+        } else if (*p == '{' || *p == '[') {
+            if (m.kind == K_ARGS && *p == '{') {
                 ev->args_kind = 1;
                 r = parse_object(f, base, p, end, 1, ev, &p);
+            } else if (record) {
+                r = walk_value(f, base, p, end, NULL, &p, &wf);
+            } else {
+                r = skip_value(f, base, p, end, &p);
             }
         } else {
-            if (m.kind == K_ARGS) {
-                if (ev->args_kind)
-                    m.kind = K_OTHER;
-                else
-                    ev->args_kind = 2;
-            }
-            r = walk_value(f, base, p, end, NULL, &p, &wf);
+            r = walk_scalar_ni(f, base, p, end, NULL, &p, &wf, &ni);
         }
         if (r != P_OK)
             return r;
+        if (m.kind == K_ARGS && !ev->args_kind)
+            ev->args_kind = 2;
         account(ev, wf);
         m.val.s = v;
         m.val.n = (size_t)(p - v);
@@ -1303,44 +1492,55 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
                 ev->name = (span){v + 1, m.val.n - 2};
             break;
         case K_PID:
-            ev->pid_k = id_value(&m, &ev->pid, &ev->pid_s);
+            ev->pid_k = id_kind(v, m.val.n, &ni, wf, &ev->pid, &ev->pid_s);
             break;
         case K_TID:
-            ev->tid_k = id_value(&m, &ev->tid, &ev->tid_s);
+            ev->tid_k = id_kind(v, m.val.n, &ni, wf, &ev->tid, &ev->tid_s);
             break;
-        case K_ID:
-            ev->id_k = id_value(&m, &ev->id, &(span){0, 0});
+        case K_ID: {
+            span ignored;
+            ev->id_k = id_kind(v, m.val.n, &ni, wf, &ev->id, &ignored);
             break;
+        }
         case K_TS:
-            ev->has_ts = ns_value(&m, &ev->ts);
+            ev->has_ts = m.val_clean && token_ns(v, m.val.n, &ni, &ev->ts);
             break;
         case K_DUR:
-            ev->has_dur = ns_value(&m, &ev->dur);
+            ev->has_dur = m.val_clean && token_ns(v, m.val.n, &ni, &ev->dur);
             break;
         case K_ARGS:
             ev->args_member = f->n_members;
             break;
         case A_CORR:
-            ev->corr_k = int_value(&m, &ev->corr) ? V_INT : V_OTHER;
+            ev->corr_k = m.val_clean && ni.int_fits ? V_INT : V_OTHER;
+            ev->corr = ni.ival;
             break;
         case A_EXT:
-            ev->ext_k = int_value(&m, &ev->ext) ? V_INT : V_OTHER;
+            ev->ext_k = m.val_clean && ni.int_fits ? V_INT : V_OTHER;
+            ev->ext = ni.ival;
             break;
         case A_EXT_LC:
-            ev->ext_lc_k = int_value(&m, &ev->ext_lc) ? V_INT : V_OTHER;
+            ev->ext_lc_k = m.val_clean && ni.int_fits ? V_INT : V_OTHER;
+            ev->ext_lc = ni.ival;
             break;
         case A_NAME:
             if (*v == '"' && m.val_clean)
                 ev->thread_label = (span){v + 1, m.val.n - 2};
             break;
         case A_SORT:
-            ev->has_sort = int_value(&m, &ev->sort_index);
+            ev->has_sort = m.val_clean && ni.int_fits;
+            ev->sort_index = ni.ival;
             break;
         }
-        r = is_args ? push_member(f, &f->args, &f->n_args, &f->args_cap, &m, base, k)
-                    : push_member(f, &f->members, &f->n_members, &f->members_cap, &m, base, k);
-        if (r != P_OK)
-            return r;
+        if (record) {
+            member **arr = is_args ? &f->args : &f->members;
+            size_t *n = is_args ? &f->n_args : &f->n_members;
+            size_t *cap = is_args ? &f->args_cap : &f->members_cap;
+            if (*n < *cap)
+                (*arr)[(*n)++] = m;
+            else if (push_member(f, arr, n, cap, &m, base, k) != P_OK)
+                return P_ERR;
+        }
         p = skip_ws(p, end);
         if (p >= end)
             return P_MORE;
@@ -1432,7 +1632,7 @@ static int decide(st_fuse *f, const ev_info *ev, uint64_t idx)
         if (fl & ST_FUSE_CAT_FILTER) {
             int ok = 0;
             for (size_t i = 0; ev->cat.s && i < f->n_cats && !ok; i++)
-                ok = f->cat_lens[i] == ev->cat.n && memcmp(f->cats[i], ev->cat.s, ev->cat.n) == 0;
+                ok = f->cat_lens[i] == ev->cat.n && bytes_equal(f->cats[i], ev->cat.s, ev->cat.n);
             if (!ok)
                 return D_CAT;
         }
@@ -1618,7 +1818,7 @@ static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, ui
                     mapped = sat_add(ev->pid, f->cfg.pid_offset);
                 put_i64(o, mapped);
             } else if (ev->pid_k == V_STR) {
-                put_string_suffixed(o, m, " (rank ", f->cfg.rank);
+                put_string_suffixed(o, m, ev->pid_s.n ? " (rank " : "(rank ", f->cfg.rank);
             } else {
                 put_value(f, o, m);
             }
@@ -1695,6 +1895,10 @@ static int push_interval(st_fuse *f, int64_t ts, int64_t end, uint64_t idx, uint
         return 0;
     if (f->n_ivl == f->ivl_cap) {
         size_t cap = f->ivl_cap ? f->ivl_cap * 2 : 4096;
+        if (cap > f->ivl_budget)
+            cap = f->ivl_budget;
+        if (cap <= f->n_ivl)
+            return 0; /* cannot happen: the feed hands out a run first */
         interval *a = realloc(f->ivl, cap * sizeof *a);
         if (!a)
             return 0;
@@ -1771,7 +1975,7 @@ static int commit_scan(st_fuse *f, const char *base, const char *at, const ev_in
 
 /* ------------------------------------------------------------------ one event */
 
-enum { E_DONE = 0, E_MORE = 1, E_ERR = 2, E_FULL = 3, E_NAME = 4 };
+enum { E_DONE = 0, E_MORE = 1, E_ERR = 2, E_FULL = 3, E_NAME = 4, E_SMALL = 5, E_RUN = 6 };
 
 static int handle_event(st_fuse *f, const char *base, const char *p, const char *end,
                         st_fuse_out *out, const char **next)
@@ -1828,15 +2032,8 @@ static int handle_event(st_fuse *f, const char *base, const char *p, const char 
         obuf o = {out->buf, out->len, out->cap, 0};
         emit_ctx c;
         emit_event(f, &o, &ev, lane, track_i, &c);
-        if (o.full) {
-            if (out->len == 0) {
-                set_error(f, ST_FUSE_ERR_OUTPUT, base, p,
-                          "one event needs more than %llu bytes of output buffer",
-                          (unsigned long long)out->cap);
-                return E_ERR;
-            }
-            return E_FULL;
-        }
+        if (o.full)
+            return out->len ? E_FULL : E_SMALL;
         f->st.bytes_written += o.len - out->len;
         out->len = o.len;
         f->wrote_any = 1;
@@ -1890,9 +2087,13 @@ static int parse_item(st_fuse *f, const char *base, const char *p, const char *e
     unsigned wf = 0;
     switch (f->state) {
     case S_START:
-        if (end - p >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) { /* UTF-8 BOM */
-            *next = p + 3;
-            return E_DONE;
+        if ((unsigned char)*p == 0xEF) { /* a UTF-8 BOM, possibly cut by the chunk end */
+            if (end - p < 3)
+                return E_MORE;
+            if (memcmp(p, "\xEF\xBB\xBF", 3) == 0) {
+                *next = p + 3;
+                return E_DONE;
+            }
         }
         if (*p == '{') {
             f->state = S_ROOT_KEY;
@@ -1973,6 +2174,11 @@ static int parse_item(st_fuse *f, const char *base, const char *p, const char *e
     case S_EVENTS: {
         if (*p == ']' && f->first_in_container)
             goto close_events;
+        if (f->mode == ST_FUSE_MODE_SCAN && f->n_ivl >= f->ivl_budget) {
+            sort_intervals(f->ivl, f->n_ivl);
+            f->run_pending = 1;
+            return E_RUN;
+        }
         if (*p != '{') {
             set_char_error(f, base, p, "expected an event object");
             return E_ERR;
@@ -2028,6 +2234,8 @@ int st_fuse_feed(st_fuse *f, const char *buf, size_t len, int eof, st_fuse_out *
         set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "spans mode needs a span array");
         return ST_FUSE_ERR_USAGE;
     }
+    if (!run_release(f))
+        return ST_FUSE_ERR_USAGE;
     for (;;) {
         p = skip_ws(p, end);
         if (p >= end) {
@@ -2055,6 +2263,14 @@ int st_fuse_feed(st_fuse *f, const char *buf, size_t len, int eof, st_fuse_out *
             rc = ST_FUSE_NAME;
             break;
         }
+        if (r == E_SMALL) {
+            rc = ST_FUSE_OUTPUT_SMALL;
+            break;
+        }
+        if (r == E_RUN) {
+            rc = ST_FUSE_RUN;
+            break;
+        }
         p = next;
     }
     if (rc >= 0) {
@@ -2072,28 +2288,131 @@ int st_fuse_feed(st_fuse *f, const char *buf, size_t len, int eof, st_fuse_out *
 
 /* ------------------------------------------------------------------ lanes */
 
-static int cmp_interval(const void *a, const void *b)
+/* Interval order: track, ts, longest first (the parent), then file order. */
+static inline int ivl_less(const interval *x, const interval *y)
 {
-    const interval *x = a, *y = b;
     if (x->track != y->track)
-        return x->track < y->track ? -1 : 1;
+        return x->track < y->track;
     if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
+        return x->ts < y->ts;
     if (x->end != y->end)
-        return x->end > y->end ? -1 : 1; /* longer first: the parent */
-    return x->idx < y->idx ? -1 : (x->idx > y->idx);
+        return x->end > y->end;
+    return x->idx < y->idx;
 }
 
-static int cmp_move(const void *a, const void *b)
+/* In-place heapsorts: no scratch memory (glibc's qsort may allocate a copy). */
+#define DEFINE_HEAPSORT(name, type, less)                                          \
+    static void name(type *a, size_t n)                                            \
+    {                                                                              \
+        if (n < 2)                                                                 \
+            return;                                                                \
+        for (size_t start = n / 2; start-- > 0;) {                                 \
+            size_t root = start;                                                   \
+            for (;;) {                                                             \
+                size_t child = 2 * root + 1;                                       \
+                if (child >= n)                                                    \
+                    break;                                                         \
+                if (child + 1 < n && less(&a[child], &a[child + 1]))               \
+                    child++;                                                       \
+                if (!less(&a[root], &a[child]))                                    \
+                    break;                                                         \
+                type t = a[root];                                                  \
+                a[root] = a[child];                                                \
+                a[child] = t;                                                      \
+                root = child;                                                      \
+            }                                                                      \
+        }                                                                          \
+        for (size_t end = n - 1; end > 0; end--) {                                 \
+            type t = a[0];                                                         \
+            a[0] = a[end];                                                         \
+            a[end] = t;                                                            \
+            size_t root = 0;                                                       \
+            for (;;) {                                                             \
+                size_t child = 2 * root + 1;                                       \
+                if (child >= end)                                                  \
+                    break;                                                         \
+                if (child + 1 < end && less(&a[child], &a[child + 1]))             \
+                    child++;                                                       \
+                if (!less(&a[root], &a[child]))                                    \
+                    break;                                                         \
+                t = a[root];                                                       \
+                a[root] = a[child];                                                \
+                a[child] = t;                                                      \
+                root = child;                                                      \
+            }                                                                      \
+        }                                                                          \
+    }
+
+static inline int move_less(const move *x, const move *y)
 {
-    const move *x = a, *y = b;
-    return x->idx < y->idx ? -1 : (x->idx > y->idx);
+    return x->idx < y->idx;
 }
 
-typedef struct {
-    int64_t *ends;
-    size_t n, cap;
-} lane_stack;
+DEFINE_HEAPSORT(heapsort_intervals, interval, ivl_less)
+DEFINE_HEAPSORT(sort_moves, move, move_less)
+
+/* Introsort, in place: quicksort (median of three) with insertion sort for
+ * short ranges and heapsort when the recursion gets too deep.  Recursion is
+ * on the smaller side only, so the stack stays O(log n). */
+static void introsort_intervals(interval *a, size_t n, int depth)
+{
+    while (n > 16) {
+        if (depth-- == 0) {
+            heapsort_intervals(a, n);
+            return;
+        }
+        size_t mid = n / 2;
+        interval t;
+        if (ivl_less(&a[mid], &a[0])) {
+            t = a[mid]; a[mid] = a[0]; a[0] = t;
+        }
+        if (ivl_less(&a[n - 1], &a[mid])) {
+            t = a[n - 1]; a[n - 1] = a[mid]; a[mid] = t;
+            if (ivl_less(&a[mid], &a[0])) {
+                t = a[mid]; a[mid] = a[0]; a[0] = t;
+            }
+        }
+        interval pivot = a[mid];
+        size_t i = 0, j = n - 1;
+        for (;;) { /* Hoare partition */
+            while (ivl_less(&a[i], &pivot))
+                i++;
+            while (ivl_less(&pivot, &a[j]))
+                j--;
+            if (i >= j)
+                break;
+            t = a[i]; a[i] = a[j]; a[j] = t;
+            i++;
+            j--;
+        }
+        size_t left = j + 1; /* [0, left) <= pivot <= [left, n) */
+        if (left < n - left) {
+            introsort_intervals(a, left, depth);
+            a += left;
+            n -= left;
+        } else {
+            introsort_intervals(a + left, n - left, depth);
+            n = left;
+        }
+    }
+    for (size_t i = 1; i < n; i++) {
+        interval v = a[i];
+        size_t k = i;
+        while (k > 0 && ivl_less(&v, &a[k - 1])) {
+            a[k] = a[k - 1];
+            k--;
+        }
+        a[k] = v;
+    }
+}
+
+static void sort_intervals(interval *a, size_t n)
+{
+    int depth = 0;
+    for (size_t m = n; m > 1; m >>= 1)
+        depth += 2;
+    introsort_intervals(a, n, depth);
+}
 
 static int lane_push(lane_stack *s, int64_t end)
 {
@@ -2126,78 +2445,204 @@ static int add_move(st_fuse *f, uint32_t idx, uint32_t track_i, uint32_t lane)
     return 1;
 }
 
-/*
- * Lanes per track: intervals sorted by (ts, longest first); each goes to the
- * first lane where, after closing the intervals that ended by its start, it
- * nests inside the innermost open one (or the lane is empty).  Every lane is
- * then properly nested, which is what Perfetto needs.
- */
-int st_fuse_finish_scan(st_fuse *f)
+static void lanes_track_done(st_fuse *f)
 {
-    if (f->mode != ST_FUSE_MODE_SCAN || f->lanes_done) {
-        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "st_fuse_finish_scan() belongs after a scan pass");
-        return ST_FUSE_ERR_USAGE;
+    if (f->g_active && f->g_lanes > f->tracks[f->g_track].n_lanes)
+        f->tracks[f->g_track].n_lanes = f->g_lanes;
+    f->g_active = 0;
+}
+
+/*
+ * Lanes, one interval at a time in interval order: each goes to the first
+ * lane where, after closing the intervals that ended by its start, it nests
+ * inside the innermost open one (or the lane is empty).  Every lane is then
+ * properly nested, which is what Perfetto needs.
+ */
+static int lane_place(st_fuse *f, const interval *v)
+{
+    if (!f->g_active || v->track != f->g_track) {
+        lanes_track_done(f);
+        f->g_track = v->track;
+        f->g_lanes = 0;
+        f->g_active = 1;
     }
-    int rc = ST_FUSE_OK;
-    lane_stack stacks[MAX_LANES];
-    memset(stacks, 0, sizeof stacks);
-    f->n_moves = 0;
-    if (f->n_ivl)
-        qsort(f->ivl, f->n_ivl, sizeof *f->ivl, cmp_interval);
-    size_t i = 0;
-    while (i < f->n_ivl && rc == ST_FUSE_OK) {
-        uint32_t tr = f->ivl[i].track;
-        uint32_t n_lanes = 0;
-        for (; i < f->n_ivl && f->ivl[i].track == tr; i++) {
-            const interval *v = &f->ivl[i];
-            uint32_t lane = n_lanes;
-            for (uint32_t l = 0; l < n_lanes; l++) {
-                lane_stack *s = &stacks[l];
-                while (s->n && s->ends[s->n - 1] <= v->ts)
-                    s->n--;
-                if (!s->n || s->ends[s->n - 1] >= v->end) {
-                    lane = l;
-                    break;
-                }
-            }
-            if (lane == n_lanes) {
-                if (n_lanes < MAX_LANES) {
-                    stacks[n_lanes].n = 0;
-                    n_lanes++;
-                } else {
-                    lane = MAX_LANES - 1;
-                    f->st.lanes_forced++;
-                }
-            }
-            if (!lane_push(&stacks[lane], v->end)) {
-                rc = ST_FUSE_ERR_NOMEM;
-                break;
-            }
-            if (lane) {
-                if (!add_move(f, v->idx, tr, lane)) {
-                    rc = ST_FUSE_ERR_NOMEM;
-                    break;
-                }
-                f->tracks[tr].n_moved++;
-            }
+    uint32_t lane = f->g_lanes;
+    for (uint32_t l = 0; l < f->g_lanes; l++) {
+        lane_stack *s = &f->stacks[l];
+        while (s->n && s->ends[s->n - 1] <= v->ts)
+            s->n--;
+        if (!s->n || s->ends[s->n - 1] >= v->end) {
+            lane = l;
+            break;
         }
-        if (n_lanes > f->tracks[tr].n_lanes)
-            f->tracks[tr].n_lanes = n_lanes;
     }
-    for (uint32_t l = 0; l < MAX_LANES; l++)
-        free(stacks[l].ends);
+    if (lane == f->g_lanes) {
+        if (f->g_lanes < MAX_LANES) {
+            f->stacks[f->g_lanes].n = 0;
+            f->g_lanes++;
+        } else {
+            lane = MAX_LANES - 1;
+            f->st.lanes_forced++;
+        }
+    }
+    if (!lane_push(&f->stacks[lane], v->end))
+        return 0;
+    if (lane) {
+        if (!add_move(f, v->idx, v->track, lane))
+            return 0;
+        f->tracks[v->track].n_moved++;
+    }
+    return 1;
+}
+
+static void lanes_reset(st_fuse *f)
+{
+    for (uint32_t l = 0; l < MAX_LANES; l++) {
+        free(f->stacks[l].ends);
+        f->stacks[l].ends = NULL;
+        f->stacks[l].n = f->stacks[l].cap = 0;
+    }
+    f->g_active = 0;
+    f->g_lanes = 0;
+    free(f->cursors);
+    f->cursors = NULL;
+    f->n_cursors = 0;
+}
+
+static int lanes_finish(st_fuse *f)
+{
+    lanes_track_done(f);
+    lanes_reset(f);
     free(f->ivl);
     f->ivl = NULL;
     f->n_ivl = f->ivl_cap = 0;
-    if (rc != ST_FUSE_OK) {
-        set_error(f, rc, NULL, NULL, "out of memory for lanes");
-        return rc;
-    }
-    if (f->n_moves)
-        qsort(f->moves, f->n_moves, sizeof *f->moves, cmp_move);
+    sort_moves(f->moves, f->n_moves);
     f->st.lane_moves = f->n_moves;
     f->lanes_done = 1;
     return ST_FUSE_OK;
+}
+
+/* the caller has taken the pending run: forget it */
+static int run_release(st_fuse *f)
+{
+    if (!f->run_pending)
+        return 1;
+    if (!f->run_taken) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "a run of intervals awaits st_fuse_take_run()");
+        return 0;
+    }
+    f->n_ivl = 0;
+    f->run_pending = f->run_taken = 0;
+    f->runs_taken++;
+    return 1;
+}
+
+int st_fuse_take_run(st_fuse *f, const void **records, size_t *n_records, size_t *record_size)
+{
+    if (!f->run_pending) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "no run of intervals is pending");
+        return ST_FUSE_ERR_USAGE;
+    }
+    *records = f->ivl;
+    *n_records = f->n_ivl;
+    *record_size = sizeof(interval);
+    f->run_taken = 1;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_finish_scan(st_fuse *f)
+{
+    if (f->mode != ST_FUSE_MODE_SCAN || f->lanes_done || f->n_cursors) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "st_fuse_finish_scan() belongs after a scan pass");
+        return ST_FUSE_ERR_USAGE;
+    }
+    if (!run_release(f))
+        return ST_FUSE_ERR_USAGE;
+    sort_intervals(f->ivl, f->n_ivl);
+    if (f->runs_taken == 0) { /* everything fit: no merge */
+        f->n_moves = 0;
+        for (size_t i = 0; i < f->n_ivl; i++)
+            if (!lane_place(f, &f->ivl[i])) {
+                lanes_reset(f);
+                set_error(f, ST_FUSE_ERR_NOMEM, NULL, NULL, "out of memory for lanes");
+                return ST_FUSE_ERR_NOMEM;
+            }
+        return lanes_finish(f);
+    }
+    if (f->n_ivl) {
+        f->run_pending = 1;
+        return ST_FUSE_RUN;
+    }
+    return ST_FUSE_MERGE;
+}
+
+int st_fuse_merge_begin(st_fuse *f, size_t n_runs)
+{
+    if (f->mode != ST_FUSE_MODE_SCAN || f->lanes_done || f->run_pending || n_runs != f->runs_taken) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "st_fuse_merge_begin() needs every run taken (%llu)",
+                  (unsigned long long)f->runs_taken);
+        return ST_FUSE_ERR_USAGE;
+    }
+    free(f->ivl); /* the runs live with the caller now */
+    f->ivl = NULL;
+    f->n_ivl = f->ivl_cap = 0;
+    free(f->cursors);
+    f->cursors = calloc(n_runs ? n_runs : 1, sizeof *f->cursors);
+    if (!f->cursors)
+        return ST_FUSE_ERR_NOMEM;
+    f->n_cursors = n_runs;
+    f->n_moves = 0;
+    f->g_active = 0;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_merge_feed(st_fuse *f, size_t run, const void *records, size_t n_records, int last)
+{
+    if (run >= f->n_cursors) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "no run %zu", run);
+        return ST_FUSE_ERR_USAGE;
+    }
+    run_cursor *c = &f->cursors[run];
+    c->p = records;
+    c->n = n_records;
+    c->pos = 0;
+    c->last = last;
+    return ST_FUSE_OK;
+}
+
+int st_fuse_merge(st_fuse *f, size_t *need_run)
+{
+    if (!f->n_cursors && !f->runs_taken) {
+        set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "st_fuse_merge() without st_fuse_merge_begin()");
+        return ST_FUSE_ERR_USAGE;
+    }
+    for (size_t i = 0; i < f->n_cursors; i++)
+        if (f->cursors[i].pos >= f->cursors[i].n && !f->cursors[i].last) {
+            *need_run = i;
+            return ST_FUSE_NEED_RUN;
+        }
+    for (;;) {
+        run_cursor *best = NULL;
+        for (size_t i = 0; i < f->n_cursors; i++) {
+            run_cursor *c = &f->cursors[i];
+            if (c->pos < c->n && (!best || ivl_less(&c->p[c->pos], &best->p[best->pos])))
+                best = c;
+        }
+        if (!best)
+            return lanes_finish(f);
+        if (best->pos && ivl_less(&best->p[best->pos], &best->p[best->pos - 1])) {
+            set_error(f, ST_FUSE_ERR_USAGE, NULL, NULL, "a run given to st_fuse_merge_feed() is not sorted");
+            return ST_FUSE_ERR_USAGE;
+        }
+        if (!lane_place(f, &best->p[best->pos])) {
+            set_error(f, ST_FUSE_ERR_NOMEM, NULL, NULL, "out of memory for lanes");
+            return ST_FUSE_ERR_NOMEM;
+        }
+        if (++best->pos >= best->n && !best->last) {
+            *need_run = (size_t)(best - f->cursors);
+            return ST_FUSE_NEED_RUN;
+        }
+    }
 }
 
 /* ------------------------------------------------------------------ lifecycle */
@@ -2228,6 +2673,7 @@ int st_fuse_configure(st_fuse *f, const st_fuse_config *config)
     }
     f->cfg = *config;
     f->cfg.max_depth = depth;
+    f->ivl_budget = config->interval_budget ? config->interval_budget : DEFAULT_INTERVAL_BUDGET;
     return ST_FUSE_OK;
 }
 
@@ -2278,6 +2724,9 @@ int st_fuse_begin(st_fuse *f, int mode)
         if (f->tslots)
             memset(f->tslots, 0, (size_t)f->n_tslots * sizeof *f->tslots);
         f->n_ivl = 0;
+        f->run_pending = f->run_taken = 0;
+        f->runs_taken = 0;
+        lanes_reset(f);
         f->n_moves = 0;
         f->lanes_done = 0;
         f->arena_len = 0;
@@ -2315,6 +2764,7 @@ void st_fuse_destroy(st_fuse *f)
     free(f->pid_new);
     free(f->ivl);
     free(f->moves);
+    lanes_reset(f);
     free(f);
 }
 

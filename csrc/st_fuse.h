@@ -22,7 +22,8 @@
  *                       thread names and whether they are GPU rows, the
  *                       top-level members, and the X intervals from which
  *                       st_fuse_finish_scan() assigns sibling lanes to X
- *                       events that overlap without nesting.
+ *                       events that overlap without nesting (with an external
+ *                       sort: memory stays bounded, see below).
  *   ST_FUSE_MODE_WRITE  writes each kept event, rewritten, as compact JSON
  *                       into the caller's output buffer (events separated by
  *                       ','; see ST_FUSE_COMMA_FIRST).
@@ -31,12 +32,13 @@
  *                       predicate; the result comes back as a keep mask.
  *
  * Rewrites in write mode (see docs/fuse.md): int pids through the pid map;
- * string pids get " (rank R)" appended; int `id`, args.correlation and
- * args["External id"] / args["external id"] get id_offset added; ts gets
- * ts_shift_ns added with exact decimal arithmetic; an X event moved to a
- * sibling lane gets that lane's tid; args (created if absent) gets "rank" and
- * the originals of every rewritten field ("pid_raw", "tid_raw", "lane",
- * "id_raw", "correlation_raw", "External id_raw", "external id_raw").
+ * string pids get " (rank R)" appended ("" becomes "(rank R)"); int `id`,
+ * args.correlation and args["External id"] / args["external id"] get
+ * id_offset added; ts gets ts_shift_ns added with exact decimal arithmetic;
+ * an X event moved to a sibling lane gets that lane's tid; args (created if
+ * absent) gets "rank" and the originals of every rewritten field ("pid_raw",
+ * "tid_raw", "lane", "id_raw", "correlation_raw", "External id_raw",
+ * "external id_raw").
  */
 #ifndef ST_FUSE_H
 #define ST_FUSE_H
@@ -46,15 +48,18 @@
 
 /* CDEF BEGIN */
 #define ST_FUSE_OK 0            /* consumed all it could: feed more input */
-#define ST_FUSE_OUTPUT_FULL 1   /* the output buffer (or span array) is full: drain, call again */
+#define ST_FUSE_OUTPUT_FULL 1   /* the output buffer (or span array) is full: drain it */
 #define ST_FUSE_DONE 2          /* the JSON document is complete */
-#define ST_FUSE_TRUNCATED 3     /* eof inside the document: the complete events were handled */
+#define ST_FUSE_TRUNCATED 3     /* eof inside the document: complete events handled */
 #define ST_FUSE_NAME 4          /* an event name needs a decision: st_fuse_pending_name() */
+#define ST_FUSE_OUTPUT_SMALL 5  /* one event does not fit the empty output buffer: grow it */
+#define ST_FUSE_RUN 6           /* scan: a sorted run of intervals awaits st_fuse_take_run() */
+#define ST_FUSE_MERGE 7         /* finish_scan: runs were handed out: merge them */
+#define ST_FUSE_NEED_RUN 8      /* st_fuse_merge(): feed the next chunk of run *need_run */
 #define ST_FUSE_ERR_SYNTAX -1   /* malformed JSON or not a trace */
 #define ST_FUSE_ERR_LIMIT -2    /* nesting, member count or event count limit */
 #define ST_FUSE_ERR_NOMEM -3
 #define ST_FUSE_ERR_USAGE -5    /* the API was called out of order */
-#define ST_FUSE_ERR_OUTPUT -6   /* one event does not fit in an empty output buffer: grow it */
 
 #define ST_FUSE_MODE_SCAN 0
 #define ST_FUSE_MODE_WRITE 1
@@ -90,6 +95,8 @@ typedef struct st_fuse_config {
     int64_t window_hi_ns;
     uint32_t flags;          /* ST_FUSE_* filters and options */
     uint32_t max_depth;      /* JSON nesting limit (0: 256) */
+    uint32_t interval_budget;/* X intervals held by a scan before a run is handed out (0: 2^18) */
+    uint32_t reserved;
 } st_fuse_config;
 
 typedef struct st_fuse_span {
@@ -172,8 +179,24 @@ int st_fuse_decide_name(st_fuse *f, int keep);
 /* Bit i (byte i / 8, bit i % 8) keeps event i; events beyond n_events are dropped. */
 int st_fuse_set_keep_mask(st_fuse *f, const uint8_t *bits, uint64_t n_events);
 
-/* After a scan pass: assign lanes (frees the intervals). */
+/*
+ * Lanes need each track's X intervals in time order, and Kineto writes them
+ * far out of order, so the scan sorts them externally: it holds at most
+ * interval_budget of them; when the buffer is full, feed returns ST_FUSE_RUN
+ * and the caller copies the sorted run out (st_fuse_take_run) and feeds again.
+ * After the scan, st_fuse_finish_scan() assigns the lanes (ST_FUSE_OK) when
+ * no run was handed out; otherwise it hands out the last run (ST_FUSE_RUN:
+ * take it, call again) and returns ST_FUSE_MERGE: then st_fuse_merge_begin()
+ * with the number of runs, and st_fuse_merge() until ST_FUSE_OK, feeding the
+ * next chunk of run *need_run (st_fuse_merge_feed, last = 1 for its final
+ * chunk) whenever it returns ST_FUSE_NEED_RUN.  A chunk must stay valid until
+ * the next chunk of the same run is fed or the merge ends.
+ */
 int st_fuse_finish_scan(st_fuse *f);
+int st_fuse_take_run(st_fuse *f, const void **records, size_t *n_records, size_t *record_size);
+int st_fuse_merge_begin(st_fuse *f, size_t n_runs);
+int st_fuse_merge_feed(st_fuse *f, size_t run, const void *records, size_t n_records, int last);
+int st_fuse_merge(st_fuse *f, size_t *need_run);
 size_t st_fuse_track_count(const st_fuse *f);
 int st_fuse_get_track(const st_fuse *f, size_t i, st_fuse_track *out);
 /* Write mode: the tid of lane k >= 1 of an int-tid track is first_tid + k - 1

@@ -793,7 +793,7 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
 {
     switch (kn) {
     case 3:
-        if (KEY_IS(k, kn, "Seq")) 
+        if (KEY_IS(k, kn, "Seq"))
             return read_arg_int(t, base, p, end, &comm_of(f)->seq, next);
         if (KEY_IS(k, kn, "cid"))
             return read_arg_int(t, base, p, end, &f->cbid, next);
@@ -801,9 +801,9 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
     case 4:
         if (KEY_IS(k, kn, "cbid"))
             return read_arg_int(t, base, p, end, &f->cbid, next);
-        if (KEY_IS(k, kn, "grid")) 
+        if (KEY_IS(k, kn, "grid"))
             return read_dim3(t, base, p, end, kernel_of(f)->grid, next);
-        if (KEY_IS(k, kn, "Rank")) 
+        if (KEY_IS(k, kn, "Rank"))
             return read_arg_int(t, base, p, end, &comm_of(f)->rank, next);
         if (KEY_IS(k, kn, "name"))
             return read_string_value(t, base, p, end, &f->label, next);
@@ -811,9 +811,9 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
     case 5:
         if (KEY_IS(k, kn, "bytes"))
             return read_arg_int(t, base, p, end, &f->value, next);
-        if (KEY_IS(k, kn, "block")) 
+        if (KEY_IS(k, kn, "block"))
             return read_dim3(t, base, p, end, kernel_of(f)->block, next);
-        if (KEY_IS(k, kn, "dtype")) 
+        if (KEY_IS(k, kn, "dtype"))
             return read_raw_value(t, base, p, end, &comm_of(f)->dtype, next);
         break;
     case 6:
@@ -827,7 +827,7 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
     case 10:
         if (KEY_IS(k, kn, "sort_index"))
             return read_arg_int(t, base, p, end, &f->value, next);
-        if (KEY_IS(k, kn, "Group size")) 
+        if (KEY_IS(k, kn, "Group size"))
             return read_arg_int(t, base, p, end, &comm_of(f)->group_size, next);
         if (KEY_IS(k, kn, "Input Dims"))
             return read_raw_value(t, base, p, end, &f->input_dims, next);
@@ -841,49 +841,49 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
             return read_arg_int(t, base, p, end, &f->correlation, next);
         break;
     case 12:
-        if (KEY_IS(k, kn, "warps per SM")) 
+        if (KEY_IS(k, kn, "warps per SM"))
             return read_arg_float(t, base, p, end, &kernel_of(f)->wpsm, next);
         break;
     case 13:
-        if (KEY_IS(k, kn, "blocks per SM")) 
+        if (KEY_IS(k, kn, "blocks per SM"))
             return read_arg_float(t, base, p, end, &kernel_of(f)->bpsm, next);
-        if (KEY_IS(k, kn, "shared memory")) 
+        if (KEY_IS(k, kn, "shared memory"))
             return read_arg_int(t, base, p, end, &kernel_of(f)->smem, next);
-        if (KEY_IS(k, kn, "In split size")) 
+        if (KEY_IS(k, kn, "In split size"))
             return read_raw_value(t, base, p, end, &comm_of(f)->in_split, next);
-        if (KEY_IS(k, kn, "In msg nelems")) 
+        if (KEY_IS(k, kn, "In msg nelems"))
             return read_arg_int(t, base, p, end, &comm_of(f)->in_nelems, next);
         break;
     case 14:
-        if (KEY_IS(k, kn, "Out split size")) 
+        if (KEY_IS(k, kn, "Out split size"))
             return read_raw_value(t, base, p, end, &comm_of(f)->out_split, next);
-        if (KEY_IS(k, kn, "Out msg nelems")) 
+        if (KEY_IS(k, kn, "Out msg nelems"))
             return read_arg_int(t, base, p, end, &comm_of(f)->out_nelems, next);
         break;
     case 15:
-        if (KEY_IS(k, kn, "Collective name")) 
+        if (KEY_IS(k, kn, "Collective name"))
             return read_raw_value(t, base, p, end, &comm_of(f)->coll, next);
         break;
     case 16:
-        if (KEY_IS(k, kn, "Process Group ID")) 
+        if (KEY_IS(k, kn, "Process Group ID"))
             return read_arg_int(t, base, p, end, &comm_of(f)->pg_id, next);
         break;
     case 18:
-        if (KEY_IS(k, kn, "Process Group Name")) 
+        if (KEY_IS(k, kn, "Process Group Name"))
             return read_raw_value(t, base, p, end, &comm_of(f)->pg_name, next);
         break;
     case 19:
-        if (KEY_IS(k, kn, "Process Group Ranks")) 
+        if (KEY_IS(k, kn, "Process Group Ranks"))
             return read_raw_value(t, base, p, end, &comm_of(f)->pg_ranks, next);
         break;
     case 20:
-        if (KEY_IS(k, kn, "registers per thread")) 
+        if (KEY_IS(k, kn, "registers per thread"))
             return read_arg_int(t, base, p, end, &kernel_of(f)->regs, next);
         break;
     case 25:
-        if (KEY_IS(k, kn, "Process Group Description")) 
+        if (KEY_IS(k, kn, "Process Group Description"))
             return read_raw_value(t, base, p, end, &comm_of(f)->pg_desc, next);
-        if (KEY_IS(k, kn, "est. achieved occupancy %")) 
+        if (KEY_IS(k, kn, "est. achieved occupancy %"))
             return read_arg_float(t, base, p, end, &kernel_of(f)->occ, next);
         break;
     }

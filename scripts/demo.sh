@@ -1,14 +1,44 @@
 #!/usr/bin/env bash
-# make demo: the longest chain that exists, on generated example traces.
+# make demo: the whole chain on generated example traces with known answers.
 set -euo pipefail
 ST=.venv/bin/streamtrace
 PY=.venv/bin/python
 OUT=demo
 rm -rf "$OUT" && mkdir -p "$OUT"
 
-echo "== generating 8 ranks of synthetic Kineto traces (straggler: rank 3) into $OUT/traces"
-$PY fixtures/generate_fixture.py --out "$OUT/traces" --ranks 8 --format json.gz \
-    --straggler_rank 3 --straggler_us 300 > /dev/null
+echo "== 1. generating two 8-rank runs of synthetic Kineto traces (known answers in truth.json)"
+echo "      $OUT/traces: rank 3 starts its steps 300 us late (the straggler)"
+echo "      $OUT/slow:   rank 5 runs a gemm 3x slower right before each step's first all-reduce"
+$PY fixtures/generate_fixture.py --out "$OUT/traces" --ranks 8 --format json.gz --straggler_rank 3 --straggler_us 300 > /dev/null
+$PY fixtures/generate_fixture.py --out "$OUT/slow" --ranks 8 --format json.gz --slow_kernel_rank 5 --slow_kernel_factor 3 > /dev/null
 
-echo "== streamtrace extract --trace_dir $OUT/traces --world_size 8 | streamtrace dump --what summary"
+echo
+echo "== 2. extract | dump: what each rank's trace holds"
 $ST extract --trace_dir "$OUT/traces" --world_size 8 -q | $ST dump --what summary --format table
+
+echo
+echo "== 3. extract | align | correlate | report, through real pipes"
+$ST extract --trace_dir "$OUT/traces" --world_size 8 -q \
+    | $ST align \
+    | $ST correlate -o "$OUT/analysed.stev"
+$ST report "$OUT/analysed.stev" --output_xlsx_path "$OUT/report.xlsx" --output_csvs_dir "$OUT/csvs" -q
+
+echo
+echo "== 4. straggler summary (sheet straggler_summary)"
+$PY - "$OUT/csvs/straggler_summary.csv" <<'PY'
+import sys
+import pandas as pd
+print(pd.read_csv(sys.argv[1]).to_string(index=False))
+PY
+
+echo
+echo "== 5. streamtrace blockers: which kernels blocked the collectives"
+echo "-- $OUT/traces (straggler):"
+$ST blockers "$OUT/analysed.stev" --top 3
+echo "-- $OUT/slow (slow kernel), straight from the trace files:"
+$ST blockers "$OUT"/slow/rank*_trace.json.gz --top 3
+
+echo
+echo "== 6. fuse: every rank on one Perfetto timeline"
+$ST fuse --trace_dir "$OUT/traces" --world_size 8 -o "$OUT/merged.json.gz" -q
+echo "wrote $OUT/merged.json.gz (open it in https://ui.perfetto.dev)"

@@ -14,3 +14,16 @@ __all__ = [
     "extract", "extract_rank", "peek_metadata", "RankInput", "resolve_inputs",
     "Frame", "Kind", "RankData", "StreamWriter", "iter_frames", "read_stream",
 ]
+
+# collective report (issue #3): align stage, report stage, one-shot API
+from . import collectives  # noqa: E402
+from .align import align_frames, match_ranks  # noqa: E402
+from .report import build_report, generate_collective_report, write_csvs, write_xlsx  # noqa: E402
+
+__all__ += ["collectives", "align_frames", "match_ranks", "build_report", "generate_collective_report",
+            "write_xlsx", "write_csvs"]
+
+# trace fusion (issue #5): one Perfetto file from many ranks
+from .fuse import TraceFuse, fuse  # noqa: E402
+
+__all__ += ["TraceFuse", "fuse"]

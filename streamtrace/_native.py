@@ -230,3 +230,192 @@ def intersecting_pairs(a_starts, a_ends, b_starts, b_ends, chunk=1 << 16):
         if a_pos[0] >= len(a_starts):
             break
     return tuple(np.concatenate([p[i] for p in parts]) for i in range(3))
+
+
+# ---------------------------------------------------------------- fuse
+
+class Fuser:
+    """One rank's streaming rewriter (csrc/st_fuse.h) for ``streamtrace fuse``.
+
+    Passes: ``begin(SCAN)`` + ``feed`` to EOF + ``finish_scan()`` aggregates
+    tracks, id ranges and lanes; ``begin(WRITE)`` + ``feed`` writes the kept
+    events, rewritten, into the output buffer given to ``feed``;
+    ``begin(SPANS)`` reports each event's byte span for a Python predicate.
+    """
+
+    SCAN, WRITE, SPANS = lib.ST_FUSE_MODE_SCAN, lib.ST_FUSE_MODE_WRITE, lib.ST_FUSE_MODE_SPANS
+    OK, OUTPUT_FULL, DONE, TRUNCATED, NAME, OUTPUT_SMALL = (
+        lib.ST_FUSE_OK, lib.ST_FUSE_OUTPUT_FULL, lib.ST_FUSE_DONE, lib.ST_FUSE_TRUNCATED, lib.ST_FUSE_NAME,
+        lib.ST_FUSE_OUTPUT_SMALL)
+    RUN, MERGE, NEED_RUN = lib.ST_FUSE_RUN, lib.ST_FUSE_MERGE, lib.ST_FUSE_NEED_RUN
+    FLAGS = {name[len("ST_FUSE_"):].lower(): getattr(lib, name)
+             for name in ("ST_FUSE_KEEP_PYFUNC", "ST_FUSE_KEEP_SPANS", "ST_FUSE_NCCL_ONLY", "ST_FUSE_WINDOW",
+                          "ST_FUSE_NAME_FILTER", "ST_FUSE_CAT_FILTER", "ST_FUSE_KEEP_MASK",
+                          "ST_FUSE_COMMA_FIRST")}
+    TRACK_FLAGS = {name[len("ST_FUSE_T_"):].lower(): getattr(lib, name)
+                   for name in ("ST_FUSE_T_PID_INT", "ST_FUSE_T_PID_STR", "ST_FUSE_T_TID_INT",
+                                "ST_FUSE_T_TID_STR", "ST_FUSE_T_GPU", "ST_FUSE_T_NAMED", "ST_FUSE_T_SORTED")}
+
+    def __init__(self, rank=0, flags=0, id_offset=0, pid_offset=0, ts_shift_ns=0, window=None,
+                 max_depth=0, span_capacity=4096, interval_budget=0):
+        self._cfg = ffi.new("st_fuse_config *")
+        self._cfg.interval_budget = interval_budget
+        self._set_cfg(rank, flags, id_offset, pid_offset, ts_shift_ns, window, max_depth)
+        ptr = ffi.new("st_fuse **")
+        rc = lib.st_fuse_create(ptr, self._cfg)
+        if rc == lib.ST_FUSE_ERR_NOMEM:
+            raise MemoryError("cannot allocate a fuse context")
+        if rc != lib.ST_FUSE_OK:
+            raise ValueError(f"bad fuse configuration ({rc})")
+        self._f = ffi.gc(ptr[0], lib.st_fuse_destroy)
+        self._out = ffi.new("st_fuse_out *")
+        self._spans = ffi.new("st_fuse_span[]", span_capacity)
+        self._span_cap = span_capacity
+        self._consumed = ffi.new("size_t *")
+        self._keep = []  # buffers handed to C during a call
+
+    def _set_cfg(self, rank, flags, id_offset, pid_offset, ts_shift_ns, window, max_depth):
+        c = self._cfg
+        c.rank, c.flags, c.max_depth = rank, flags, max_depth
+        c.id_offset, c.pid_offset, c.ts_shift_ns = id_offset, pid_offset, ts_shift_ns
+        lo, hi = window if window is not None else (np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+        c.window_lo_ns, c.window_hi_ns = lo, hi
+
+    def configure(self, rank, flags, id_offset=0, pid_offset=0, ts_shift_ns=0, window=None, max_depth=0):
+        self._set_cfg(rank, flags, id_offset, pid_offset, ts_shift_ns, window, max_depth)
+        self._check(lib.st_fuse_configure(self._f, self._cfg))
+
+    def _check(self, rc):
+        if rc == lib.ST_FUSE_ERR_NOMEM:
+            raise MemoryError(self.error or "out of memory in the fuse scanner")
+        if rc < 0:
+            raise NativeError(self.error, lib.st_fuse_error_offset(self._f), rc)
+        return rc
+
+    @property
+    def error(self):
+        return ffi.string(lib.st_fuse_error(self._f)).decode("utf-8", "replace")
+
+    def begin(self, mode):
+        self._check(lib.st_fuse_begin(self._f, mode))
+
+    def feed(self, data, eof=False, out=None, out_len=0):
+        """Scan/rewrite ``data``.  Returns ``(status, consumed, out_len)``.
+
+        ``out`` (write mode) is a writable buffer; rewritten events are
+        appended from ``out_len`` on.  Status OUTPUT_SMALL: one event needs a
+        larger ``out`` (grow it, feed again).  Raises NativeError on bad input.
+        """
+        buf = ffi.from_buffer(data)
+        o = self._out
+        dst = ffi.from_buffer(out, require_writable=True) if out is not None else ffi.NULL
+        o.buf, o.cap = dst, (len(out) if out is not None else 0)
+        o.len = out_len
+        o.spans, o.spans_cap, o.n_spans = self._spans, self._span_cap, 0
+        rc = lib.st_fuse_feed(self._f, buf, len(buf), int(eof), o, self._consumed)
+        self._check(rc)
+        del dst, buf  # kept alive across the call
+        return rc, self._consumed[0], o.len
+
+    def spans(self):
+        """(index, offset, length) of the events reported by the last feed (spans mode)."""
+        n = self._out.n_spans
+        if not n:
+            return np.zeros((0, 3), dtype=np.uint64)
+        raw = ffi.buffer(self._spans, n * ffi.sizeof("st_fuse_span"))
+        return np.frombuffer(raw, dtype=np.uint64).reshape(n, 3).copy()
+
+    def pending_name(self):
+        ptr, length = ffi.new("char **"), ffi.new("size_t *")
+        if not lib.st_fuse_pending_name(self._f, ptr, length):
+            return None
+        return ffi.unpack(ptr[0], length[0])
+
+    def decide_name(self, keep):
+        self._check(lib.st_fuse_decide_name(self._f, int(bool(keep))))
+
+    def add_cat(self, raw):
+        self._check(lib.st_fuse_add_cat(self._f, raw, len(raw)))
+
+    def set_keep_mask(self, bits, n_events):
+        if isinstance(bits, (bytes, bytearray, memoryview)):
+            bits = np.frombuffer(bits, dtype=np.uint8)
+        bits = np.ascontiguousarray(bits, dtype=np.uint8)
+        if len(bits) * 8 < n_events:
+            raise ValueError(f"a keep mask of {len(bits)} bytes cannot cover {n_events} events")
+        self._check(lib.st_fuse_set_keep_mask(self._f, ffi.cast("uint8_t *", ffi.from_buffer(bits)), n_events))
+
+    def set_pid_map(self, raw, mapped):
+        raw, mapped = _i64(raw), _i64(mapped)
+        self._check(lib.st_fuse_set_pid_map(self._f, _ptr(raw), _ptr(mapped), len(raw)))
+
+    def set_lane_base(self, track, first_tid):
+        self._check(lib.st_fuse_set_lane_base(self._f, track, first_tid))
+
+    def finish_scan(self):
+        """OK (lanes assigned), RUN (take the last run, call again) or MERGE."""
+        return self._check(lib.st_fuse_finish_scan(self._f))
+
+    def take_run(self):
+        """The pending sorted run of intervals: (buffer, records, record size).
+
+        The buffer is C memory, valid until the next call on this object."""
+        ptr, n, size = ffi.new("void **"), ffi.new("size_t *"), ffi.new("size_t *")
+        self._check(lib.st_fuse_take_run(self._f, ptr, n, size))
+        return ffi.buffer(ptr[0], n[0] * size[0]), n[0], size[0]
+
+    def merge_begin(self, n_runs):
+        self._merge_refs = [None] * n_runs
+        self._check(lib.st_fuse_merge_begin(self._f, n_runs))
+
+    def merge_feed(self, run, data, n_records, last):
+        """The next chunk of run ``run``; ``data`` must not change until the
+        next chunk of that run is fed or the merge ends."""
+        ref = ffi.from_buffer(data)
+        self._merge_refs[run] = ref
+        self._check(lib.st_fuse_merge_feed(self._f, run, ref, n_records, int(bool(last))))
+
+    def merge(self):
+        """Returns (status, run): OK when done, NEED_RUN when ``run`` needs its next chunk."""
+        need = ffi.new("size_t *")
+        rc = self._check(lib.st_fuse_merge(self._f, need))
+        if rc == self.OK:
+            self._merge_refs = None
+        return rc, need[0]
+
+    def stats(self):
+        s = ffi.new("st_fuse_stats *")
+        lib.st_fuse_get_stats(self._f, s)
+        out = {name: getattr(s, name) for name, _ in ffi.typeof("st_fuse_stats").fields}
+        for name in ("doc_started", "saw_events", "bare_array", "doc_done"):
+            out[name] = bool(out[name])
+        return out
+
+    def tracks(self):
+        """Every (pid, tid) track seen by the scan, as dicts (raw JSON-escaped bytes for strings)."""
+        t = ffi.new("st_fuse_track *")
+        fl = self.TRACK_FLAGS
+        out = []
+        for i in range(lib.st_fuse_track_count(self._f)):
+            lib.st_fuse_get_track(self._f, i, t)
+            f = t.flags
+            out.append({
+                "index": i,
+                "pid": t.pid if f & fl["pid_int"] else (ffi.unpack(t.pid_str, t.pid_len) if f & fl["pid_str"] else None),
+                "tid": t.tid if f & fl["tid_int"] else (ffi.unpack(t.tid_str, t.tid_len) if f & fl["tid_str"] else None),
+                "name": ffi.unpack(t.name, t.name_len) if f & fl["named"] else None,
+                "sort_index": t.sort_index if f & fl["sorted"] else None,
+                "gpu": bool(f & fl["gpu"]),
+                "n_kept": t.n_kept, "n_moved": t.n_moved, "n_lanes": t.n_lanes,
+            })
+        return out
+
+    def meta(self):
+        """Top-level members seen by the scan, as (key, raw JSON) bytes."""
+        key, klen = ffi.new("char **"), ffi.new("size_t *")
+        val, vlen = ffi.new("char **"), ffi.new("size_t *")
+        members = []
+        for i in range(lib.st_fuse_meta_count(self._f)):
+            lib.st_fuse_meta(self._f, i, key, klen, val, vlen)
+            members.append((ffi.unpack(key[0], klen[0]), ffi.unpack(val[0], vlen[0])))
+        return members

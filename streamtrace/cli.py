@@ -199,5 +199,352 @@ def dump(streams, what, fmt, ranks):
     dump_stream(list(streams) or ["-"], what, fmt, sys.stdout, ranks=set(ranks) or None)
 
 
+@main.command()
+@click.argument("streams", nargs=-1, type=click.Path())
+@click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
+@quiet_option
+@handle_errors
+def correlate(streams, output, quiet):
+    """Blocking and contention analysis: stream in (after align) -> stream out.
+
+    Passes every frame through and appends correlate.* tables: why each late
+    rank was late (host launch lateness / GPU dependency wait / GPU backlog,
+    with the blocking kernels and CPU ops), what ran alongside each collective,
+    and how much communication was exposed.
+
+    \b
+      streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace correlate -o analysed.stev
+    """
+    from .correlate import correlate_frames
+    from .stream import StreamWriter, iter_frames
+
+    _setup_logging(quiet)
+    sources = list(streams) or ["-"]
+    with stream_output(output) as out:
+        writer = StreamWriter(out)
+        frames = (f for s in sources for f in iter_frames(s))
+        writer.write_all(correlate_frames(frames))
+        out.flush()
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, type=click.Path())
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Rows per list.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Ranks extracted in parallel (trace inputs).")
+@quiet_option
+@handle_errors
+def blockers(inputs, top, jobs, quiet):
+    """The short answer: which kernels and host ops blocked the collectives.
+
+    INPUTS are event streams (at any stage: extracted, aligned or correlated)
+    or the per-rank trace files themselves; whatever stages are missing run
+    in-process.  Prints the straggler, the dominant cause of waiting, the top
+    blocking kernels and host ops, and the top contention pairs.
+
+    \b
+      streamtrace blockers analysed.stev
+      streamtrace blockers run/rank*_trace.json.gz
+    """
+    from .pipeline import correlated_sheets
+
+    _setup_logging(quiet)
+    from .correlate import blockers_text
+
+    click.echo(blockers_text(correlated_sheets(list(inputs) or ["-"], jobs=jobs), top=top))
+
+
+# ------------------------------------------------------------------ collective report (issue #3)
+
+class _GreedyOption(click.Option):
+    """An option that takes every following word up to the next option, like
+    argparse's ``nargs='+'`` (TraceLens: ``--agg_metrics mean median max``).
+    Repeating the option or separating values with commas also works."""
+
+    def add_to_parser(self, parser, ctx):
+        result = super().add_to_parser(parser, ctx)
+        for name in self.opts:
+            opt = getattr(parser, "_long_opt", {}).get(name) or getattr(parser, "_short_opt", {}).get(name)
+            if opt is None:
+                continue
+            original = opt.process
+
+            def process(value, state, _original=original):
+                values = [value]
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    values.append(state.rargs.pop(0))
+                for v in values:
+                    _original(v, state)
+
+            opt.process = process
+        return result
+
+
+def _split_aggs(ctx, param, value):
+    if not value:
+        return None
+    out = []
+    for v in value:
+        out += [x for x in v.replace(",", " ").split() if x]
+    return tuple(out)
+
+
+def report_options(fn):
+    """Report flags shared by ``report`` and ``collective-report``."""
+    opts = [
+        _alias("--output_xlsx_path", "--output-xlsx-path", "output_xlsx_path", type=click.Path(dir_okay=False),
+               help="Excel workbook to write (default: nccl_analysis_report.xlsx next to the traces, "
+                    "when no --output_csvs_dir is given either)."),
+        _alias("--output_csvs_dir", "--output-csvs-dir", "output_csvs_dir", type=click.Path(file_okay=False),
+               help="Directory for one <sheet>.csv per sheet (full tables, no index)."),
+        click.option("--detailed_analysis/--no-detailed_analysis", "--detailed-analysis/--no_detailed_analysis",
+                     "detailed_analysis", default=True, show_default=True,
+                     help="Write the detail sheets (nccl_long, nccl_implicit_sync, nccl_all2allv)."),
+        click.option("--agg_metrics", "--agg-metrics", "agg_metrics", cls=_GreedyOption, multiple=True,
+                     callback=_split_aggs, metavar="AGG...",
+                     help="pandas aggregations for the implicit-sync and all2allv summaries "
+                          "[default: mean median min max]."),
+        _alias("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
+               help="GPUs per node for node_id/node_span (default: the first rank's deviceProperties count)."),
+        _alias("--all2allv_heatmap", "--all2allv-heatmap", "all2allv_heatmap", is_flag=True,
+               help="Add the nccl_all2allv_heatmap sheet."),
+        click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks",
+                     default=None, help="Apply per-rank clock offsets estimated from collective ends "
+                                        "[default: on when the ranks span more than one node]."),
+        click.option("--strict", is_flag=True,
+                     help="Abort on metadata disagreements between ranks (TraceLens behaviour) and on truncated traces."),
+    ]
+    for opt in reversed(opts):
+        fn = opt(fn)
+    return fn
+
+
+def _input_frames(streams):
+    from .stream import iter_frames
+
+    sources = list(streams) or ["-"]
+    if sources == ["-"] and sys.stdin.isatty():
+        raise click.UsageError("no input: give an event stream file, or pipe one in "
+                               "(e.g. streamtrace extract ... | streamtrace align | streamtrace report)")
+    for source in sources:
+        yield from iter_frames(source)
+
+
+def _wrote(paths, sheets):
+    from .report import SHEET_ORDER
+
+    names = [n for n in SHEET_ORDER if n in sheets]
+    for p in paths:
+        click.echo(f"wrote {p} ({len(names)} sheets)", err=True)
+
+
+@main.command()
+@click.argument("streams", nargs=-1, type=click.Path())
+@click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
+@click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks", default=None,
+              help="Apply the estimated per-rank clock offsets [default: when the ranks span more than one node].")
+@_alias("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
+        help="GPUs per node, to decide whether ranks span nodes (default: deviceProperties count).")
+@quiet_option
+@handle_errors
+def align(streams, output, align_clocks, gpus_per_node, quiet):
+    """Event stream -> event stream + collective matches and clock offsets.
+
+    Finds the collective kernels of every rank (NCCL/RCCL names and kernels
+    linked to collective CPU ops), matches them across ranks (by process
+    group and Seq, or by aligned ordinal), estimates per-rank clock offsets
+    from implicit-sync collective ends, passes every input frame through and
+    appends the tables align.ranks, align.collectives, align.clocks and
+    align.quality (see docs/stream-format.md).
+
+    \b
+      streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align -o run.aligned.stev
+    """
+    from .align import align_frames
+    from .stream import StreamWriter
+
+    _setup_logging(quiet)
+    frames = _input_frames(streams)
+    with stream_output(output) as out:
+        writer = StreamWriter(out)
+        for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node):
+            writer.write(frame)
+        out.flush()
+
+
+@main.command()
+@click.argument("streams", nargs=-1, type=click.Path())
+@report_options
+@click.option("-o", "output", type=click.Path(dir_okay=False), help="Same as --output_xlsx_path.")
+@quiet_option
+@handle_errors
+def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_metrics, gpus_per_node,
+           all2allv_heatmap, align_clocks, strict, output, quiet):
+    """Aligned event stream -> collective report (.xlsx and/or CSVs).
+
+    The TraceLens multi-rank collective report (same sheets, columns and
+    formulas) plus clock_alignment, nccl_summary_by_size and data_quality.
+    A stream that has not been through 'align' is aligned here.
+
+    \b
+      streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace report -o report.xlsx
+      streamtrace report run.aligned.stev --output_csvs_dir csvs/
+    """
+    from .report import REPORT_NAME, build_report, collect_tables, write_report
+
+    _setup_logging(quiet)
+    output_xlsx_path = output_xlsx_path or output
+    tables = collect_tables(_input_frames(streams), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+    sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
+                          gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
+    if not output_xlsx_path and not output_csvs_dir:
+        sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
+        base = os.path.commonpath(sources) if sources else os.getcwd()
+        if not os.path.isdir(base):
+            base = os.path.dirname(base)
+        output_xlsx_path = os.path.join(base, REPORT_NAME)
+    _wrote(write_report(sheets, output_xlsx_path, output_csvs_dir), sheets)
+
+
+@main.command("collective-report")
+@trace_input_options
+@report_options
+@_alias("--use_multiprocessing", "--use-multiprocessing", "use_multiprocessing", is_flag=True,
+        help="Read rank files in parallel processes (as -j with --max_workers or the CPU count).")
+@_alias("--max_workers", "--max-workers", "max_workers", type=click.IntRange(min=1),
+        help="Pool size for --use_multiprocessing [default: CPU count].")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Ranks read in parallel [default: 1].")
+@_alias("--blocking_analysis/--no-blocking_analysis", "--blocking-analysis/--no-blocking-analysis",
+        "blocking_analysis", default=False, show_default=True,
+        help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
+             "costs several times the report's time and memory.")
+@quiet_option
+@handle_errors
+def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
+                      output_xlsx_path, output_csvs_dir, detailed_analysis, agg_metrics, gpus_per_node,
+                      all2allv_heatmap, align_clocks, strict, use_multiprocessing, max_workers, jobs,
+                      blocking_analysis, quiet):
+    """Trace files -> collective report, in one process (extract | align | report).
+
+    Drop-in for TraceLens_generate_multi_rank_collective_report_pytorch: the
+    same flags, sheets, columns and formulas, plus streamtrace's checks and
+    extra sheets.
+
+    \b
+      streamtrace collective-report --trace_dir run/ --world_size 8
+      streamtrace collective-report --trace_glob 'logs/*.json.gz' --rank_regex 'worker(?P<rank>\\d+)' \\
+          --world_size 8 --output_csvs_dir csvs/ -j 2
+    """
+    from .report import generate_collective_report
+
+    _setup_logging(quiet)
+    if jobs is None:
+        jobs = (max_workers or os.cpu_count() or 1) if use_multiprocessing else 1
+    written = {}
+    sheets = generate_collective_report(
+        paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
+        rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
+        output_csvs_dir=output_csvs_dir, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
+        gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
+        allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, progress=_progress_printer(quiet),
+        written=written, blocking_analysis=blocking_analysis)
+    _wrote(written.get("paths", []), sheets)
+
+
+# ------------------------------------------------------------------ fuse (issue #5)
+
+def _parse_ranks(ctx, param, value):
+    """--ranks 0,8,16 or ranges 0-7,16 -> sorted list of ints."""
+    if value is None:
+        return None
+    out = set()
+    for part in value.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                a, b = part.split("-", 1)
+                lo, hi = int(a), int(b)
+                if hi < lo:
+                    raise ValueError
+                out.update(range(lo, hi + 1))
+            else:
+                out.add(int(part))
+        except (TypeError, ValueError):
+            raise click.BadParameter(f"{part!r} is not a rank or a range such as 0-7") from None
+    if not out or min(out) < 0:
+        raise click.BadParameter("give ranks >= 0, e.g. 0,8,16 or 0-7")
+    return sorted(out)
+
+
+def _fuse_progress(quiet):
+    if quiet or not sys.stderr.isatty():
+        return None
+    state = {"last": 0}
+
+    def show(done):
+        mb = done >> 20
+        if mb - state["last"] >= 64:
+            state["last"] = mb
+            click.echo(f"\r  {mb} MiB scanned/rewritten", err=True, nl=False)
+
+    return show
+
+
+@main.command("fuse")
+@trace_input_options
+@click.option("-o", "--output", required=True, type=click.Path(),
+              help="merged.json, merged.json.gz (one gzip member), merged.json.zst, or - for stdout.")
+@click.option("--ranks", callback=_parse_ranks, help="Only these ranks: 0,8,16 or ranges such as 0-7.")
+@_alias("--include_pyfunc", "--include-pyfunc", "include_pyfunc", is_flag=True,
+        help="Keep python_function events (dropped by default, as TraceFuse does).")
+@_alias("--keep_spans", "--keep-spans", "keep_spans", is_flag=True,
+        help="Keep cat 'Trace' (the profiler-window span; dropped by default, as TraceFuse does).")
+@click.option("--cat", "cats", help="Only these categories, comma-separated (e.g. kernel,gpu_memcpy).")
+@click.option("--name", "name_regex", help="Only events whose name matches this regular expression (re.search).")
+@click.option("--window", help="Only events meeting START:END, microseconds on the fused timeline (an end may be empty).")
+@_alias("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
+        help="Only NCCL/RCCL kernels (kernel events whose name contains 'nccl', any case).")
+@_alias("--align_clocks", "--align-clocks", "align_clocks", is_flag=True,
+        help="Shift each rank by its clock offset estimated from collective ends (the report's "
+             "clock_alignment sheet); implies --time_base.")
+@_alias("--time_base", "--time-base", "time_base", is_flag=True,
+        help="Put ranks whose ts are relative to baseTimeNanoseconds on one epoch.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Ranks processed in parallel.")
+@quiet_option
+@handle_errors
+def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
+                 output, ranks, include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks,
+                 time_base, jobs, quiet):
+    """Per-rank traces -> one Perfetto / chrome://tracing JSON file, streamed.
+
+    Every rank gets its own pid, flow-id, correlation and External id range,
+    its processes are labelled RANK r - CPU / RANK r - GPU d, X events that
+    overlap without nesting move to sibling lanes, and each rank's metadata
+    (deviceProperties, distributedInfo, ...) is kept under "streamtrace".
+
+    \b
+      streamtrace fuse --trace_dir run/ --world_size 8 -o merged.json.gz -j 2
+      streamtrace fuse run/rank*_trace.json.gz --ranks 0,8 --nccl_only -o nccl.json.gz
+      streamtrace fuse --trace_dir run/ --window 5000000000:5000050000 --cat kernel -o -
+    """
+    from .fuse import fuse as fuse_api
+
+    _setup_logging(quiet)
+    inputs = _resolve(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks)
+    cat_list = [c.strip() for c in cats.split(",") if c.strip()] if cats else None
+    if cats is not None and not cat_list:
+        raise click.BadParameter("give at least one category", param_hint="--cat")
+    result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
+                      name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=align_clocks,
+                      time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet))
+    if not quiet and output != "-":
+        if sys.stderr.isatty():
+            click.echo("", err=True)
+        click.echo(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)", err=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -100,7 +100,9 @@ def write_table(df, fmt, out, header=True):
 
 
 def dump_stream(sources, what, fmt, out, ranks=None):
-    first = True
+    """Write table ``what`` of every rank.  JSON lines and CSV go out rank by
+    rank; an aligned text table needs every row first, so it is printed once."""
+    first, held = True, []
     for source in sources:
         for r, data in read_stream(source).items():
             if ranks is not None and r not in ranks:
@@ -108,5 +110,10 @@ def dump_stream(sources, what, fmt, out, ranks=None):
             df = TABLES[what](data)
             if what != "meta":
                 df.insert(0, "rank", r)
+            if fmt == "table":
+                held.append(df)
+                continue
             write_table(df, fmt, out, header=first)
             first = False
+    if held:
+        write_table(pd.concat(held, ignore_index=True), fmt, out)

@@ -1,0 +1,74 @@
+"""Cost of align + correlate on top of extraction (issue: correlate adds <= 20 %).
+
+    python bench/bench_correlate.py [--ranks 4] [--mb 500]
+
+Generates RANKS traces of about MB each (reused when present), then measures,
+each in a fresh process: (1) extract alone, every rank, frames consumed and
+dropped; (2) extract | align | correlate in one process.  Prints both wall
+times, peak RSS and the overhead ratio.
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def generate(ranks, mb):
+    out = os.path.join(HERE, "out", f"corr_{ranks}x{mb}")
+    if not os.path.exists(os.path.join(out, "truth.json")):
+        subprocess.run([sys.executable, os.path.join(ROOT, "fixtures", "generate_fixture.py"), "--out", out,
+                        "--ranks", str(ranks), "--target_mb", str(mb), "--jobs", "2",
+                        "--slow_kernel_rank", "1", "--slow_kernel_factor", "3"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def child(mode, directory, ranks):
+    from streamtrace.pipeline import trace_frames
+    from streamtrace.sources import resolve_inputs
+
+    inputs = resolve_inputs(trace_dir=directory, world_size=ranks)
+    t0 = time.perf_counter()
+    frames = trace_frames(inputs, world_size=ranks)
+    if mode == "chain":
+        from streamtrace.align import align_frames
+        from streamtrace.correlate import correlate_frames
+
+        frames = correlate_frames(align_frames(frames))
+    n = sum(1 for _ in frames)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "frames": n,
+                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def measure(mode, directory, ranks):
+    proc = subprocess.run([sys.executable, __file__, "--child", mode, directory, str(ranks)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--mb", type=int, default=500)
+    args = ap.parse_args()
+    directory = generate(args.ranks, args.mb)
+    total_mb = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
+                   if f.endswith(".json")) / 1e6
+    ext = measure("extract", directory, args.ranks)
+    chain = measure("chain", directory, args.ranks)
+    print(f"{args.ranks} ranks x ~{args.mb} MB ({total_mb:.0f} MB of JSON)")
+    print(f"  extract only                  {ext['seconds']:7.2f} s  {total_mb / ext['seconds']:6.0f} MB/s  peak RSS {ext['peak_rss_mb']:6.0f} MB")
+    print(f"  extract | align | correlate   {chain['seconds']:7.2f} s  {total_mb / chain['seconds']:6.0f} MB/s  peak RSS {chain['peak_rss_mb']:6.0f} MB")
+    print(f"  align + correlate add {100 * (chain['seconds'] / ext['seconds'] - 1):.1f} % to extraction (target <= 20 %)")
+
+
+if __name__ == "__main__":
+    main()

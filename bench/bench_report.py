@@ -1,0 +1,246 @@
+#!/usr/bin/env python3
+"""Collective-report benchmarks (issue #3): prints wall times and peak memory.
+
+Cases (sizes scale with --scale; 1.0 is the issue's done-when size):
+
+``big``    4 ranks x ~500 MB plain JSON (new layout): ``collective-report``
+           end to end (xlsx, sequential and -j 2; with and without the
+           correlate stage's blocking sheets), plus extract alone for
+           reference.  Targets: <= 3 s, <= 256 MB.
+``dense``  4 ranks, >= 25,000 collective instances, little else in the
+           traces: ``collective-report`` end to end, extract alone,
+           ``align | report`` on an extracted stream, and the in-process
+           matching + report computation.  Target: report in <= 2 s.
+``gz``     8 ranks x ~1 GB (uncompressed) .json.gz, ``collective-report -j 2``.
+           Targets: <= 15 s, <= 1 GB.
+
+Traces are generated once per size into --workdir (fixtures/generate_fixture.py)
+and reused.  Memory is reported twice: the peak RSS of the largest single
+process (``ru_maxrss`` via wait4) and the peak of the summed RSS of the whole
+process tree (sampled from /proc every 50 ms; parallel workers add up).
+
+    python bench/bench_report.py --scale 0.1            # quick
+    python bench/bench_report.py                        # full size (needs ~12 GB of disk)
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "fixtures"))
+BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def _tree_rss(root):
+    """Summed RSS (bytes) of ``root`` and its descendants."""
+    parents = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            parents[int(pid)] = (int(fields[1]), int(fields[21]))  # ppid, rss pages
+        except (OSError, IndexError, ValueError):
+            continue
+    page = os.sysconf("SC_PAGE_SIZE")
+    total, todo = 0, [root]
+    children = {}
+    for pid, (ppid, _) in parents.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        if pid in parents:
+            total += parents[pid][1] * page
+        todo += children.get(pid, [])
+    return total
+
+
+REPEAT = 1
+
+
+def run(cmd, shell=False):
+    """Run a command REPEAT times; return (min wall s, max single-process RSS
+    MB, max peak tree RSS MB).  The minimum wall time is the least disturbed
+    by other load on the machine."""
+    results = [_run_once(cmd, shell) for _ in range(REPEAT)]
+    return min(r[0] for r in results), max(r[1] for r in results), max(r[2] for r in results)
+
+
+def _run_once(cmd, shell=False):
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, shell=shell, executable="/bin/bash" if shell else None,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    peak = [0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _tree_rss(p.pid))
+            done.wait(0.05)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    done.set()
+    th.join()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace")
+    if p.returncode != 0:
+        raise SystemExit(f"command failed ({p.returncode}): {cmd}\n{err}")
+    return wall, usage.ru_maxrss / 1024, peak[0] / 2**20
+
+
+def du(path):
+    return sum(os.path.getsize(os.path.join(path, f)) for f in os.listdir(path) if ".json" in f)
+
+
+def generate(workdir, name, **options):
+    """Generate (or reuse) a fixture set in a subprocess (so this process stays
+    small: a child's ru_maxrss includes its parent's size at fork).
+    Returns (dir, number of collective instances)."""
+    d = os.path.join(workdir, name)
+    stamp = os.path.join(d, ".options.json")
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            saved = json.load(f)
+        if saved.get("options") == options:
+            return d, saved["collectives"]
+    shutil.rmtree(d, ignore_errors=True)
+    t0 = time.perf_counter()
+    args = [sys.executable, os.path.join(ROOT, "fixtures", "generate_fixture.py"), "--out", d]
+    for k, v in options.items():
+        args += [f"--{k}", str(v)]
+    res = subprocess.run(args, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"fixture generation failed: {res.stderr}")
+    count = subprocess.run([sys.executable, "-c", "import json,sys; print(len(json.load(open(sys.argv[1]))"
+                            "['collectives']))", os.path.join(d, "truth.json")],
+                           capture_output=True, text=True, check=True)
+    n = int(count.stdout)
+    print(f"  (generated {name} in {time.perf_counter() - t0:.1f} s)", flush=True)
+    with open(stamp, "w") as f:
+        json.dump({"options": options, "collectives": n}, f)
+    return d, n
+
+
+def row(label, wall, rss, tree, note=""):
+    print(f"  {label:<48} {wall:7.2f} s  {rss:7.0f} MB  {tree:7.0f} MB  {note}", flush=True)
+
+
+def header(title):
+    print(f"\n{title}\n  {'step':<48} {'wall':>9}  {'max RSS':>10}  {'tree RSS':>10}", flush=True)
+
+
+# ---------------------------------------------------------------- cases
+
+
+def case_big(workdir, scale, out):
+    mb = max(1.0, 500 * scale)
+    d, n = generate(workdir, f"big-{mb:g}", ranks=4, target_mb=mb, jobs=2)
+    size = du(d)
+    header(f"big: 4 ranks x {size / 4e6:.0f} MB JSON = {size / 1e9:.2f} GB, "
+           f"{n} collective instances (targets: <= 3 s, <= 256 MB)")
+    w, r, t = run(f"'{BIN}' extract --trace_dir '{d}' --world_size 4 | cat > /dev/null", shell=True)
+    row("extract alone (| cat > /dev/null)", w, r, t, f"{size / w / 1e6:.0f} MB/s")
+    x = os.path.join(out, "big.xlsx")
+    base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "4", "--output_xlsx_path", x, "-q"]
+    for label, extra in (("collective-report (xlsx)", []), ("collective-report -j 2 (xlsx)", ["-j", "2"]),
+                         ("  same, --no-blocking_analysis", ["--no-blocking_analysis"]),
+                         ("  same, --no-blocking_analysis -j 2", ["--no-blocking_analysis", "-j", "2"])):
+        w, r, t = run(base + extra)
+        row(label, w, r, t, f"{size / w / 1e6:.0f} MB/s")
+
+
+def case_dense(workdir, scale, out):
+    target = max(100, int(25_000 * scale))
+    per_step = 7  # broadcast, all_to_allv, allgather, reducescatter, 3 allreduce (tp=1)
+    steps = -(-target // per_step)
+    d, n = generate(workdir, f"dense-{steps}", ranks=4, steps=steps, fill_ops=3, jobs=2)
+    size = du(d)
+    header(f"dense: 4 ranks, {n} collective instances ({4 * n} kernel rows), {size / 1e6:.0f} MB JSON "
+           "(target: report <= 2 s)")
+    csv = os.path.join(out, "dense-csv")
+    base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "4", "-q"]
+    w, r, t = run(base + ["--output_csvs_dir", csv])
+    row("collective-report end to end (CSVs)", w, r, t)
+    w, r, t = run(base + ["--output_xlsx_path", os.path.join(out, "dense.xlsx")])
+    row("collective-report end to end (xlsx)", w, r, t)
+    w, r, t = run(base + ["--output_csvs_dir", csv, "--no-blocking_analysis"])
+    row("  same (CSVs), --no-blocking_analysis", w, r, t)
+    stev = os.path.join(out, "dense.stev")
+    w, r, t = run([BIN, "extract", "--trace_dir", d, "--world_size", "4", "-o", stev])
+    row("extract alone (-o stream)", w, r, t)
+    w, r, t = run(f"'{BIN}' align '{stev}' | '{BIN}' report --output_csvs_dir '{csv}2' -q", shell=True)
+    row("align | report on the stream (CSVs)", w, r, t)
+    # in-process: the cross-rank matching and the report computation alone
+    code = f"""
+import time, pickle
+from streamtrace.report import collect_tables_from_traces, build_report
+from streamtrace.align import collect_rank, match_ranks
+from streamtrace.stream import iter_frames
+from streamtrace.align import RankCollector
+cols = {{}}
+for f in iter_frames({stev!r}):
+    if f.kind in (2, 3, 5, 1):
+        cols.setdefault(f.rank, RankCollector(f.rank)).add(f)
+t0 = time.perf_counter(); results = [c.finish() for c in cols.values()]; t1 = time.perf_counter()
+tables = match_ranks(results); t2 = time.perf_counter()
+sheets = build_report(tables); t3 = time.perf_counter()
+print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{t3 - t2:.3f}} {{len(tables['align.collectives'])}}")
+"""
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+            for _ in range(REPEAT)]
+    fin, match, rep = (min(float(r[i]) for r in runs) for i in range(3))
+    rows = runs[0][3]
+    print(f"  in-process: finish ranks {float(fin):.2f} s, match_ranks {float(match):.2f} s, "
+          f"build_report {float(rep):.2f} s ({rows} kernel rows)", flush=True)
+
+
+def case_gz(workdir, scale, out):
+    mb = max(1.0, 1000 * scale)
+    d, n = generate(workdir, f"gz-{mb:g}", ranks=8, target_mb=mb, format="json.gz", jobs=2, compress_level=1)
+    size = du(d)
+    header(f"gz: 8 ranks x ~{mb:g} MB JSON, {size / 1e9:.2f} GB gzip on disk, {n} collective instances "
+           "(targets with -j 2: <= 15 s, <= 1 GB)")
+    x = os.path.join(out, "gz.xlsx")
+    base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "8", "--output_xlsx_path", x, "-q", "-j", "2"]
+    w, r, t = run(base)
+    row("collective-report -j 2 (xlsx)", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
+    w, r, t = run(base + ["--no-blocking_analysis"])
+    row("  same, --no-blocking_analysis", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="size factor (1.0 = the issue's sizes)")
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"),
+                    help="where generated traces are kept between runs")
+    ap.add_argument("--cases", default="big,dense,gz", help="comma-separated subset of big,dense,gz")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement (the minimum wall time is shown)")
+    args = ap.parse_args()
+    global REPEAT
+    REPEAT = max(1, args.repeat)
+    os.makedirs(args.workdir, exist_ok=True)
+    print(f"streamtrace collective-report benchmark, scale {args.scale:g}, {os.cpu_count()} CPUs, "
+          f"python {sys.version.split()[0]}, best of {REPEAT}, load average {os.getloadavg()[0]:.2f}")
+    out = tempfile.mkdtemp(prefix="bench-out-", dir=args.workdir)
+    try:
+        for case in args.cases.split(","):
+            {"big": case_big, "dense": case_dense, "gz": case_gz}[case.strip()](args.workdir, args.scale, out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

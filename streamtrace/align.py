@@ -1,0 +1,1386 @@
+"""``align``: collective kernels per rank, matched across ranks, with clock offsets.
+
+A stage over the event stream (stream in -> stream out)::
+
+    for frame in align_frames(frames):      # every input frame, then the results
+        ...
+
+It passes every frame through as it reads it (END frames are replaced by one
+END at its own end) and appends its results as TABLE frames (see
+docs/stream-format.md, "Stage tables"):
+
+``align.options``      one row: the options align ran with (written first, so
+                       a later stage knows that align tables will follow)
+``align.ranks``        one row per rank: source, world size, GPUs, time base,
+                       process groups (distributedInfo.pg_config), warnings
+``align.collectives``  one row per collective kernel per rank (COLLECTIVE_COLUMNS)
+``align.clocks``       one row per rank: estimated clock offset and residual
+``align.quality``      data-quality findings
+
+How it works, per rank (``RankCollector``), as frames arrive:
+
+* each new string of the rank's string table is classified once (NCCL/RCCL
+  kernel name, ``nccl:*`` annotation, ``record_param_comms``, ``c10d::*``,
+  kernel-launch API, event category);
+* each EVENTS frame is filtered with numpy into three small arrays: kernels,
+  kernel launches and collective CPU ops; comm-argument records are kept;
+  everything else is dropped;
+* at the rank's META frame the rank is finished: kernels join their launch by
+  ``correlation``; launches/kernels join the CPU ops by ``External id`` (new
+  traces) or by time containment of the launch on its thread (old traces,
+  where External id == correlation); a kernel is a collective kernel when its
+  name matches the NCCL/RCCL patterns or it is linked to ``record_param_comms``
+  / ``nccl:*`` (spec B2); its kind, dtype, sizes and process group come from
+  the kernel's args, then ``record_param_comms``, then the ``nccl:*``
+  annotation's ``Input Dims``/``Input type``, then the c10d op, then the
+  kernel name.  Only the collective rows are kept.
+
+Across ranks (``match_ranks``): rows are grouped by process group (name plus
+rank list, so disjoint subgroups sharing a name stay apart); within a group the
+key is ``Seq`` when every row has one, else the per-rank ordinal aligned like a
+diff against a consensus sequence (signature = name, dtype, sizes; ties broken
+by end-time consistency), so a rank whose window starts or ends at another
+collective does not shift every later index (B3).  Clock offsets are estimated
+from the ends of implicit-sync collectives (B4) and applied when requested, or
+by default when the ranks span more than one node.
+
+Memory: the collective rows, plus, for the rank being read, its kernels and
+kernel launches (about 100 bytes per kernel) -- never CPU ops it does not use,
+python frames, flows or other events.
+"""
+import json
+import logging
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+try:  # numpy >= 2: vectorised string building
+    from numpy.dtypes import StringDType
+except ImportError:  # pragma: no cover - numpy 1.x
+    StringDType = None
+
+from . import collectives as coll
+from ._native import COMM_DTYPE, NONE, NOSTR
+from .errors import StreamtraceError
+from .stream import Kind, decode_strings, json_frame, table_frame
+
+log = logging.getLogger("streamtrace")
+
+VERSION = 1
+TABLE_NAMES = ("align.options", "align.ranks", "align.collectives", "align.clocks", "align.quality")
+
+#: Columns of ``align.collectives``, in order (see docs/stream-format.md).
+COLLECTIVE_COLUMNS = [
+    "instance", "collective_id", "index_in_group", "pg", "pg_key", "match_method", "match_key",
+    "rank", "event", "kernel_name", "kernel_kind", "selected_by",
+    "pid", "device", "stream", "correlation", "external_id",
+    "ts_ns", "dur_ns", "base_ns", "clock_offset_ns", "ts_aligned_ns", "dur_aligned_ns",
+    "launch_event", "launch_ts_ns", "launch_dur_ns", "launch_tid",
+    "cpu_op_event", "cpu_op_name", "rpc_event", "annotation_event", "c10d_event", "link",
+    "collective_name", "name_source", "category", "kind", "implicit_sync",
+    "dtype", "bytes_per_elem", "in_nelems", "out_nelems", "size_source", "in_bytes", "out_bytes",
+    "in_split", "out_split", "pg_name", "pg_desc", "pg_ranks", "group_size", "group_size_source", "seq",
+    "participants", "metadata_mismatch", "mismatch_fields", "stream_mismatch", "flags",
+]
+CLOCK_COLUMNS = ["rank", "offset_ns", "residual_ns", "max_residual_ns", "collectives", "reference_rank",
+                 "applied", "method"]
+QUALITY_COLUMNS = ["severity", "category", "rank", "pg", "collective_id", "count", "message"]
+RANK_COLUMNS = ["rank", "source", "world_size", "trace_rank", "trace_world_size", "gpus", "base_ns",
+                "pg_config", "collective_kernels", "events", "truncated_at_byte", "warnings"]
+
+#: ends of one collective on two ranks closer than this are "consistent" (ns)
+MATCH_TOLERANCE_NS = 20_000
+#: a rank whose median clock residual exceeds this is reported (ns)
+CLOCK_RESIDUAL_WARN_NS = 5_000
+#: estimated offsets above this, when not applied, are reported (ns)
+CLOCK_OFFSET_NOTE_NS = 10_000
+
+# string classes (bit flags), computed once per string
+S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
+S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
+OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
+
+_K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
+                     ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")])
+_L_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
+                     ("corr", "<i8")])
+_O_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
+                     ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")])
+_PH_X = ord("X")
+
+
+def classify_string(s):
+    """Bit flags of one string-table entry (S_* constants)."""
+    c = 0
+    if s in ("kernel", "Kernel"):
+        c |= S_KERNEL_CAT
+    elif s in ("cpu_op", "Operator", "user_annotation"):
+        c |= S_CPU_CAT
+    elif s in ("cuda_runtime", "Runtime", "cuda_driver"):
+        c |= S_RUNTIME_CAT
+    if coll.COLLECTIVE_KERNEL_RE.search(s):
+        c |= S_NCCL_NAME
+    if s.startswith("nccl:"):
+        c |= S_ANNOT
+    elif s == "record_param_comms":
+        c |= S_RPC
+    elif s.startswith("c10d::"):
+        c |= S_C10D
+    if s[:2] in ("cu", "hi") and "Launch" in s and ("Kernel" in s or "Graph" in s):
+        c |= S_LAUNCH
+    return c
+
+
+# ====================================================================== per rank
+
+
+@dataclass
+class RankResult:
+    """What align keeps of one rank: its collective kernel rows and metadata."""
+
+    rank: int
+    meta: dict
+    rows: pd.DataFrame
+    quality: list = field(default_factory=list)
+    events: int = 0
+
+
+class RankCollector:
+    """Consumes one rank's frames; ``finish()`` returns its RankResult."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.strings = []
+        self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
+        self.n_events = 0
+        self._kernels, self._launches, self._ops, self._comms = [], [], [], []
+        self.meta = None
+
+    # ---------------------------------------------------------------- frames
+    def add(self, frame):
+        kind = frame.kind
+        if kind == Kind.EVENTS:
+            self._events(frame.records())
+        elif kind == Kind.STRINGS:
+            self._strings(frame.payload)
+        elif kind == Kind.COMMS:
+            recs = frame.records()
+            if len(recs):
+                self._comms.append(recs.copy())
+        elif kind == Kind.META:
+            if self.meta is not None:
+                raise StreamtraceError(f"rank {self.rank}: two metadata frames (the same rank appears twice in the input)")
+            self.meta = frame.json()
+
+    def _strings(self, payload):
+        first, strings = decode_strings(payload)
+        if first != len(self.strings):
+            raise StreamtraceError(f"rank {self.rank}: string frame starts at id {first}, expected {len(self.strings)}")
+        need = len(self.strings) + len(strings) + 1
+        if need > len(self._cls):
+            grown = np.zeros(max(need, 2 * len(self._cls)), dtype=np.uint16)
+            grown[: len(self.strings)] = self._cls[: len(self.strings)]
+            self._cls = grown
+        n0 = len(self.strings)
+        self._cls[n0:n0 + len(strings)] = [classify_string(s) for s in strings]
+        self.strings.extend(strings)
+
+    def _lookup(self, ids):
+        """Class bits of string ids (0 for NOSTR or ids not yet defined)."""
+        return self._cls[np.minimum(ids, len(self.strings))]
+
+    def _events(self, recs):
+        base = self.n_events
+        self.n_events += len(recs)
+        if not len(recs):
+            return
+        # whole-frame vector lookups first; copy out only the three small subsets
+        catc = self._lookup(recs["cat"])
+        xmask = recs["ph"] == _PH_X
+        kmask = xmask & ((catc & S_KERNEL_CAT) != 0)
+        rmask = xmask & ((catc & (S_RUNTIME_CAT | S_CPU_CAT)) != 0)
+        if rmask.any():
+            namec = self._lookup(recs["name"])
+            lmask = rmask & ((catc & S_RUNTIME_CAT) != 0) & ((namec & S_LAUNCH) != 0)
+            omask = rmask & ((catc & S_CPU_CAT) != 0) & ((namec & (S_ANNOT | S_RPC | S_C10D)) != 0)
+        else:
+            lmask = omask = None
+        if kmask.any():
+            idx = np.flatnonzero(kmask)
+            k = np.empty(len(idx), _K_DTYPE)
+            k["event"] = base + idx
+            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
+                             ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
+                k[dst] = recs[src][idx]
+            self._kernels.append(k)
+        if lmask is not None and lmask.any():
+            idx = np.flatnonzero(lmask)
+            idx = idx[recs["correlation"][idx] != NONE]
+            launch = np.empty(len(idx), _L_DTYPE)
+            launch["event"] = base + idx
+            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
+                launch[dst] = recs[src][idx]
+            self._launches.append(launch)
+        if omask is not None and omask.any():
+            idx = np.flatnonzero(omask)
+            s = recs[idx]
+            nc = self._lookup(s["name"])
+            o = np.empty(len(s), _O_DTYPE)
+            o["event"] = base + idx
+            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
+                             ("name", "name")):
+                o[dst] = s[src]
+            o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
+            self._ops.append(o)
+
+    # ---------------------------------------------------------------- finish
+    def finish(self):
+        """Link, select and describe this rank's collective kernels."""
+        meta = _meta_summary(self.meta or {}, self.rank)
+        K = _concat(self._kernels, _K_DTYPE)
+        L = _concat(self._launches, _L_DTYPE)
+        O = _concat(self._ops, _O_DTYPE)
+        C = _concat(self._comms, COMM_DTYPE)
+        self._kernels = self._launches = self._ops = self._comms = None
+        quality = []
+        rows, extra_quality = _describe_rank(self.rank, K, L, O, C, self.strings, self._lookup, meta)
+        quality += extra_quality
+        if self.meta is None:
+            quality.append(_finding("warning", "incomplete_rank", f"rank {self.rank}: no metadata frame "
+                                    "(the stream section of this rank is incomplete)", rank=self.rank))
+        return RankResult(self.rank, meta, rows, quality, self.n_events)
+
+
+def _concat(parts, dtype):
+    if not parts:
+        return np.empty(0, dtype)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _int_or_none(v):
+    try:
+        return int(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _meta_summary(meta, rank):
+    trace = meta.get("trace") if isinstance(meta.get("trace"), dict) else {}
+    dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+    devices = trace.get("deviceProperties")
+    base = trace.get("baseTimeNanoseconds")
+    base = _int_or_none(base) if isinstance(base, (int, float)) else None
+    pg_config = dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else None
+    counts = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
+    return {
+        "rank": rank, "source": meta.get("source"), "world_size": _int_or_none(meta.get("world_size")),
+        "trace_rank": _int_or_none(dist.get("rank")), "trace_world_size": _int_or_none(dist.get("world_size")),
+        "gpus": len(devices) if isinstance(devices, list) else None, "base_ns": base or 0,
+        "pg_config": pg_config, "warnings": list(meta.get("warnings") or []),
+        "truncated_at_byte": _int_or_none(meta.get("truncated_at_byte")), "counts": counts,
+    }
+
+
+def _finding(severity, category, message, rank=None, pg=None, collective_id=None, count=None):
+    return {"severity": severity, "category": category, "rank": rank, "pg": pg,
+            "collective_id": collective_id, "count": count, "message": message}
+
+
+def _join_sorted(keys, queries, valid=None):
+    """Index into ``keys`` of each query's first equal key (-1 if none)."""
+    out = np.full(len(queries), -1, dtype=np.int64)
+    if not len(keys) or not len(queries):
+        return out
+    order = np.argsort(keys, kind="stable")
+    sk = keys[order]
+    pos = np.searchsorted(sk, queries)
+    pos_c = np.minimum(pos, len(sk) - 1)
+    ok = sk[pos_c] == queries
+    if valid is not None:
+        ok &= valid
+    out[ok] = order[pos_c[ok]]
+    return out
+
+
+def _containing(O, kind, pid, tid, t):
+    """Per query (pid, tid, t): index into O of the innermost op of ``kind``
+    on that thread whose [ts, ts+dur] covers t, else -1."""
+    out = np.full(len(t), -1, dtype=np.int64)
+    sel = np.flatnonzero(O["kind"] == kind)
+    if not len(sel) or not len(t):
+        return out
+    # group by thread; within a thread by start, outer (longer) first at equal
+    # starts, so the last start <= t is the innermost candidate
+    ops = O[sel]
+    order = np.lexsort((-ops["dur"], ops["ts"], ops["tid"], ops["pid"]))
+    ops, sel = ops[order], sel[order]
+    change = np.flatnonzero((np.diff(ops["pid"]) != 0) | (np.diff(ops["tid"]) != 0)) + 1
+    bounds = np.r_[0, change, len(ops)]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        q = np.flatnonzero((pid == ops["pid"][a]) & (tid == ops["tid"][a]))
+        if not len(q):
+            continue
+        starts = ops["ts"][a:b]
+        ends = starts + ops["dur"][a:b]
+        tq = t[q]
+        j = np.searchsorted(starts, tq, side="right") - 1
+        for back in (0, 1, 2):  # tolerate a little nesting of the same kind
+            jj = j - back
+            ok = (jj >= 0) & (out[q] < 0)
+            jc = np.maximum(jj, 0)
+            ok &= (starts[jc] <= tq) & (tq <= ends[jc])
+            out[q[ok]] = sel[a + jc[ok]]
+    return out
+
+
+class _Parsed:
+    """Per-rank cache of parsed Input Dims / Input type strings."""
+
+    def __init__(self, strings):
+        self.strings = strings
+        self.nelems = {}
+        self.types = {}
+
+    def s(self, sid):
+        return None if sid == NOSTR or sid >= len(self.strings) else self.strings[sid]
+
+    def dims(self, sid, index=0):
+        key = (sid, index)
+        if key not in self.nelems:
+            self.nelems[key] = coll.input_dims_nelems(self.s(sid), index)
+        return self.nelems[key]
+
+    def dtype(self, sid, index=0):
+        key = (sid, index)
+        if key not in self.types:
+            self.types[key] = coll.dtype_from_input_type(coll.input_type_at(self.s(sid), index))
+        return self.types[key]
+
+
+def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
+    """Select the collective kernels of one rank and describe them (one row each)."""
+    quality = []
+    nK = len(K)
+    if not nK:
+        return _empty_rank_rows(), quality
+    name_match = (lookup(K["name"]) & S_NCCL_NAME) != 0
+
+    # kernel -> launch, by correlation
+    launch = _join_sorted(L["corr"], K["corr"], valid=K["corr"] != NONE)
+    has_launch = launch >= 0
+    lpid = np.where(has_launch, L["pid"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
+    ltid = np.where(has_launch, L["tid"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
+    lts = np.where(has_launch, L["ts"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
+
+    # kernel -> CPU ops: External id (new traces), else containment of the launch
+    new_regime = (K["ext"] != NONE) & (K["ext"] != K["corr"])
+    ops = {}
+    any_ext = np.zeros(nK, dtype=bool)
+    any_time = np.zeros(nK, dtype=bool)
+    by_ext = {}
+    for kind in (OP_ANNOT, OP_RPC, OP_C10D):
+        by_ext[kind] = np.full(nK, -1, dtype=np.int64)
+        sel = np.flatnonzero(O["kind"] == kind)
+        if len(sel):
+            j = _join_sorted(O["ext"][sel], K["ext"], valid=new_regime)
+            by_ext[kind][j >= 0] = sel[j[j >= 0]]
+        any_ext |= by_ext[kind] >= 0
+    # time containment: every launched kernel in old traces; in new traces the
+    # External id already says which op launched a kernel, so only NCCL kernels
+    # (for their annotation and c10d op) and linked ones need it
+    probe = has_launch & (name_match | ~new_regime | any_ext)
+    for kind in (OP_ANNOT, OP_RPC, OP_C10D):
+        by_time = np.full(nK, -1, dtype=np.int64)
+        if probe.any():
+            q = np.flatnonzero(probe)
+            by_time[q] = _containing(O, kind, lpid[q], ltid[q], lts[q])
+        ops[kind] = np.where(by_ext[kind] >= 0, by_ext[kind], by_time)
+        any_time |= by_time >= 0
+    link = np.where(any_ext, 1, np.where(any_time, 2, 0)).astype(np.int8)  # none / external id / containment
+
+    # comm-argument records by event
+    cev = C["event"].astype(np.int64)
+    kcomm = _join_sorted(cev, K["event"])
+    has_kcomm = kcomm >= 0
+
+    # which kernels are collective kernels (B2)
+    op_key = np.where(ops[OP_RPC] >= 0, ops[OP_RPC], ops[OP_ANNOT])
+    linked = op_key >= 0
+    named_ops = np.unique(op_key[name_match & linked])
+    linked_free = linked & ~np.isin(op_key, named_ops)
+    selected = name_match | has_kcomm | linked_free
+    # a kernel with comm args of its own but without the NCCL name is kept; a
+    # helper kernel inside the same op as an NCCL kernel is not
+    sel = np.flatnonzero(selected)
+    if not len(sel):
+        return _empty_rank_rows(), quality
+
+    Ks = K[sel]
+    n = len(sel)
+    sel_by = np.where(name_match[sel], "name", np.where(has_kcomm[sel], "comm_args", "cpu_op")).astype(object)
+    launch_s = launch[sel]
+    ann, rpc, c10 = ops[OP_ANNOT][sel], ops[OP_RPC][sel], ops[OP_C10D][sel]
+    link_s = link[sel]
+    kc = kcomm[sel]
+    rc = _join_sorted(cev, np.where(rpc >= 0, O["event"][np.maximum(rpc, 0)], -1), valid=rpc >= 0) if len(O) \
+        else np.full(n, -1, dtype=np.int64)
+    ac = _join_sorted(cev, np.where(ann >= 0, O["event"][np.maximum(ann, 0)], -1), valid=ann >= 0) if len(O) \
+        else np.full(n, -1, dtype=np.int64)
+    cc = _join_sorted(cev, np.where(c10 >= 0, O["event"][np.maximum(c10, 0)], -1), valid=c10 >= 0) if len(O) \
+        else np.full(n, -1, dtype=np.int64)
+
+    def sfield(ci, name):
+        out = np.full(n, NOSTR, dtype=np.int64)
+        ok = ci >= 0
+        if ok.any():
+            out[ok] = C[name][ci[ok]]
+        return out
+
+    def ifield(ci, name):
+        out = np.full(n, NONE, dtype=np.int64)
+        ok = ci >= 0
+        if ok.any():
+            out[ok] = C[name][ci[ok]]
+        return out
+
+    def coalesce_s(name):
+        a, b = sfield(kc, name), sfield(rc, name)
+        return np.where(a != NOSTR, a, b), a != NOSTR, b != NOSTR
+
+    def coalesce_i(name):
+        a, b = ifield(kc, name), ifield(rc, name)
+        return np.where(a != NONE, a, b), a != NONE, b != NONE
+
+    table = np.array(strings + [None], dtype=object)
+
+    def text(ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        return table[np.where((ids < 0) | (ids >= len(strings)), len(strings), ids)]
+
+    uniq, inv = np.unique(Ks["name"], return_inverse=True)
+    uniq_names = text(uniq)
+    kernel_names = uniq_names[inv]
+    kinds_tok = np.array([coll.kernel_kind(s) for s in uniq_names] + [None], dtype=object)[:-1][inv]
+
+    name_id, from_k, from_r = coalesce_s("collective_name")
+    cname = text(name_id)
+    name_source = np.where(from_k, "kernel_args", np.where(from_r, "record_param_comms", None)).astype(object)
+    dtype_id, _, _ = coalesce_s("dtype")
+    dtype = text(dtype_id)
+    in_n, ink, inr = coalesce_i("in_nelems")
+    out_n, _, _ = coalesce_i("out_nelems")
+    size_source = np.where(ink, "kernel_args", np.where(inr, "record_param_comms", None)).astype(object)
+    group_size, _, _ = coalesce_i("group_size")
+    gs_source = np.where(group_size != NONE, "args", None).astype(object)
+    pg_name = text(coalesce_s("pg_name")[0])
+    pg_id, _, _ = coalesce_i("pg_id")
+    pg_desc = text(coalesce_s("pg_desc")[0])
+    pg_ranks = text(coalesce_s("pg_ranks")[0])
+    in_split = text(coalesce_s("in_split")[0])
+    out_split = text(coalesce_s("out_split")[0])
+    seq, _, _ = coalesce_i("seq")
+
+    op_names = text(O["name"]) if len(O) else np.empty(0, object)
+    ann_name = np.where(ann >= 0, op_names[np.maximum(ann, 0)] if len(O) else None, None)
+    c10_name = np.where(c10 >= 0, op_names[np.maximum(c10, 0)] if len(O) else None, None)
+    rpc_name = np.where(rpc >= 0, op_names[np.maximum(rpc, 0)] if len(O) else None, None)
+
+    # fallbacks, per collective (Python, cached per distinct string)
+    parsed = _Parsed(strings)
+    pg_conf = {}
+    for pg in meta.get("pg_config") or []:
+        if isinstance(pg, dict) and pg.get("pg_name") is not None:
+            pg_conf[str(pg["pg_name"])] = pg
+    a_dims, a_type = sfield(ac, "input_dims"), sfield(ac, "input_type")
+    c_dims, c_type = sfield(cc, "input_dims"), sfield(cc, "input_type")
+    need = (pd.isna(cname) | pd.isna(dtype) | (in_n == NONE) | (out_n == NONE)
+            | (pd.isna(pg_name) & (pg_id != NONE)))
+    if pg_conf:
+        need |= (group_size == NONE) | pd.isna(pg_ranks)
+    for i in np.flatnonzero(need).tolist():
+        if pg_name[i] is None and pg_id[i] != NONE:
+            pg_name[i] = str(int(pg_id[i]))
+        if cname[i] is None:
+            guess, source = coll.collective_from_ops(ann_name[i], c10_name[i])
+            if guess is not None:
+                cname[i], name_source[i] = guess, source
+            else:
+                guess = coll.collective_from_kernel_kind(kinds_tok[i])
+                if guess is not None:
+                    cname[i], name_source[i] = guess, "kernel_name"
+        if dtype[i] is None and a_type[i] != NOSTR:
+            dtype[i] = parsed.dtype(a_type[i])
+        if in_n[i] == NONE and a_dims[i] != NOSTR:
+            v = parsed.dims(a_dims[i])
+            if v is not None:
+                in_n[i], size_source[i] = v, "annotation"
+        conf = pg_conf.get(pg_name[i]) if pg_name[i] is not None else None
+        if conf is not None:
+            if group_size[i] == NONE:
+                size = conf.get("pg_size")
+                if not isinstance(size, int) and isinstance(conf.get("ranks"), list):
+                    size = len(conf["ranks"])
+                if isinstance(size, int):
+                    group_size[i], gs_source[i] = size, "pg_config"
+            if pg_ranks[i] is None and isinstance(conf.get("ranks"), list):
+                pg_ranks[i] = str(conf["ranks"])
+        if out_n[i] == NONE and in_n[i] != NONE:
+            out_n[i] = _out_nelems(cname[i], in_n[i], group_size[i], c_dims[i], c_type[i], parsed)
+
+    no_ids = (Ks["corr"] == NONE) & (Ks["ext"] == NONE)
+    rows = pd.DataFrame({
+        "event": Ks["event"], "ts": Ks["ts"], "dur": Ks["dur"], "pid": Ks["pid"], "stream": Ks["stream"].astype(np.int64),
+        "device": Ks["device"].astype(np.int64), "correlation": Ks["corr"], "external_id": Ks["ext"],
+        "kernel_name": kernel_names, "kernel_kind": kinds_tok, "selected_by": sel_by,
+        "launch_event": np.where(launch_s >= 0, L["event"][np.maximum(launch_s, 0)] if len(L) else -1, -1),
+        "launch_ts": np.where(launch_s >= 0, L["ts"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
+        "launch_dur": np.where(launch_s >= 0, L["dur"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
+        "launch_tid": np.where(launch_s >= 0, L["tid"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
+        "rpc_event": np.where(rpc >= 0, O["event"][np.maximum(rpc, 0)] if len(O) else -1, -1),
+        "annotation_event": np.where(ann >= 0, O["event"][np.maximum(ann, 0)] if len(O) else -1, -1),
+        "c10d_event": np.where(c10 >= 0, O["event"][np.maximum(c10, 0)] if len(O) else -1, -1),
+        "rpc_name": rpc_name, "annotation_name": ann_name, "c10d_name": c10_name,
+        "link": np.array(["none", "external_id", "containment"], dtype=object)[link_s],
+        "collective_name": cname, "name_source": name_source, "dtype": dtype,
+        "in_nelems": in_n, "out_nelems": out_n, "size_source": size_source,
+        "group_size": group_size, "group_size_source": gs_source,
+        "pg_name": pg_name, "pg_desc": pg_desc, "pg_ranks": pg_ranks, "in_split": in_split, "out_split": out_split,
+        "seq": seq, "no_ids": no_ids,
+    })
+    for col in rows.columns:
+        if rows[col].dtype.kind not in "iufb":
+            rows[col] = pd.Series(rows[col].to_numpy(dtype=object), dtype=object)
+    rows["cpu_op_event"] = np.where(rows["rpc_event"] >= 0, rows["rpc_event"],
+                                    np.where(rows["annotation_event"] >= 0, rows["annotation_event"], rows["c10d_event"]))
+    rows["cpu_op_name"] = pd.Series(np.where(rows["rpc_event"] >= 0, rows["rpc_name"],
+                                             np.where(rows["annotation_event"] >= 0, rows["annotation_name"],
+                                                      rows["c10d_name"])), dtype=object)
+    rows = rows.drop(columns=["rpc_name", "annotation_name", "c10d_name"])
+    rows = rows.sort_values(["ts", "event"], kind="stable").reset_index(drop=True)
+
+    # per-rank findings
+    n_nolaunch = int((rows["launch_event"] < 0).sum())
+    if n_nolaunch:
+        quality.append(_finding("info", "no_launch", f"rank {rank}: {n_nolaunch} collective kernel(s) without a launch "
+                                "record (launched before the profiling window opened); kept, unattributed",
+                                rank=rank, count=n_nolaunch))
+    n_noop = int((rows["cpu_op_event"] < 0).sum())
+    if n_noop:
+        quality.append(_finding("info", "no_cpu_op", f"rank {rank}: {n_noop} collective kernel(s) not linked to a "
+                                "collective CPU op (record_param_comms / nccl:* / c10d::*)", rank=rank, count=n_noop))
+    n_noids = int(no_ids.sum())
+    if n_noids:
+        quality.append(_finding("info", "no_ids", f"rank {rank}: {n_noids} NCCL kernel(s) with neither correlation nor "
+                                "External id (TraceLens drops these; kept here)", rank=rank, count=n_noids))
+    n_cpu = int((sel_by == "cpu_op").sum() + (sel_by == "comm_args").sum())
+    if n_cpu:
+        quality.append(_finding("info", "linked_kernels", f"rank {rank}: {n_cpu} kernel(s) without an NCCL/RCCL name "
+                                "identified as collectives through their CPU op or comm args", rank=rank, count=n_cpu))
+    n_unknown = int(pd.isna(rows["collective_name"]).sum())
+    if n_unknown:
+        quality.append(_finding("info", "unknown_kind", f"rank {rank}: {n_unknown} collective kernel(s) whose "
+                                "collective kind is unknown (no Collective name arg, no collective CPU op)",
+                                rank=rank, count=n_unknown))
+    return rows, quality
+
+
+def _out_nelems(cname, in_n, group_size, c_dims, c_type, parsed):
+    """Output element count when no arg gives it (old traces)."""
+    k = coll.kind(cname)
+    if c_dims != NOSTR and cname in ("all_to_allv", "_allgather_base", "_reduce_scatter_base"):
+        if parsed.dtype(c_type) is not None:
+            v = parsed.dims(c_dims)
+            if v is not None:
+                return v
+    if k in ("allreduce", "broadcast", "reduce", "send", "recv", "alltoall", "alltoallv"):
+        return in_n
+    if k == "allgather" and group_size != NONE and group_size > 0:
+        return in_n * int(group_size)
+    if k == "reducescatter" and group_size != NONE and group_size > 0:
+        return in_n // int(group_size)
+    return NONE
+
+
+def _empty_rank_rows():
+    cols = {"event": "int64", "ts": "int64", "dur": "int64", "pid": "int64", "stream": "int64", "device": "int64",
+            "correlation": "int64", "external_id": "int64", "kernel_name": object, "kernel_kind": object,
+            "selected_by": object, "launch_event": "int64", "launch_ts": "int64", "launch_dur": "int64",
+            "launch_tid": "int64", "rpc_event": "int64", "annotation_event": "int64", "c10d_event": "int64",
+            "link": object, "collective_name": object, "name_source": object, "dtype": object, "in_nelems": "int64",
+            "out_nelems": "int64", "size_source": object, "group_size": "int64", "group_size_source": object,
+            "pg_name": object, "pg_desc": object, "pg_ranks": object, "in_split": object, "out_split": object,
+            "seq": "int64", "no_ids": bool, "cpu_op_event": "int64", "cpu_op_name": object}
+    return pd.DataFrame({k: pd.Series([], dtype=v) for k, v in cols.items()})
+
+
+def collect_rank(frames, rank=None):
+    """Run a RankCollector over one rank's frames (e.g. an ``extract_rank``
+    generator) and return its RankResult; used by parallel report workers."""
+    collector = None
+    for frame in frames:
+        if collector is None:
+            collector = RankCollector(frame.rank if rank is None else rank)
+        collector.add(frame)
+    return (collector or RankCollector(rank or 0)).finish()
+
+
+# ====================================================================== the stage
+
+
+def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
+    """The align stage: yield every input frame, then the ``align.*`` tables.
+
+    ``align_clocks``: True/False, or None for "on when the ranks span more than
+    one node" (nodes from ``gpus_per_node`` or the first rank's
+    ``deviceProperties``).  END frames of the input are dropped and one END is
+    written after the tables.  TABLE frames named ``align.*`` already in the
+    input (a stream aligned twice) are dropped with a warning.
+    """
+    yield table_frame("align.options", align_options_table(align_clocks, gpus_per_node, tolerance_ns))
+    collectors, results = {}, {}
+    replaced = False
+    for frame in frames:
+        kind = frame.kind
+        if kind == Kind.END:
+            continue
+        if kind == Kind.TABLE:
+            name, _ = frame.table()
+            if name.startswith("align."):
+                replaced = True
+                continue
+            yield frame
+            continue
+        yield frame
+        if kind in (Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META):
+            r = frame.rank
+            if r in results:
+                raise StreamtraceError(f"rank {r} appears twice in the input (two metadata frames)")
+            c = collectors.get(r)
+            if c is None:
+                c = collectors[r] = RankCollector(r)
+            c.add(frame)
+            if kind == Kind.META:
+                results[r] = collectors.pop(r).finish()
+    if replaced:
+        log.warning("the input already held align tables; they are replaced by this run's")
+    for r, c in collectors.items():
+        results[r] = c.finish()
+    tables = match_ranks([results[r] for r in sorted(results)], align_clocks=align_clocks,
+                         gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns)
+    for name in TABLE_NAMES[1:]:
+        yield table_frame(name, tables[name])
+    yield json_frame(Kind.END, 0, {"stage": "align", "ranks": len(results),
+                                   "collective_kernels": int(len(tables["align.collectives"]))})
+
+
+def align_options_table(align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
+    """The one-row ``align.options`` table (strings; '' = automatic/absent)."""
+    options = {"align_clocks": align_clocks, "gpus_per_node": gpus_per_node, "tolerance_ns": tolerance_ns,
+               "version": VERSION}
+    return pd.DataFrame({k: pd.Series(["" if v is None else str(v)], dtype=object) for k, v in options.items()})
+
+
+# ====================================================================== across ranks
+
+
+def _rank_key(text, cache):
+    """Normalised rank list of a ``Process Group Ranks`` string: (key, tuple, truncated)."""
+    if text in cache:
+        return cache[text]
+    ranks, truncated = coll.parse_rank_list(text)
+    if ranks is None:
+        key = "" if text is None else str(text).strip()
+    else:
+        key = ",".join(map(str, ranks)) + (",..." if truncated else "")
+    cache[text] = (key, ranks, truncated)
+    return cache[text]
+
+
+def _signatures(df):
+    """Integer signature per row: collective name (or kernel token), dtype,
+    and sizes except for all_to_allv (whose sizes differ per rank)."""
+    name = df["collective_name"].where(df["collective_name"].notna(), "~" + df["kernel_kind"].fillna("?").astype(str))
+    a2av = (df["collective_name"].map(coll.CATEGORY) == "alltoallv").to_numpy(dtype=bool)
+    inn = np.where(a2av, -2, df["in_nelems"].to_numpy(dtype=np.int64))
+    out = np.where(a2av, -2, df["out_nelems"].to_numpy(dtype=np.int64))
+    key = pd.DataFrame({"n": name.astype(str), "d": df["dtype"].fillna("?").astype(str), "i": inn, "o": out})
+    return key.groupby(["n", "d", "i", "o"], sort=False).ngroup().to_numpy(dtype=np.int64)
+
+
+def _median(x):
+    return float(np.median(x)) if len(x) else 0.0
+
+
+def _score(s_sig, s_end, c_sig, c_end, k, tol):
+    m, n = len(s_sig), len(c_sig)
+    i0, i1 = max(0, -k), min(m, n - k)
+    if i1 <= i0:
+        return None
+    eq = s_sig[i0:i1] == c_sig[i0 + k:i1 + k]
+    diffs = s_end[i0:i1] - c_end[i0 + k:i1 + k]
+    neq = int(eq.sum())
+    d = _median(diffs[eq]) if neq else _median(diffs)
+    consistent = int((eq & (np.abs(diffs - d) <= tol)).sum())
+    return (consistent, neq, i1 - i0, -abs(d), -abs(k)), d
+
+
+def align_sequences(s_sig, s_end, c_sig, c_end, tol=MATCH_TOLERANCE_NS, band=16):
+    """Align one rank's collective sequence S to a consensus sequence C.
+
+    Both are in time order: ``*_sig`` integer signatures, ``*_end`` end times
+    (ns; S on its own clock, C on the reference clock).  Returns
+    ``(s_index, c_index, offset, trivial)``: matched pairs, the estimated
+    clock offset of S relative to C (ns, None when nothing matched) and
+    whether the match was the plain ordinal one (same length, shift 0).
+
+    Shifts k (S[i] <-> C[i+k]) are tried around 0, around the end-aligned
+    shift n-m and around the shift suggested by raw end times; the best one
+    maximises the number of pairs with equal signatures whose end-time
+    difference is within ``tol`` of the median difference, then the number of
+    equal signatures, the overlap, and prefers a small offset.  If some pairs
+    of the best shift disagree in time, a greedy merge on offset-corrected end
+    times repairs gaps in the middle of a sequence.
+    """
+    m, n = len(s_sig), len(c_sig)
+    empty = np.empty(0, dtype=np.int64)
+    if m == 0 or n == 0:
+        return empty, empty, None, m == n
+    # fast paths: shift 0, or end-aligned, with every pair consistent
+    quick = []
+    for k in sorted({0, n - m}, key=abs):
+        sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
+        if sc is not None and sc[0][0] == min(m, n):
+            quick.append((k, sc[1]))
+    if len(quick) == 1:
+        k, d = quick[0]
+        best_k, best_d = k, d
+    else:
+        cands = set()
+        if m + n <= 8 * band:
+            cands.update(range(-(m - 1), n))
+        else:
+            bases = {0, n - m}
+            j = np.clip(np.searchsorted(c_end, s_end), 0, n - 1)
+            jl = np.maximum(j - 1, 0)
+            nearest = np.where(np.abs(c_end[jl] - s_end) < np.abs(c_end[j] - s_end), jl, j)
+            ks, counts = np.unique(nearest - np.arange(m), return_counts=True)
+            bases.update(ks[np.argsort(-counts)[:3]].tolist())
+            for b in bases:
+                cands.update(range(b - band, b + band + 1))
+        best = None
+        for k in sorted(cands):
+            if not (-(m - 1) <= k <= n - 1):
+                continue
+            sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
+            if sc is not None and (best is None or sc[0] > best[0]):
+                best = (sc[0], k, sc[1])
+        _, best_k, best_d = best
+    k, d = best_k, best_d
+    i0, i1 = max(0, -k), min(m, n - k)
+    si = np.arange(i0, i1, dtype=np.int64)
+    ci = si + k
+    res = (s_end[si] - d) - c_end[ci]
+    eq = s_sig[si] == c_sig[ci]
+    gaps = np.diff(c_end).astype(np.float64) if n > 1 else np.empty(0)
+    lo = np.concatenate([[np.inf], gaps])[ci]
+    hi = np.concatenate([gaps, [np.inf]])[ci]
+    ok = (np.abs(res) <= tol) | (eq & (np.abs(res) < 0.5 * np.minimum(lo, hi)))
+    if ok.all():
+        return si, ci, d, (m == n and k == 0)
+    # greedy repair on corrected times
+    t = s_end.astype(np.float64) - d
+    gl = np.concatenate([[np.inf], gaps])
+    gh = np.concatenate([gaps, [np.inf]])
+    out_s, out_c = [], []
+    i = j = 0
+    while i < m and j < n:
+        r = t[i] - c_end[j]
+        if abs(r) <= tol or (s_sig[i] == c_sig[j] and abs(r) < 0.5 * min(gl[j], gh[j])):
+            out_s.append(i)
+            out_c.append(j)
+            i += 1
+            j += 1
+        elif r < 0:
+            i += 1
+        else:
+            j += 1
+    return np.array(out_s, dtype=np.int64), np.array(out_c, dtype=np.int64), d, False
+
+
+def _match_ordinal(g_rank, g_sig, g_end, tol):
+    """Slots for the rows of one process group (rows sorted by rank, then time).
+
+    Returns ``(slot, slot_order, info, reference_rank)``: a consensus slot per
+    row, the time order of the slots, per rank the match method and the number
+    of its rows without a counterpart, and the rank used as reference.
+    """
+    ranks, starts = np.unique(g_rank, return_index=True)
+    bounds = list(starts) + [len(g_rank)]
+    span = {int(r): (bounds[i], bounds[i + 1]) for i, r in enumerate(ranks)}
+    counts = {r: b - a for r, (a, b) in span.items()}
+    ref = min(counts, key=lambda r: (-counts[r], r))
+    a, b = span[ref]
+    slot = np.full(len(g_rank), -1, dtype=np.int64)
+    cons_sig = g_sig[a:b].copy()
+    cons_end = g_end[a:b].astype(np.int64)
+    cons_id = np.arange(b - a, dtype=np.int64)
+    slot[a:b] = cons_id
+    next_id = b - a
+    info = {ref: ("ordinal", 0)}
+    for r in sorted(span):
+        if r == ref:
+            continue
+        a, b = span[r]
+        s_sig, s_end = g_sig[a:b], g_end[a:b]
+        si, ci, d, trivial = align_sequences(s_sig, s_end, cons_sig, cons_end, tol)
+        slot[a + si] = cons_id[ci]
+        unmatched = np.setdiff1d(np.arange(b - a), si)
+        info[r] = ("ordinal" if trivial else "aligned", len(unmatched))
+        if len(unmatched):
+            new_ids = np.arange(next_id, next_id + len(unmatched), dtype=np.int64)
+            next_id += len(unmatched)
+            slot[a + unmatched] = new_ids
+            times = s_end[unmatched] - int(round(d or 0))
+            cons_sig = np.concatenate([cons_sig, s_sig[unmatched]])
+            cons_end = np.concatenate([cons_end, times])
+            cons_id = np.concatenate([cons_id, new_ids])
+            order = np.argsort(cons_end, kind="stable")
+            cons_sig, cons_end, cons_id = cons_sig[order], cons_end[order], cons_id[order]
+    position = np.empty(next_id, dtype=np.int64)
+    position[cons_id] = np.arange(len(cons_id))
+    return slot, position, info, ref
+
+
+def estimate_clock_offsets(inst, rank, end):
+    """Per-rank clock offsets from collective end times (B4).
+
+    ``inst``, ``rank``, ``end`` (ns) describe participations in collectives
+    that end together on every rank.  Model: end = common_end[inst] +
+    offset[rank] + noise.  Offsets start from a weighted least-squares fit of
+    the per-pair median differences and are refined by alternating medians, so
+    a few outliers do not move them.  The lowest rank of each connected set of
+    ranks is the reference (offset 0).
+
+    Returns ``{rank: dict(offset_ns, residual_ns, max_residual_ns, collectives,
+    reference_rank)}`` for every rank in ``rank``.
+    """
+    inst = np.asarray(inst, dtype=np.int64)
+    rank = np.asarray(rank, dtype=np.int64)
+    end = np.asarray(end, dtype=np.int64)
+    out = {}
+    if not len(inst):
+        return out
+    ranks = np.unique(rank)
+    ri = np.searchsorted(ranks, rank).astype(np.int64)
+    # connected components (union-find over instances)
+    parent = list(range(len(ranks)))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    order = np.lexsort((ri, inst))
+    inst_o, ri_o, end_o = inst[order], ri[order], end[order]
+    first = np.r_[True, inst_o[1:] != inst_o[:-1]]
+    head = np.maximum.accumulate(np.where(first, np.arange(len(inst_o)), 0))
+    links = np.unique(np.stack([ri_o[head], ri_o], axis=1), axis=0)
+    for x, y in links.tolist():
+        fx, fy = find(x), find(y)
+        if fx != fy:
+            parent[max(fx, fy)] = min(fx, fy)
+    comp = np.array([find(i) for i in range(len(ranks))])
+    # pairwise medians against the lowest rank of each instance
+    pa, pb = ri_o[head], ri_o
+    diff = (end_o - end_o[head]).astype(np.float64)
+    keep = pa != pb
+    pairs = pd.DataFrame({"a": pa[keep], "b": pb[keep], "d": diff[keep]})
+    offset = np.zeros(len(ranks))
+    if len(pairs):
+        agg = pairs.groupby(["a", "b"], sort=True)["d"].agg(["median", "size"]).reset_index()
+        R = len(ranks)
+        rows_a = np.zeros((len(agg) + R, R))
+        rhs = np.zeros(len(agg) + R)
+        w = np.sqrt(agg["size"].to_numpy(dtype=np.float64))
+        idx = np.arange(len(agg))
+        rows_a[idx, agg["b"].to_numpy()] = w
+        rows_a[idx, agg["a"].to_numpy()] -= w
+        rhs[: len(agg)] = agg["median"].to_numpy() * w
+        big = 1e3 * (w.max() if len(w) else 1.0)
+        for i in range(R):  # gauge: the reference of each component is 0
+            if comp[i] == i:
+                rows_a[len(agg) + i, i] = big
+        offset = np.linalg.lstsq(rows_a, rhs, rcond=None)[0]
+    # refine with alternating medians (robust to outliers)
+    # float64 only after removing the common part: epoch ns do not fit a double's 53 bits
+    frame = pd.DataFrame({"i": inst_o, "r": ri_o, "e": (end_o - end_o.min()).astype(np.float64)})
+    for _ in range(4):
+        common = (frame["e"] - offset[frame["r"].to_numpy()]).groupby(frame["i"]).transform("median")
+        new = (frame["e"] - common).groupby(frame["r"]).median()
+        offset = np.zeros(len(ranks))
+        offset[new.index.to_numpy()] = new.to_numpy()
+        offset -= offset[comp]
+    common = (frame["e"] - offset[frame["r"].to_numpy()]).groupby(frame["i"]).transform("median")
+    resid = np.abs(frame["e"] - offset[frame["r"].to_numpy()] - common)
+    stats = resid.groupby(frame["r"]).agg(["median", "max", "size"])
+    for i, r in enumerate(ranks):
+        s = stats.loc[i] if i in stats.index else None
+        out[int(r)] = {"offset_ns": int(round(offset[i])),
+                       "residual_ns": float(s["median"]) if s is not None else math.nan,
+                       "max_residual_ns": float(s["max"]) if s is not None else math.nan,
+                       "collectives": int(s["size"]) if s is not None else 0,
+                       "reference_rank": int(ranks[comp[i]])}
+    return out
+
+
+def _nodes(results, gpus_per_node):
+    if gpus_per_node:
+        return int(gpus_per_node)
+    for res in results:
+        if res.meta.get("gpus"):
+            return int(res.meta["gpus"])
+    return None
+
+
+def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
+    """Match the collective rows of every rank; return the ``align.*`` tables
+    (except ``align.options``) as ``{name: DataFrame}``."""
+    results = sorted(results, key=lambda r: r.rank)
+    quality = []
+    for res in results:
+        quality += res.quality
+    present = [res.rank for res in results]
+    quality += _rank_findings(results)
+    ranks_table = _ranks_table(results)
+    parts = []
+    for res in results:
+        if len(res.rows):
+            df = res.rows.copy()
+            df.insert(0, "rank", res.rank)
+            df["base_ns"] = res.meta.get("base_ns") or 0
+            parts.append(df)
+    G = _nodes(results, gpus_per_node)
+    multi_node = G is not None and len({r // G for r in present}) > 1
+    apply = bool(align_clocks) if align_clocks is not None else multi_node
+    if not parts:
+        quality.append(_finding("warning", "no_collectives",
+                                f"no collective kernels in {len(results)} rank(s): the report is empty"))
+        clocks = pd.DataFrame({"rank": pd.Series(present, dtype="int64"),
+                               "offset_ns": np.zeros(len(present), dtype=np.int64),
+                               "residual_ns": np.full(len(present), np.nan),
+                               "max_residual_ns": np.full(len(present), np.nan),
+                               "collectives": np.zeros(len(present), dtype=np.int64),
+                               "reference_rank": pd.Series(present, dtype="int64"),
+                               "applied": np.full(len(present), apply), "method": ["none"] * len(present)})
+        return {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
+                "align.clocks": clocks, "align.quality": _quality_table(quality)}
+    df = pd.concat(parts, ignore_index=True)
+    df = df.sort_values(["rank", "ts", "event"], kind="stable").reset_index(drop=True)
+    df["abs_ts"] = df["base_ns"].to_numpy(dtype=np.int64) + df["ts"].to_numpy(dtype=np.int64)
+    df["abs_end"] = df["abs_ts"] + df["dur"].to_numpy(dtype=np.int64)
+
+    # ---- process groups
+    simplified = df["pg_name"].isna().all() and (df.groupby("rank")["stream"].nunique() <= 1).all()
+    pg = df["pg_name"].where(df["pg_name"].notna(), "all" if simplified else "Unknown_Group").astype(str)
+    cache = {}
+    codes, uniq = pd.factorize(df["pg_ranks"].astype(object).to_numpy(), use_na_sentinel=False)
+    ukeys = np.array([_rank_key(None if (t is None or t != t) else t, cache)[0] for t in uniq] + [""], dtype=object)
+    rkey = pd.Series(ukeys[codes], index=df.index, dtype=object)
+    # rows of a named group without a rank list join the group's only list
+    for name in pg[rkey == ""].unique():
+        lists = rkey[(pg == name) & (rkey != "")].unique()
+        if len(lists) == 1:
+            rkey[(pg == name) & (rkey == "")] = lists[0]
+    shared = rkey.groupby(pg).nunique()
+    label = pg.copy()
+    for name in shared[shared > 1].index:
+        for k in rkey[pg == name].unique():
+            ranks_k = [int(x) for x in k.split(",") if x.lstrip("-").isdigit()]
+            tag = f"@r{min(ranks_k)}" if ranks_k else f"@{k or '?'}"
+            label[(pg == name) & (rkey == k)] = name + tag
+        quality.append(_finding("warning", "shared_pg_name", f"process group name {name!r} is used by "
+                                f"{int(shared[name])} disjoint rank sets; they are told apart by their rank lists "
+                                "(TraceLens merges them and aborts with 'Metadata mismatch')", pg=name))
+    df["pg"] = pg
+    df["pg_key"] = label
+    sig = _signatures(df)
+    df["_sig"] = sig
+
+    # ---- slots within each process group
+    slot = np.full(len(df), -1, dtype=np.int64)
+    position = np.full(len(df), -1, dtype=np.int64)
+    method = np.empty(len(df), dtype=object)
+    mkey = np.empty(len(df), dtype=object)
+    seq = df["seq"].to_numpy(dtype=np.int64)
+    for key, idx in df.groupby("pg_key", sort=True).indices.items():
+        idx = np.sort(idx)
+        g_rank = df["rank"].to_numpy()[idx]
+        if (seq[idx] != NONE).all():
+            occ = df.iloc[idx].groupby(["rank", "seq"]).cumcount().to_numpy()
+            pairs = pd.DataFrame({"s": seq[idx], "o": occ})
+            codes = pairs.groupby(["s", "o"], sort=True).ngroup().to_numpy()
+            slot[idx] = codes
+            position[idx] = codes
+            method[idx] = "seq"
+            keys = _prefixed("seq=", seq[idx])
+            dup = np.flatnonzero(occ > 0)
+            keys[dup] = [f"{k}#{o}" for k, o in zip(keys[dup], occ[dup])]
+            mkey[idx] = keys
+            for r in np.unique(g_rank):
+                rr = idx[g_rank == r]
+                s_r = seq[rr]
+                if len(np.unique(s_r)) != len(s_r):
+                    quality.append(_finding("warning", "duplicate_seq", f"rank {int(r)}: Seq values repeat in "
+                                            f"process group {key}", rank=int(r), pg=key))
+            continue
+        s, pos_of_slot, info, ref = _match_ordinal(g_rank, sig[idx], df["abs_end"].to_numpy()[idx], tolerance_ns)
+        slot[idx] = s
+        position[idx] = pos_of_slot[s]
+        meth = np.array([info[int(r)][0] for r in g_rank], dtype=object)
+        method[idx] = meth
+        for r, (how, unmatched) in info.items():
+            if how == "aligned":
+                quality.append(_finding("info", "sequence_aligned", f"rank {r}: its collectives in process group {key} "
+                                        f"do not line up one-to-one with reference rank {ref}'s (profiling window "
+                                        "starts or ends at another collective, or one is missing); aligned by "
+                                        f"signature and end time, {unmatched} without a counterpart",
+                                        rank=r, pg=key, count=unmatched))
+    df["_slot"] = slot
+    df["index_in_group"] = position
+    # ordinal index per pg: compact the positions to 0..n-1
+    df["index_in_group"] = df.groupby("pg_key")["index_in_group"].rank(method="dense").astype(np.int64) - 1
+    df["match_method"] = method
+    is_seq = df["match_method"] == "seq"
+    ordinal = _prefixed("ordinal=", df["index_in_group"].to_numpy())
+    df["match_key"] = np.where(is_seq.to_numpy(), mkey, ordinal)
+    inst_codes = df.groupby(["pg_key", "_slot"], sort=False).ngroup().to_numpy()
+    df["_inst"] = inst_codes
+    participants = np.bincount(inst_codes)[inst_codes]
+    df["participants"] = participants
+    single = (participants == 1) & (df["match_method"] != "seq")
+    df.loc[single & (df.groupby("pg_key")["rank"].transform("nunique") > 1), "match_method"] = "unmatched"
+
+    # ---- names, categories, sizes
+    names = df["collective_name"].to_numpy(dtype=object)
+    df["category"] = pd.Series([coll.CATEGORY.get(x) for x in names], dtype=object, index=df.index)
+    df["kind"] = pd.Series([coll.KIND.get(x) for x in names], dtype=object, index=df.index)
+    df["implicit_sync"] = df["category"].isin(coll.IMPLICIT_SYNC)
+    df["bytes_per_elem"] = df["dtype"].map(coll.DTYPE_BYTES).astype(np.float64)
+    # group size from the instance when no arg or pg_config gives it
+    world = _world_size(results)
+    gs = df["group_size"].to_numpy(dtype=np.int64).copy()
+    gsrc = df["group_size_source"].to_numpy(dtype=object).copy()
+    infer = (gs == NONE) & (df["pg"].isin(["Unknown_Group", "all"]).to_numpy())
+    if infer.any() and world:
+        full = infer & (participants == world)
+        gs[full] = world
+        gsrc[full] = "world_size"
+    df["group_size"] = gs
+    df["group_size_source"] = gsrc
+    # output sizes of all-gather / reduce-scatter that needed the group size
+    inn, out = df["in_nelems"].to_numpy(dtype=np.int64), df["out_nelems"].to_numpy(dtype=np.int64).copy()
+    kinds = df["collective_name"].map(coll.KIND).to_numpy(dtype=object)
+    fix = (out == NONE) & (inn != NONE) & (gs != NONE) & (gs > 0)
+    ag, rs = fix & (kinds == "allgather"), fix & (kinds == "reducescatter")
+    out[ag] = inn[ag] * gs[ag]
+    out[rs] = inn[rs] // np.maximum(gs[rs], 1)
+    df["out_nelems"] = out
+
+    # ---- checks per instance
+    mism = _mismatch(df)
+    df["mismatch_fields"] = mism
+    df["metadata_mismatch"] = mism != ""
+    df["stream_mismatch"] = _disagree(df["stream"].to_numpy(), inst_codes)
+
+    # ---- clocks
+    sync = df["implicit_sync"].to_numpy() & (participants > 1)
+    if not sync.any():
+        sync = participants > 1
+        clock_method = "all_collectives"
+    else:
+        clock_method = "implicit_sync_ends"
+    est = estimate_clock_offsets(df["_inst"].to_numpy()[sync], df["rank"].to_numpy()[sync],
+                                 df["abs_end"].to_numpy()[sync])
+    clock_rows = []
+    for r in present:
+        e = est.get(r)
+        if e is None:
+            clock_rows.append({"rank": r, "offset_ns": 0, "residual_ns": math.nan, "max_residual_ns": math.nan,
+                               "collectives": 0, "reference_rank": r, "applied": apply, "method": "none"})
+        else:
+            clock_rows.append({"rank": r, **e, "applied": apply, "method": clock_method})
+    clocks = pd.DataFrame(clock_rows, columns=CLOCK_COLUMNS)
+    clocks = clocks.astype({"rank": "int64", "offset_ns": "int64", "collectives": "int64", "reference_rank": "int64",
+                            "applied": bool, "residual_ns": "float64", "max_residual_ns": "float64"})
+    quality += _clock_findings(clocks, apply, multi_node, G)
+    offs = dict(zip(clocks["rank"], clocks["offset_ns"]))
+    applied_off = df["rank"].map(offs).to_numpy(dtype=np.int64) if apply else np.zeros(len(df), dtype=np.int64)
+    df["clock_offset_ns"] = applied_off
+    df["ts_aligned_ns"] = df["abs_ts"].to_numpy(dtype=np.int64) - applied_off
+    df["dur_aligned_ns"] = df["dur"].to_numpy(dtype=np.int64)
+
+    # ---- instance order, ids, collective_id
+    ts_al = df["ts_aligned_ns"].to_numpy(dtype=np.int64)
+    first_ts = np.full(inst_codes.max() + 1, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_ts, inst_codes, ts_al)
+    inst_time = first_ts[inst_codes]
+    order_df = pd.DataFrame({"t": inst_time, "pg": df["pg_key"], "ix": df["index_in_group"], "i": df["_inst"]})
+    firsts = order_df.drop_duplicates("i").sort_values(["t", "pg", "ix"], kind="stable")
+    new_id = np.empty(len(firsts), dtype=np.int64)
+    new_id[firsts["i"].to_numpy()] = np.arange(len(firsts))
+    df["instance"] = new_id[df["_inst"].to_numpy()]
+    if simplified:
+        df["collective_id"] = df["index_in_group"].astype(str)
+    else:
+        df["collective_id"] = df["pg_key"] + "_" + df["index_in_group"].astype(str)
+    df = df.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
+
+    # ---- flags and findings
+    df["flags"] = _flags(df)
+    quality += _instance_findings(df, present, results)
+    for a, b in (("ts", "ts_ns"), ("dur", "dur_ns"), ("launch_ts", "launch_ts_ns"), ("launch_dur", "launch_dur_ns")):
+        df[b] = df.pop(a)
+    bpe = df["bytes_per_elem"].to_numpy()
+    for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
+        v = df[src].to_numpy(dtype=np.int64)
+        ok = (v != NONE) & ~np.isnan(bpe)
+        vals = np.zeros(len(df), dtype=np.int64)
+        vals[ok] = v[ok] * bpe[ok].astype(np.int64)
+        df[dst] = pd.arrays.IntegerArray(vals, ~ok)
+    for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
+                "correlation", "external_id"):
+        v = df[col].to_numpy(dtype=np.int64)
+        df[col] = pd.arrays.IntegerArray(v.copy(), v == NONE)
+    for col in ("stream", "device"):
+        v = df[col].to_numpy(dtype=np.int64)
+        df[col] = pd.arrays.IntegerArray(v.copy(), v == -1)
+    columns = {}
+    for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
+        series = df[col]
+        if series.dtype.kind not in "iufb" and not isinstance(series.dtype, pd.Int64Dtype):
+            values = series.to_numpy(dtype=object)
+            missing = pd.isna(values)
+            if missing.any():
+                values = values.copy()
+                values[missing] = None
+            series = pd.Series(values, dtype=object, index=df.index)
+        columns[col] = series
+    del df
+    out = pd.DataFrame(columns)
+    return {"align.ranks": ranks_table, "align.collectives": out, "align.clocks": clocks,
+            "align.quality": _quality_table(quality)}
+
+
+def _prefixed(prefix, values):
+    """Object array of ``prefix + str(value)``."""
+    if StringDType is not None:
+        return np.strings.add(prefix, np.asarray(values).astype(StringDType())).astype(object)
+    return np.array([f"{prefix}{v}" for v in np.asarray(values).tolist()], dtype=object)
+
+
+def _world_size(results):
+    sizes = [res.meta.get("world_size") for res in results if res.meta.get("world_size")]
+    return max(sizes) if sizes else (len(results) if results else None)
+
+
+#: fields that must agree across participants (A5.3; for all_to_allv A5.5 without stream)
+MISMATCH_FIELDS = (("pg", "Process Group Name"), ("pg_ranks", "Process Group Ranks"),
+                   ("collective_name", "Collective name"), ("group_size", "Group size"), ("dtype", "dtype"),
+                   ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"))
+
+
+def _disagree(values, inst):
+    """Per row: do the rows of its instance (``inst``: codes 0..n-1) hold
+    different values?  (None/NaN count as a value.)"""
+    codes, _ = pd.factorize(np.asarray(values, dtype=object) if np.asarray(values).dtype == object else values,
+                            use_na_sentinel=False)
+    n = int(inst.max()) + 1 if len(inst) else 0
+    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n, -1, dtype=np.int64)
+    np.minimum.at(lo, inst, codes)
+    np.maximum.at(hi, inst, codes)
+    return (lo != hi)[inst]
+
+
+def _mismatch(df):
+    inst = df["_inst"].to_numpy()
+    a2av = (df["collective_name"].map(coll.CATEGORY) == "alltoallv").to_numpy()
+    a2av_inst = np.zeros(int(inst.max()) + 1 if len(inst) else 0, dtype=bool)
+    a2av_inst[inst[a2av]] = True
+    a2av_inst = a2av_inst[inst]
+    labels = np.full(len(df), "", dtype=object)
+    for col, label in MISMATCH_FIELDS:
+        bad = _disagree(df[col].to_numpy(), inst)
+        if col in ("in_nelems", "out_nelems"):
+            bad &= ~a2av_inst
+        if bad.any():
+            labels[bad] = np.where(labels[bad] == "", label, labels[bad] + "," + label)
+    return labels
+
+
+def _flags(df):
+    checks = (("no_launch", df["launch_event"] < 0), ("no_cpu_op", df["cpu_op_event"] < 0),
+              ("no_ids", df["no_ids"]), ("unmatched", df["match_method"] == "unmatched"),
+              ("aligned", df["match_method"] == "aligned"),
+              ("metadata_mismatch", df["metadata_mismatch"]), ("stream_mismatch", df["stream_mismatch"]),
+              ("size_unknown", (df["in_nelems"].to_numpy(dtype=np.int64) == NONE) | df["bytes_per_elem"].isna()),
+              ("kind_unknown", df["collective_name"].isna()))
+    out = np.full(len(df), "", dtype=object)
+    for name, mask in checks:
+        m = np.asarray(mask, dtype=bool)
+        if m.any():
+            out[m] = np.where(out[m] == "", name, out[m] + ";" + name)
+    return out
+
+
+def _rank_findings(results):
+    out = []
+    world = _world_size(results)
+    present = {res.rank for res in results}
+    if world and len(present) < world:
+        missing = sorted(set(range(world)) - present)
+        if missing:
+            shown = missing if len(missing) <= 20 else missing[:20] + ["..."]
+            out.append(_finding("warning", "missing_ranks", f"{len(missing)} of {world} ranks are absent from the "
+                                f"input: {shown}; collectives are matched across the ranks present",
+                                count=len(missing)))
+    for res in results:
+        m = res.meta
+        if m.get("truncated_at_byte") is not None:
+            out.append(_finding("warning", "truncated_input", f"rank {res.rank}: {m.get('source')} is truncated at "
+                                f"byte {m['truncated_at_byte']}; events after the cut are missing", rank=res.rank))
+        for w in m.get("warnings") or []:
+            if "truncated" in w and m.get("truncated_at_byte") is not None:
+                continue
+            out.append(_finding("warning", "extract_warning", w, rank=res.rank))
+        counts = m.get("counts") or {}
+        bad = counts.get("bad_numbers")
+        if bad:
+            out.append(_finding("info", "events_dropped", f"rank {res.rank}: {bad} numeric field(s) were unreadable "
+                                "and left empty", rank=res.rank, count=bad))
+    return out
+
+
+def _clock_findings(clocks, applied, multi_node, G):
+    out = []
+    for row in clocks.itertuples(index=False):
+        if row.method == "none":
+            continue
+        if not math.isnan(row.residual_ns) and row.residual_ns > CLOCK_RESIDUAL_WARN_NS:
+            out.append(_finding("warning", "clock_residual", f"rank {row.rank}: collective ends disagree by a median "
+                                f"{row.residual_ns / 1000:.1f} us after clock alignment (threshold "
+                                f"{CLOCK_RESIDUAL_WARN_NS / 1000:.0f} us)", rank=row.rank))
+        if not applied and abs(row.offset_ns) > CLOCK_OFFSET_NOTE_NS:
+            out.append(_finding("info", "clock_offset", f"rank {row.rank}: its clock appears offset by "
+                                f"{row.offset_ns / 1000:.1f} us from rank {row.reference_rank}'s (estimated from "
+                                "collective ends, not applied; use --align_clocks)", rank=row.rank))
+    if applied:
+        out.append(_finding("info", "clocks_aligned", "per-rank clock offsets (clock_alignment sheet) were applied "
+                            "before computing skews and waits" + (" (ranks span more than one node)" if multi_node
+                                                                  else "")))
+    return out
+
+
+def _instance_findings(df, present, results):
+    out = []
+    inst = df.drop_duplicates("instance")
+    mm = inst[inst["metadata_mismatch"]]
+    if len(mm):
+        out.append(_finding("warning", "metadata_mismatch", f"{len(mm)} collective instance(s) whose participants "
+                            f"disagree on metadata (first: {mm['collective_id'].iloc[0]}: {mm['mismatch_fields'].iloc[0]});"
+                            " rows are flagged, not dropped", collective_id=mm["collective_id"].iloc[0],
+                            count=len(mm)))
+    um = df[df["match_method"] == "unmatched"]
+    if len(um):
+        for (r, key), g in um.groupby(["rank", "pg_key"]):
+            out.append(_finding("warning", "unmatched", f"rank {r}: {len(g)} collective(s) of process group {key} "
+                                "have no counterpart on any other rank", rank=int(r), pg=key, count=len(g)))
+    # participants against the process group's rank list
+    present_set = set(present)
+    expected = {}
+    for text in inst["pg_ranks"].dropna().unique():
+        ranks, truncated = coll.parse_rank_list(text)
+        if ranks is not None and not truncated:
+            expected[text] = len([r for r in ranks if r in present_set])
+    exp = inst["pg_ranks"].map(expected)
+    partial = inst[exp.notna() & (inst["participants"] < exp.fillna(0))]
+    if len(partial):
+        first = partial["collective_id"].iloc[0]
+        out.append(_finding("warning", "partial_instances", f"{len(partial)} collective instance(s) have fewer "
+                            f"participants than their process group's ranks present in the input (first: {first})",
+                            collective_id=first, count=len(partial)))
+    return out
+
+
+def _ranks_table(results):
+    rows = []
+    for res in results:
+        m = res.meta
+        rows.append({"rank": res.rank, "source": m.get("source"), "world_size": m.get("world_size"),
+                     "trace_rank": m.get("trace_rank"), "trace_world_size": m.get("trace_world_size"),
+                     "gpus": m.get("gpus"), "base_ns": int(m.get("base_ns") or 0),
+                     "pg_config": None if m.get("pg_config") is None else _json(m["pg_config"]),
+                     "collective_kernels": len(res.rows), "events": res.events,
+                     "truncated_at_byte": m.get("truncated_at_byte"), "warnings": "; ".join(m.get("warnings") or [])})
+    df = pd.DataFrame(rows, columns=RANK_COLUMNS)
+    for col in ("world_size", "trace_rank", "trace_world_size", "gpus", "truncated_at_byte"):
+        df[col] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+                            for v in df[col].tolist()], dtype="Int64")
+    for col in ("rank", "base_ns", "collective_kernels", "events"):
+        df[col] = df[col].astype(np.int64)
+    for col in ("source", "pg_config", "warnings"):
+        df[col] = df[col].astype(object)
+    return df
+
+
+def _json(v):
+    return json.dumps(v, separators=(",", ":"), default=str)
+
+
+def _quality_table(findings):
+    df = pd.DataFrame(findings, columns=QUALITY_COLUMNS)
+    for col in ("rank", "count"):
+        df[col] = pd.array([None if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
+                            for v in df[col].tolist()], dtype="Int64")
+    for col in ("severity", "category", "pg", "collective_id", "message"):
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
+    return df
+
+
+def _empty_collectives():
+    ints = {"instance", "index_in_group", "rank", "event", "pid", "ts_ns", "dur_ns", "base_ns", "clock_offset_ns",
+            "ts_aligned_ns", "dur_aligned_ns", "launch_event", "cpu_op_event", "rpc_event", "annotation_event",
+            "c10d_event", "participants"}
+    nullable = {"device", "stream", "correlation", "external_id", "launch_ts_ns", "launch_dur_ns", "launch_tid",
+                "in_nelems", "out_nelems", "in_bytes", "out_bytes", "group_size", "seq"}
+    bools = {"implicit_sync", "metadata_mismatch", "stream_mismatch"}
+    cols = {}
+    for c in COLLECTIVE_COLUMNS:
+        if c in ints:
+            cols[c] = pd.Series([], dtype="int64")
+        elif c in nullable:
+            cols[c] = pd.Series([], dtype="Int64")
+        elif c in bools:
+            cols[c] = pd.Series([], dtype=bool)
+        elif c == "bytes_per_elem":
+            cols[c] = pd.Series([], dtype="float64")
+        else:
+            cols[c] = pd.Series([], dtype=object)
+    return pd.DataFrame(cols)
+
+
+def read_align_tables(tables):
+    """Check that ``tables`` holds the align tables; return them."""
+    missing = [n for n in TABLE_NAMES[1:] if n not in tables]
+    if missing:
+        raise StreamtraceError("the stream has no align results (" + ", ".join(missing) + "): run 'streamtrace align' "
+                               "on it first, e.g. 'streamtrace extract ... | streamtrace align | streamtrace report'")
+    return tables
+
+
+__all__ = ["align_frames", "match_ranks", "RankCollector", "RankResult", "collect_rank", "align_sequences",
+           "estimate_clock_offsets", "COLLECTIVE_COLUMNS", "CLOCK_COLUMNS", "QUALITY_COLUMNS", "RANK_COLUMNS",
+           "TABLE_NAMES", "classify_string", "read_align_tables"]

@@ -1,0 +1,123 @@
+"""Running the stages in one process, on whatever the user has.
+
+An input is either an event stream (any stage) or trace files; the missing
+stages run in-process, generator to generator, with no serialisation between
+them.
+"""
+import itertools
+
+from .errors import StreamtraceError
+from .stream import MAGIC, Kind, iter_frames
+
+
+def is_stream(path):
+    """True when ``path`` starts with the event-stream magic."""
+    if str(path) == "-":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(MAGIC)) == MAGIC
+    except OSError as exc:
+        raise StreamtraceError(f"{path}: {exc.strerror or exc}") from None
+
+
+def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False):
+    """Frames of every RankInput, extracted in-process (``jobs`` > 1: in
+    parallel processes, written to temporary streams and read back in order)."""
+    from .extract import extract, extract_rank
+
+    if jobs <= 1 or len(inputs) <= 1:
+        return itertools.chain.from_iterable(
+            extract_rank(i.path, i.rank, world_size, keep_pyfunc, i.position) for i in inputs)
+    import os
+    import tempfile
+
+    tmp = tempfile.NamedTemporaryFile(prefix="streamtrace-", suffix=".stev", delete=False)
+    try:
+        extract(inputs, tmp, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs)
+        tmp.close()
+        return _frames_then_delete(tmp.name)
+    except BaseException:
+        tmp.close()
+        os.unlink(tmp.name)
+        raise
+
+
+def _frames_then_delete(path):
+    import os
+
+    try:
+        yield from iter_frames(path)
+    finally:
+        os.unlink(path)
+
+
+def table_names(path):
+    """Names of the TABLE frames in a stream file, reading only headers
+    (payloads are skipped with seek)."""
+    import json
+    import struct
+
+    names = set()
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        pos = 16  # after the stream header; concatenated headers are 16 bytes too
+        while pos + 16 <= size:
+            f.seek(pos)
+            head = f.read(16)
+            if head[:8] == MAGIC:
+                pos += 16
+                continue
+            kind, _, length = struct.unpack("<IIQ", head)
+            if kind == Kind.TABLE:
+                (hlen,) = struct.unpack("<I", f.read(4))
+                names.add(json.loads(f.read(hlen))["name"])
+            pos += 16 + length
+    return names
+
+
+def _spool_stdin():
+    """stdin to a temporary file, so it can be read twice."""
+    import shutil
+    import sys
+    import tempfile
+
+    tmp = tempfile.NamedTemporaryFile(prefix="streamtrace-", suffix=".stev", delete=False)
+    shutil.copyfileobj(sys.stdin.buffer, tmp, 1 << 20)
+    tmp.close()
+    return tmp.name
+
+
+def correlated_frames(paths, jobs=1, world_size=None):
+    """Frames with align and correlate results, running what is missing."""
+    from .align import align_frames
+    from .correlate import TABLE_PREFIX, correlate_frames
+    from .sources import resolve_inputs
+
+    paths = [_spool_stdin() if str(p) == "-" else p for p in paths]
+    streams = [is_stream(p) for p in paths]
+    if all(streams):
+        names = set().union(*(table_names(p) for p in paths))
+        frames = (f for p in paths for f in iter_frames(p))
+        if any(n.startswith(TABLE_PREFIX) for n in names):
+            return frames
+        if "align.collectives" not in names:
+            frames = align_frames(frames)
+        return correlate_frames(frames)
+    if any(streams):
+        raise StreamtraceError("give either event streams or trace files, not both")
+    inputs = resolve_inputs(paths=paths, world_size=world_size)
+    return correlate_frames(align_frames(trace_frames(inputs, world_size=world_size, jobs=jobs)))
+
+
+def correlated_sheets(paths, jobs=1, world_size=None):
+    """{sheet: DataFrame} of correlate's results for streams or traces."""
+    from .correlate import sheets_from_tables
+
+    tables = {}
+    for f in correlated_frames(paths, jobs=jobs, world_size=world_size):
+        if f.kind == Kind.TABLE:
+            name, df = f.table()
+            tables[name] = df
+    return sheets_from_tables(tables)

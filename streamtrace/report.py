@@ -1,0 +1,1318 @@
+"""``report``: the multi-rank collective report (sheets as DataFrames, then writers).
+
+``build_report(source, ...)`` turns the ``align.*`` tables (from a stream, a
+list of frames, or a dict of tables) into ``{sheet name: DataFrame}``:
+
+Part A (TraceLens-compatible, spec collective-report.md A4/A5):
+``nccl_summary_implicit_sync``, ``nccl_summary_long``, ``nccl_summary_all2allv``,
+``nccl_all2allv_heatmap``, ``nccl_long``, ``nccl_implicit_sync``,
+``nccl_all2allv``, ``straggler_summary`` -- same columns, order, formulas and
+units ("MB" = MiB, "GB/s" = GiB/s, times in us).  Part B adds columns at the
+end of those sheets and the sheets ``nccl_summary_by_size``,
+``clock_alignment`` and ``data_quality``.
+
+Where streamtrace deliberately differs from TraceLens (spec Part B):
+
+* times are exact integer ns internally; waits and skews are computed on
+  integers and converted to us once, so they carry no float noise;
+* ``ts`` is the trace's own microseconds (relative to ``baseTimeNanoseconds``
+  when the traces have one; ranks with different bases are put on the
+  smallest base), shifted by the rank's clock offset when clock alignment is
+  on (the ``clock_alignment`` sheet then says so);
+* metadata the kernels lack comes from the CPU ops (B2): ``Collective name``,
+  ``dtype`` and sizes are filled for old traces; sizes exist for every c10
+  dtype;
+* rows and rank columns are in a deterministic order: instances by collective
+  time, ranks ascending;
+* metadata disagreements flag rows (``metadata_mismatch``) unless ``strict``.
+
+``write_xlsx`` / ``write_csvs`` write atomically; ``generate_collective_report``
+runs extract -> align -> report in one process (or extracts ranks in parallel).
+"""
+import contextlib
+import itertools
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import tempfile
+
+import numpy as np
+import pandas as pd
+
+from . import collectives as coll
+from .align import (COLLECTIVE_COLUMNS, align_frames, align_options_table, collect_rank, match_ranks,
+                    read_align_tables)
+from .errors import StreamtraceError
+from .stream import Kind, iter_frames
+
+log = logging.getLogger("streamtrace")
+
+DEFAULT_AGG_METRICS = ("mean", "median", "min", "max")
+REPORT_NAME = "nccl_analysis_report.xlsx"
+EXCEL_MAX_ROWS = 1_048_576  # including the header row
+HEATMAP_MAX_WORLD, HEATMAP_WARN_WORLD = 1024, 256
+_ALLOWED_AGGS = ("mean", "median", "min", "max", "std", "var", "sum", "count", "first", "last", "sem", "prod",
+                 "nunique", "size")
+
+LONG_COLUMNS = ["collective_id", "index_in_group", "rank", "Process Group Name", "Process Group Ranks",
+                "Collective name", "Group size", "dtype", "In msg nelems", "In msg size (MB)", "Out msg nelems",
+                "Out msg size (MB)", "In split size", "Out split size", "stream", "ts", "dur"]
+LONG_EXTRA = ["instance", "kernel_name", "match_method", "ts_raw", "clock_offset_us", "flags"]
+SUMMARY_LONG_KEYS = ["rank", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
+                     "In msg nelems", "Out msg nelems", "In split size", "Out split size", "stream"]
+SUMMARY_LONG_METRICS = ["In msg size (MB)_first", "Out msg size (MB)_first", "dur_sum", "dur_mean", "dur_std",
+                        "dur_min", "dur_max", "operation_count"]
+IMPLICIT_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name", "Group size",
+                    "dtype", "In msg nelems", "Out msg nelems", "In msg size (MB)", "Out msg size (MB)",
+                    "Full msg size (MB)", "comm_latency", "skew in start time", "earliest arrival rank",
+                    "avg_wait_time", "skew in end time", "algo bw (GB/s)", "bus bw (GB/s)"]
+IMPLICIT_EXTRA = ["xfer_latency", "straggler_rank", "blame_us", "participants", "metadata_mismatch",
+                  "mismatch_fields", "instance", "flags"]
+IMPLICIT_CHECK = ["Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
+                  "In msg nelems", "Out msg nelems", "In msg size (MB)", "Out msg size (MB)"]
+SUMMARY_IMPLICIT_KEYS = ["Collective name", "dtype", "In msg nelems"]
+SUMMARY_IMPLICIT_METRICS = ["comm_latency", "skew in start time", "skew in end time", "algo bw (GB/s)",
+                            "bus bw (GB/s)"]
+A2AV_COLUMNS = ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name", "Group size",
+                "dtype", "stream", "total data communicated (MB)", "total nelems communicated", "wall_time (us)",
+                "max_rank_dur (us)", "min_rank_dur (us)", "avg_rank_dur (us)", "throughput (GB/s)",
+                "max_rank_throughput (GB/s)", "min_rank_throughput (GB/s)", "size_imbalance",
+                "skew in start time", "skew in end time"]
+A2AV_RANK_BLOCK = ["ts", "dur", "In msg nelems", "Out msg nelems", "In msg size (MB)", "Out msg size (MB)",
+                   "In split size", "Out split size"]
+A2AV_CHECK = ["Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype", "stream"]
+A2AV_EXTRA = ["bus bw (GB/s)", "participants", "metadata_mismatch", "stream_mismatch", "instance", "flags"]
+STRAGGLER_COLUMNS = ["rank", "total_wait_time_us", "mean_wait_time_us", "times_arrived_last", "times_arrived_first",
+                     "pct_arrived_last", "num_collectives", "total_nccl_dur_us"]
+STRAGGLER_EXTRA = ["participated", "pct_arrived_last_of_participated", "total_blame_us"]
+HEATMAP_COLUMNS = ["src_rank", "dst_rank", "total_sent_MB", "avg_sent_MB", "count"]
+BY_SIZE_COLUMNS = ["Collective name", "Process Group Name", "size_bucket", "count", "total_bytes",
+                   "total_latency_us", "avg_latency_us", "p50_latency_us", "p99_latency_us",
+                   "avg bus bw (GB/s)", "bus bw (GB/s)"]
+CLOCK_SHEET_COLUMNS = ["rank", "offset_us", "residual_us", "max_residual_us", "collectives", "reference_rank",
+                       "applied", "method", "note"]
+QUALITY_SHEET_COLUMNS = ["severity", "category", "rank", "pg", "collective_id", "count", "message"]
+
+#: correlate's sheets (spec blocking-analysis.md), present when the stream
+#: went through ``correlate``
+BLOCKING_SHEETS = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
+                   "contention_pairs", "nccl_inflation", "compute_inflation", "exposed_comm"]
+SHEET_ORDER = ["nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
+               "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary",
+               "nccl_summary_by_size", "clock_alignment"] + BLOCKING_SHEETS + ["data_quality"]
+
+
+# ====================================================================== inputs
+
+
+def collect_tables(frames, align_clocks=None, gpus_per_node=None):
+    """``{name: DataFrame}`` of the TABLE frames of a stream.
+
+    When the stream carries no align results (no ``align.options`` frame
+    before its first rank frame), align runs here, in-process, on the
+    stream's frames.
+    """
+    tables = {}
+    it = iter(frames)
+    for frame in it:
+        if frame.kind == Kind.TABLE:
+            name, df = frame.table()
+            tables[name] = pd.concat([tables[name], df], ignore_index=True) if name in tables else df
+            continue
+        if frame.kind in (Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META, Kind.KERNELS) \
+                and "align.options" not in tables:
+            for f in align_frames(itertools.chain([frame], it), align_clocks=align_clocks,
+                                  gpus_per_node=gpus_per_node):
+                if f.kind == Kind.TABLE:
+                    name, df = f.table()
+                    if name.startswith("align.") or name not in tables:
+                        tables[name] = df
+                    else:
+                        tables[name] = pd.concat([tables[name], df], ignore_index=True)
+            break
+    return tables
+
+
+def _as_tables(source, align_clocks=None, gpus_per_node=None):
+    if isinstance(source, dict):
+        return source
+    if isinstance(source, (str, bytes, os.PathLike)):
+        return collect_tables(iter_frames(source), align_clocks, gpus_per_node)
+    return collect_tables(source, align_clocks, gpus_per_node)
+
+
+# ====================================================================== helpers
+
+
+def _us(ns):
+    """int ns -> float us, correctly rounded (also beyond 2**53 ns, via whole + fraction)."""
+    ns = np.asarray(ns, dtype=np.int64)
+    small = np.abs(ns) < (1 << 53)
+    out = ns / 1000.0
+    if not small.all():
+        big = ~small
+        out[big] = (ns[big] // 1000).astype(np.float64) + (ns[big] % 1000) / 1000.0
+    return out
+
+
+def _float(series):
+    """Nullable numbers -> float64 with NaN."""
+    return pd.to_numeric(series, errors="coerce").astype(np.float64).to_numpy()
+
+
+def _nullable_int(values, mask=None):
+    values = np.asarray(values)
+    if mask is None:
+        mask = pd.isna(values)
+    return pd.arrays.IntegerArray(np.where(mask, 0, values).astype(np.int64), np.asarray(mask, dtype=bool))
+
+
+def _obj(series):
+    return series.astype(object).where(series.notna(), None)
+
+
+class _Nodes:
+    """node_id / node_span (A5.9, with B1's pg_config fallback for truncated lists)."""
+
+    def __init__(self, gpus_per_node, ranks_table):
+        self.G = gpus_per_node
+        self.groups = []  # (pg_name, ranks tuple) from distributedInfo.pg_config
+        for text in ranks_table.get("pg_config", pd.Series([], dtype=object)).dropna().tolist():
+            try:
+                for pg in json.loads(text):
+                    if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
+                        self.groups.append((str(pg.get("pg_name")), tuple(pg["ranks"])))
+            except (ValueError, TypeError):
+                continue
+        self._cache = {}
+        self.unresolved = 0
+
+    def node_id(self, ranks):
+        return np.asarray(ranks, dtype=np.int64) // self.G
+
+    def span(self, pg_ranks, pg_name=None):
+        key = (pg_ranks, pg_name)
+        if key in self._cache:
+            return self._cache[key]
+        ranks, truncated = coll.parse_rank_list(pg_ranks)
+        if truncated:
+            full = [g for name, g in self.groups if name == str(pg_name) and g[:len(ranks)] == ranks]
+            if full:
+                ranks, truncated = full[0], False
+            else:
+                self.unresolved += 1
+        if ranks is None or truncated or not ranks:
+            value = "unknown"
+        else:
+            value = "intra_node" if len({r // self.G for r in ranks}) == 1 else "inter_node"
+        self._cache[key] = value
+        return value
+
+    def spans(self, pg_ranks, pg_names):
+        return [self.span(r, n) for r, n in zip(pg_ranks, pg_names)]
+
+
+def _check_align_options(tables, align_clocks):
+    options = tables.get("align.options")
+    if align_clocks is None or options is None or not len(options) or "align_clocks" not in options:
+        return
+    used = str(options["align_clocks"].iloc[-1])
+    if used != str(bool(align_clocks)):
+        log.warning(f"the stream was aligned with align_clocks={used or 'auto'}: --align_clocks has no effect "
+                    "here (run 'streamtrace align --align_clocks' to change it)")
+
+
+def _check_aggs(agg_metrics):
+    aggs = list(agg_metrics or DEFAULT_AGG_METRICS)
+    for a in aggs:
+        if a not in _ALLOWED_AGGS:
+            raise StreamtraceError(f"--agg_metrics: unknown aggregation {a!r} (use any of {', '.join(_ALLOWED_AGGS)})")
+    return aggs
+
+
+# ====================================================================== the report
+
+
+def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS, gpus_per_node=None,
+                 all2allv_heatmap=False, strict=False, align_clocks=None, world_size=None):
+    """The report as ``{sheet name: DataFrame}`` in workbook order.
+
+    ``source``: a dict of tables, an iterable of frames, or a stream path.
+    ``gpus_per_node`` (else the first rank's ``deviceProperties`` count) adds
+    the node columns.  ``strict`` turns metadata disagreements into an error
+    (TraceLens behaviour).  ``align_clocks`` and ``gpus_per_node`` are also
+    used when the stream has not been through ``align`` yet.
+    """
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
+    aggs = _check_aggs(agg_metrics)
+    tables = read_align_tables(_as_tables(source, align_clocks, gpus_per_node))
+    _check_align_options(tables, align_clocks)
+    c = tables["align.collectives"]
+    ranks_t = tables["align.ranks"]
+    clocks = tables["align.clocks"]
+    findings = [dict(r) for r in tables["align.quality"].to_dict("records")]
+    if len(c):
+        c = c.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
+    G = gpus_per_node
+    if G is None and len(ranks_t) and ranks_t["gpus"].notna().any():
+        G = int(ranks_t.sort_values("rank")["gpus"].dropna().iloc[0])
+    nodes = _Nodes(G, ranks_t) if G else None
+    applied = bool(clocks["applied"].any()) if len(clocks) else False
+    common_base = int(ranks_t["base_ns"].min()) if len(ranks_t) else 0
+    simplified = bool(len(c)) and (c["pg"] == "all").all() and c["pg_name"].isna().all()
+
+    long, ns = _long_table(c, common_base)
+    inst = _instance_stats(ns)
+    sheets = {}
+    implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, findings)
+    sheets["nccl_summary_implicit_sync"] = _summary_implicit(implicit, aggs)
+    sheets["nccl_summary_long"] = _summary_long(long, nodes)
+    a2av = _all2allv(long, ns, inst, strict, findings, nodes)
+    if len(a2av):
+        sheets["nccl_summary_all2allv"] = _summary_all2allv(a2av, aggs, nodes)
+    if all2allv_heatmap:
+        world = max([int(x) for x in ranks_t["world_size"].dropna().tolist()] + [len(ranks_t)] +
+                    [int(world_size or 0)])
+        heat = _heatmap(long, world, findings)
+        if heat is not None and len(heat):
+            sheets["nccl_all2allv_heatmap"] = heat
+    if detailed_analysis:
+        sheets["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True)
+        sheets["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+        if len(a2av):
+            sheets["nccl_all2allv"] = a2av
+    if len(implicit):
+        sheets["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
+    sheets["nccl_summary_by_size"] = _by_size(long, ns, inst)
+    sheets["clock_alignment"] = _clock_sheet(clocks, applied)
+    if nodes is not None and nodes.unresolved:
+        findings.append({"severity": "info", "category": "node_span_unknown", "rank": None, "pg": None,
+                         "collective_id": None, "count": nodes.unresolved,
+                         "message": f"{nodes.unresolved} truncated 'Process Group Ranks' list(s) could not be "
+                                    "completed from distributedInfo.pg_config: node_span is 'unknown' there"})
+    for name in BLOCKING_SHEETS:
+        if f"correlate.{name}" in tables:
+            sheets[name] = tables[f"correlate.{name}"]
+    quality = tables.get("correlate.correlate_quality")
+    if quality is not None:
+        findings += [{"severity": "info", "category": row["check"], "rank": row["rank"], "pg": None,
+                      "collective_id": None, "count": None, "message": row["detail"]}
+                     for row in quality.to_dict("records")]
+    sheets["data_quality"] = _quality_sheet(findings)
+    if not len(c):
+        log.warning("no collective kernels found: the report is empty (see the data_quality sheet)")
+    return {name: sheets[name] for name in SHEET_ORDER if name in sheets}
+
+
+# ---------------------------------------------------------------------- nccl_long
+
+
+def _long_table(c, common_base):
+    """(nccl_long without node columns, per-row ns arrays)."""
+    ts_disp = c["ts_aligned_ns"].to_numpy(dtype=np.int64) - common_base
+    raw = c["base_ns"].to_numpy(dtype=np.int64) + c["ts_ns"].to_numpy(dtype=np.int64) - common_base
+    dur = c["dur_ns"].to_numpy(dtype=np.int64)
+    in_b, out_b = _float(c["in_bytes"]), _float(c["out_bytes"])
+    long = pd.DataFrame({
+        "collective_id": _obj(c["collective_id"]),
+        "index_in_group": c["index_in_group"].to_numpy(dtype=np.int64),
+        "rank": c["rank"].to_numpy(dtype=np.int64),
+        "Process Group Name": _obj(c["pg"]),
+        "Process Group Ranks": _obj(c["pg_ranks"]),
+        "Collective name": _obj(c["collective_name"]),
+        "Group size": c["group_size"].astype("Int64"),
+        "dtype": _obj(c["dtype"]),
+        "In msg nelems": c["in_nelems"].astype("Int64"),
+        "In msg size (MB)": in_b / coll.MIB,
+        "Out msg nelems": c["out_nelems"].astype("Int64"),
+        "Out msg size (MB)": out_b / coll.MIB,
+        "In split size": _obj(c["in_split"]),
+        "Out split size": _obj(c["out_split"]),
+        "stream": c["stream"].astype("Int64"),
+        "ts": _us(ts_disp),
+        "dur": dur / 1000.0,
+        "instance": c["instance"].to_numpy(dtype=np.int64),
+        "kernel_name": _obj(c["kernel_name"]),
+        "match_method": _obj(c["match_method"]),
+        "ts_raw": _us(raw),
+        "clock_offset_us": c["clock_offset_ns"].to_numpy(dtype=np.int64) / 1000.0,
+        "flags": _obj(c["flags"]),
+    })
+    ns = {"instance": long["instance"].to_numpy(), "rank": long["rank"].to_numpy(), "s": ts_disp, "dur": dur,
+          "e": ts_disp + dur, "in_bytes": in_b, "out_bytes": out_b, "pg_name": c["pg_name"].to_numpy(dtype=object),
+          "category": c["category"].to_numpy(dtype=object), "kind": c["kind"].to_numpy(dtype=object),
+          "mismatch_fields": c["mismatch_fields"].to_numpy(dtype=object),
+          "stream_mismatch": c["stream_mismatch"].to_numpy(dtype=bool),
+          "participants": c["participants"].to_numpy(dtype=np.int64)}
+    return long, ns
+
+
+def _instance_stats(ns):
+    """Per-instance reductions over the rows (rows sorted by instance, then rank)."""
+    inst = ns["instance"]
+    if not len(inst):
+        return {"starts": np.empty(0, dtype=np.int64), "ids": np.empty(0, dtype=np.int64)}
+    starts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
+    counts = np.diff(np.r_[starts, len(inst)])
+    s, e, dur, rank = ns["s"], ns["e"], ns["dur"], ns["rank"]
+    st = {"starts": starts, "ids": inst[starts], "count": counts,
+          "max_s": np.maximum.reduceat(s, starts), "min_s": np.minimum.reduceat(s, starts),
+          "max_e": np.maximum.reduceat(e, starts), "min_e": np.minimum.reduceat(e, starts),
+          "min_dur": np.minimum.reduceat(dur, starts), "max_dur": np.maximum.reduceat(dur, starts),
+          "sum_dur": np.add.reduceat(dur, starts)}
+    pos = np.repeat(np.arange(len(starts)), counts)  # instance position of each row
+    st["pos"] = pos
+    # earliest arrival: smallest start, ties -> highest rank
+    o = np.lexsort((-rank, s, pos))
+    first = np.r_[True, pos[o][1:] != pos[o][:-1]]
+    st["earliest_rank"] = rank[o][first]
+    # last arrival (straggler): largest start, ties -> lowest rank; and the second-last start
+    o = np.lexsort((rank, -s, pos))
+    po = pos[o]
+    first = np.flatnonzero(np.r_[True, po[1:] != po[:-1]])
+    st["last_rank"] = rank[o][first]
+    second = np.where(counts >= 2, s[o][np.minimum(first + 1, len(o) - 1)], np.iinfo(np.int64).min)
+    st["second_s"] = second
+    return st
+
+
+# ---------------------------------------------------------------------- implicit sync
+
+
+def _mismatch_by_instance(df, cols, starts):
+    """Per instance (rows grouped contiguously, ``starts`` = first row of each):
+    the first column of ``cols`` whose values disagree across its rows, or ''."""
+    out = np.full(len(starts), "", dtype=object)
+    if not len(starts):
+        return out
+    for col in cols:
+        codes, _ = pd.factorize(df[col].astype(object).to_numpy(), use_na_sentinel=True)
+        bad = (np.minimum.reduceat(codes, starts) != np.maximum.reduceat(codes, starts)) & (out == "")
+        out[bad] = col
+    return out
+
+
+def _implicit_sync(long, ns, st, simplified, strict, findings):
+    """(nccl_implicit_sync without node_span, mask of the rows that belong to it)."""
+    cols = IMPLICIT_COLUMNS + IMPLICIT_EXTRA
+    if not len(long):
+        return pd.DataFrame({c: [] for c in cols}), np.zeros(0, dtype=bool)
+    starts = st["starts"]
+    first = long.iloc[starts].reset_index(drop=True)
+    cat = pd.Series(ns["category"][starts])
+    include = cat.isin(coll.IMPLICIT_SYNC).to_numpy()
+    if simplified:  # A3.2: unknown names are included in inference mode
+        include = include | first["Collective name"].isna().to_numpy()
+    rows = include[st["pos"]]
+    if not include.any():
+        return pd.DataFrame({c: [] for c in cols}), rows
+    mism = _mismatch_by_instance(long, IMPLICIT_CHECK, starts)
+    bad = include & (mism != "")
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        msg = (f"Metadata mismatch in '{mism[i]}' across the ranks of collective {first['collective_id'][i]}")
+        if strict and not simplified:
+            raise StreamtraceError(msg + " (--strict)")
+        findings.append({"severity": "warning", "category": "metadata_mismatch", "rank": None, "pg": None,
+                         "collective_id": first["collective_id"][i], "count": int(bad.sum()),
+                         "message": f"{int(bad.sum())} implicit-sync instance(s) disagree on metadata; first: {msg}. "
+                                    "Values shown are the lowest participating rank's"})
+    sel = np.flatnonzero(include)
+    n = len(sel)
+    out = first.loc[sel, IMPLICIT_COLUMNS[:10]].reset_index(drop=True)
+    catv = cat.to_numpy()[sel]
+    in_mb = out["In msg size (MB)"].to_numpy(dtype=np.float64)
+    out_mb = out["Out msg size (MB)"].to_numpy(dtype=np.float64)
+    full = np.where(catv == "allgather", out_mb, in_mb)
+    lat = st["min_dur"][sel] / 1000.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algo = np.where(lat > 0, (full / 1024) / (lat / 1e6), np.nan)
+    gsize = out["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    factor = np.array([_factor(k, g) for k, g in zip(catv, gsize)], dtype=np.float64)
+    # waits, per row
+    rowpos = st["pos"]
+    waits_ns = st["max_s"][rowpos] - ns["s"]
+    sum_w = np.add.reduceat(waits_ns, starts) if len(starts) else np.empty(0)
+    out["Full msg size (MB)"] = full
+    out["comm_latency"] = lat
+    out["skew in start time"] = (st["max_s"] - st["min_s"])[sel] / 1000.0
+    out["earliest arrival rank"] = st["earliest_rank"][sel]
+    out["avg_wait_time"] = sum_w[sel] / st["count"][sel] / 1000.0
+    out["skew in end time"] = (st["max_e"] - st["min_e"])[sel] / 1000.0
+    out["algo bw (GB/s)"] = algo
+    out["bus bw (GB/s)"] = algo * factor
+    # per-rank columns
+    keep = rows
+    ranks = np.unique(ns["rank"][keep])
+    rpos = np.searchsorted(ranks, ns["rank"][keep])
+    ipos = np.searchsorted(sel, rowpos[keep])
+    mats = {}
+    for name, values in (("ts", long["ts"].to_numpy()[keep]), ("dur", long["dur"].to_numpy()[keep]),
+                         ("wait_time", waits_ns[keep] / 1000.0)):
+        m = np.full((n, len(ranks)), np.nan)
+        m[ipos, rpos] = values
+        mats[name] = m
+    wide = {}
+    for j, r in enumerate(ranks):
+        wide[f"rank_{r}_ts"] = mats["ts"][:, j]
+        wide[f"rank_{r}_dur"] = mats["dur"][:, j]
+    for j, r in enumerate(ranks):
+        wide[f"rank_{r}_wait_time"] = mats["wait_time"][:, j]
+    extra = {
+        "xfer_latency": (st["min_e"] - st["max_s"])[sel] / 1000.0,
+        "straggler_rank": st["last_rank"][sel],
+        "blame_us": np.where(st["count"][sel] >= 2, (st["max_s"] - st["second_s"])[sel] / 1000.0, np.nan),
+        "participants": st["count"][sel],
+        "metadata_mismatch": mism[sel] != "",
+        "mismatch_fields": np.where(mism[sel] != "", mism[sel], None),
+        "instance": st["ids"][sel],
+        "flags": _instance_flags(_flag_array(long), starts, st["count"])[sel],
+    }
+    result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(extra)], axis=1)
+    return result, rows
+
+
+def _instance_flags(flags, starts, counts):
+    """Union of the row flags of each instance."""
+    out = np.full(len(starts), "", dtype=object)
+    flagged = np.flatnonzero(flags != "")
+    if not len(flagged):
+        return out
+    inst_of_row = np.repeat(np.arange(len(starts)), counts)
+    for i in np.unique(inst_of_row[flagged]).tolist():
+        tokens = []
+        for f in flags[starts[i]:starts[i] + counts[i]]:
+            for t in (f.split(";") if f else ()):
+                if t not in tokens:
+                    tokens.append(t)
+        out[i] = ";".join(tokens)
+    return out
+
+
+def _flag_array(long):
+    return long["flags"].astype(object).fillna("").to_numpy(dtype=object)
+
+
+def _first_agg(series):
+    v = series.dropna()
+    return v.iloc[0] if len(v) else None
+
+
+def _summary_implicit(implicit, aggs):
+    if not len(implicit):
+        cols = SUMMARY_IMPLICIT_KEYS + ["Process Group Name", "Group size", "Full msg size (MB)"]
+        for m in SUMMARY_IMPLICIT_METRICS:
+            cols += [f"{m}_{a}" for a in aggs]
+        return pd.DataFrame({c: [] for c in cols + ["count", "Total comm latency (ms)"]})
+    df = implicit.copy()
+    for k in SUMMARY_IMPLICIT_KEYS:
+        df[k] = df[k].astype(object).where(df[k].notna(), "Unknown")
+    codes = [pd.factorize(df[k].to_numpy(dtype=object))[0] for k in SUMMARY_IMPLICIT_KEYS]
+    g = df.groupby(codes, sort=False)
+    res = g[SUMMARY_IMPLICIT_KEYS].first()
+    for c in ("Process Group Name", "Group size", "Full msg size (MB)"):
+        res[c] = g[c].agg(_first_agg)
+    for m in SUMMARY_IMPLICIT_METRICS:
+        if m.startswith(("algo", "bus")) and df[m].isna().all():
+            continue
+        for a in aggs:
+            res[f"{m}_{a}"] = g[m].agg(a)
+    res["count"] = g.size()
+    res["Total comm latency (ms)"] = g["comm_latency"].sum() / 1000.0
+    res = res.reset_index(drop=True)
+    order = np.lexsort((np.arange(len(res)), -res["Total comm latency (ms)"].to_numpy(dtype=np.float64)))
+    res = res.iloc[order].reset_index(drop=True)
+    res["Group size"] = res["Group size"].astype("Int64")
+    return res
+
+
+# ---------------------------------------------------------------------- summary long
+
+
+def _summary_long(long, nodes):
+    d = long.dropna(subset=SUMMARY_LONG_KEYS)
+    if not len(d):
+        res = pd.DataFrame({c: [] for c in SUMMARY_LONG_KEYS + SUMMARY_LONG_METRICS})
+    else:
+        g = d.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)
+        res = g.agg(**{
+            "In msg size (MB)_first": ("In msg size (MB)", "first"),
+            "Out msg size (MB)_first": ("Out msg size (MB)", "first"),
+            "dur_sum": ("dur", "sum"), "dur_mean": ("dur", "mean"), "dur_std": ("dur", "std"),
+            "dur_min": ("dur", "min"), "dur_max": ("dur", "max"), "operation_count": ("dur", "size"),
+        }).reset_index()
+        order = np.lexsort((np.arange(len(res)), -res["dur_sum"].to_numpy(dtype=np.float64)))
+        res = res.iloc[order].reset_index(drop=True)
+    return _with_nodes(res, nodes, rank_col=True, span_col=True)
+
+
+def _with_nodes(df, nodes, rank_col=False, span_col=False, before=None):
+    """Add node_id (rank) and node_span (Process Group Ranks) columns."""
+    if nodes is None:
+        return df
+    df = df.copy()
+    cols = {}
+    if rank_col:
+        cols["node_id"] = pd.array(df["rank"].to_numpy(dtype=np.int64) // nodes.G, dtype="Int64") if len(df) \
+            else pd.array([], dtype="Int64")
+    if span_col:
+        cols["node_span"] = pd.Series(nodes.spans(df["Process Group Ranks"].tolist(),
+                                                  df["Process Group Name"].tolist()), dtype=object)
+    at = list(df.columns).index(before) if before in df.columns else None
+    if at is None:
+        # Part A columns first: node columns go before our extra columns
+        extras = [c for c in LONG_EXTRA + IMPLICIT_EXTRA + A2AV_EXTRA + STRAGGLER_EXTRA if c in df.columns]
+        at = min([list(df.columns).index(c) for c in extras], default=len(df.columns))
+    for i, (name, values) in enumerate(cols.items()):
+        df.insert(at + i, name, values)
+    return df
+
+
+# ---------------------------------------------------------------------- all_to_allv
+
+
+def _all2allv(long, ns, st, strict, findings, nodes):
+    if not len(long):
+        return pd.DataFrame()
+    starts = st["starts"]
+    first = long.iloc[starts].reset_index(drop=True)
+    include = (first["Collective name"] == "all_to_allv").to_numpy()
+    if not include.any():
+        return pd.DataFrame()
+    sel = np.flatnonzero(include)
+    n = len(sel)
+    mism = _mismatch_by_instance(long, A2AV_CHECK, starts)
+    bad = include & (mism != "")
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        msg = f"Metadata mismatch in '{mism[i]}' across the ranks of all_to_allv {first['collective_id'][i]}"
+        if strict:
+            raise StreamtraceError(msg + " (--strict)")
+        only_stream = include & (mism == "stream")
+        findings.append({"severity": "warning" if (bad & ~only_stream).any() else "info",
+                         "category": "all2allv_mismatch", "rank": None, "pg": None,
+                         "collective_id": first["collective_id"][i], "count": int(bad.sum()),
+                         "message": f"{int(bad.sum())} all_to_allv instance(s) disagree on metadata "
+                                    f"({int(only_stream.sum())} only on the NCCL stream id, which is per-process "
+                                    f"and meaningless across ranks); first: {msg}"})
+    rows = include[st["pos"]]
+    pos = st["pos"][rows]
+    ipos = np.searchsorted(sel, pos)
+    m_mb = long["In msg size (MB)"].to_numpy(dtype=np.float64)[rows]
+    nel = long["In msg nelems"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    dur = ns["dur"][rows]
+
+    def per_inst(values, fn):
+        res = np.full(n, np.nan)
+        frame = pd.DataFrame({"p": ipos, "v": values})
+        agg = frame.groupby("p")["v"].agg(fn)
+        res[agg.index.to_numpy()] = agg.to_numpy(dtype=np.float64)
+        return res
+
+    any_nan_m = per_inst(np.isnan(m_mb).astype(float), "max") > 0
+    total_mb = np.where(any_nan_m, np.nan, per_inst(np.nan_to_num(m_mb), "sum"))
+    any_nan_n = per_inst(np.isnan(nel).astype(float), "max") > 0
+    total_n = np.where(any_nan_n, np.nan, per_inst(np.nan_to_num(nel), "sum"))
+    wall = (st["max_e"] - st["min_s"])[sel] / 1000.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        thr = np.where(wall > 0, (total_mb / 1024) / (wall / 1e6), np.nan)
+        rank_thr = np.where((m_mb > 0) & (dur > 0), (m_mb / 1024) / ((dur / 1000.0) / 1e6), np.nan)
+        mean_m = per_inst(m_mb, "mean")
+        imbalance = np.where(mean_m != 0, per_inst(m_mb, "max") / mean_m, np.nan)
+    out = first.loc[sel, ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name",
+                          "Group size", "dtype", "stream"]].reset_index(drop=True)
+    out["total data communicated (MB)"] = total_mb
+    out["total nelems communicated"] = pd.array([None if math.isnan(x) else int(x) for x in total_n], dtype="Int64")
+    out["wall_time (us)"] = wall
+    out["max_rank_dur (us)"] = st["max_dur"][sel] / 1000.0
+    out["min_rank_dur (us)"] = st["min_dur"][sel] / 1000.0
+    out["avg_rank_dur (us)"] = st["sum_dur"][sel] / st["count"][sel] / 1000.0
+    out["throughput (GB/s)"] = thr
+    out["max_rank_throughput (GB/s)"] = per_inst(rank_thr, "max")
+    out["min_rank_throughput (GB/s)"] = per_inst(rank_thr, "min")
+    out["size_imbalance"] = imbalance
+    out["skew in start time"] = (st["max_s"] - st["min_s"])[sel] / 1000.0
+    out["skew in end time"] = (st["max_e"] - st["min_e"])[sel] / 1000.0
+    ranks = np.unique(ns["rank"][rows])
+    rp = np.searchsorted(ranks, ns["rank"][rows])
+    sub = long[rows]
+    wide = {}
+    skew = {}
+    s_rows, e_rows = ns["s"][rows], ns["e"][rows]
+    skew_s = (s_rows - st["min_s"][sel][ipos]) / 1000.0
+    skew_e = (st["max_e"][sel][ipos] - e_rows) / 1000.0
+    for j, r in enumerate(ranks):
+        mask = rp == j
+        for col in A2AV_RANK_BLOCK:
+            values = sub[col].to_numpy()[mask]
+            if col in ("In split size", "Out split size"):
+                arr = np.full(n, None, dtype=object)
+            elif col in ("In msg nelems", "Out msg nelems"):
+                arr = pd.array([None] * n, dtype="Int64")
+                values = sub[col].astype("Int64").array[mask]
+            else:
+                arr = np.full(n, np.nan)
+            arr[ipos[mask]] = values
+            wide[f"rank_{r}_{col}"] = arr
+        a = np.full(n, np.nan)
+        a[ipos[mask]] = skew_s[mask]
+        skew[f"rank_{r}_skew in start time"] = a
+        b = np.full(n, np.nan)
+        b[ipos[mask]] = skew_e[mask]
+        skew[f"rank_{r}_skew in end time"] = b
+    result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(skew)], axis=1)
+    if nodes is not None:
+        result["node_span"] = nodes.spans(result["Process Group Ranks"].tolist(),
+                                          result["Process Group Name"].tolist())
+    # B5: bus bandwidth from the actual bytes each rank sends to other ranks
+    offrank = _offrank_mb(sub, ns["rank"][rows])
+    lat = st["min_dur"][sel] / 1000.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result["bus bw (GB/s)"] = np.where(lat > 0, (per_inst(offrank, "max") / 1024) / (lat / 1e6), np.nan)
+    result["participants"] = st["count"][sel]
+    result["metadata_mismatch"] = ~np.isin(mism[sel], ["", "stream"])
+    result["stream_mismatch"] = ns["stream_mismatch"][starts][sel]
+    result["instance"] = st["ids"][sel]
+    result["flags"] = _instance_flags(_flag_array(long), starts, st["count"])[sel]
+    order = np.lexsort((np.arange(n), np.nan_to_num(-result["total data communicated (MB)"].to_numpy(dtype=np.float64),
+                                                    nan=np.inf)))
+    return result.iloc[order].reset_index(drop=True)
+
+
+def _offrank_mb(rows, ranks):
+    """MiB each a2av row sends to ranks other than itself (from its In split
+    size when readable, else (n-1)/n of its input)."""
+    out = np.full(len(rows), np.nan)
+    in_mb = rows["In msg size (MB)"].to_numpy(dtype=np.float64)
+    in_n = rows["In msg nelems"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    gsz = rows["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    splits, members = {}, {}
+    for i, (split, pgr) in enumerate(zip(rows["In split size"].tolist(), rows["Process Group Ranks"].tolist())):
+        if math.isnan(in_mb[i]):
+            continue
+        if split not in splits:
+            splits[split] = coll.parse_split(split)
+        if pgr not in members:
+            m, truncated = coll.parse_rank_list(pgr)
+            members[pgr] = None if truncated or m is None else {r: j for j, r in enumerate(m)}
+        parts, where = splits[split], members[pgr]
+        r = int(ranks[i])
+        if parts and where is not None and len(parts) == len(where) and r in where and in_n[i] > 0:
+            out[i] = in_mb[i] * (in_n[i] - parts[where[r]]) / in_n[i]
+        elif not math.isnan(gsz[i]) and gsz[i] > 0:
+            out[i] = in_mb[i] * (gsz[i] - 1) / gsz[i]
+    return out
+
+
+def _summary_all2allv(a2av, aggs, nodes):
+    df = a2av.dropna(subset=["Process Group Name", "dtype"])
+    cols = ["Process Group Name", "dtype"]
+    if not len(df):
+        return pd.DataFrame({c: [] for c in cols})
+    g = df.groupby(cols, sort=True)
+    res = pd.DataFrame(index=g.size().index)
+    for a in aggs:
+        res[f"total data communicated (MB)_{a}"] = g["total data communicated (MB)"].agg(a)
+    for a in aggs:
+        res[f"wall_time (us)_{a}"] = g["wall_time (us)"].agg(a)
+    res["Total wall_time (us)"] = g["wall_time (us)"].sum()
+    for a in aggs:
+        res[f"throughput (GB/s)_{a}"] = g["throughput (GB/s)"].agg(a)
+    for m in ("size_imbalance", "max_rank_dur (us)", "skew in start time", "skew in end time"):
+        res[f"{m}_mean"] = g[m].mean()
+        res[f"{m}_max"] = g[m].max()
+    res["count"] = g.size()
+    for c in ("Process Group Ranks", "Collective name", "Group size"):
+        res[c] = g[c].agg(_first_agg)
+    res["Total wall_time (ms)"] = res["Total wall_time (us)"] / 1000.0
+    res = res.reset_index()
+    res["Group size"] = res["Group size"].astype("Int64")
+    if nodes is not None:
+        res["node_span"] = nodes.spans(res["Process Group Ranks"].tolist(), res["Process Group Name"].tolist())
+    order = np.lexsort((np.arange(len(res)), -res["Total wall_time (ms)"].to_numpy(dtype=np.float64)))
+    return res.iloc[order].reset_index(drop=True)
+
+
+def _heatmap(long, world, findings):
+    if world > HEATMAP_MAX_WORLD:
+        findings.append({"severity": "warning", "category": "heatmap_skipped", "rank": None, "pg": None,
+                         "collective_id": None, "count": None,
+                         "message": f"world size {world} > {HEATMAP_MAX_WORLD}: the all2allv heatmap is skipped"})
+        return None
+    if world > HEATMAP_WARN_WORLD:
+        log.warning(f"all2allv heatmap for a world of {world} ranks: the sheet may be large")
+    rows = long[long["Collective name"] == "all_to_allv"]
+    acc = {}
+    skipped = {"unreadable split list": 0, "split list length != Group size": 0, "unknown dtype": 0}
+    cache = {}
+    for split, gsz, dtype, rank, pgr in zip(rows["In split size"].tolist(), rows["Group size"].tolist(),
+                                            rows["dtype"].tolist(), rows["rank"].tolist(),
+                                            rows["Process Group Ranks"].tolist()):
+        if split not in cache:
+            cache[split] = coll.parse_split(split)
+        parts = cache[split]
+        if parts is None:
+            skipped["unreadable split list"] += 1
+            continue
+        if gsz is None or gsz is pd.NA or len(parts) != int(gsz):
+            skipped["split list length != Group size"] += 1
+            continue
+        bpe = coll.bytes_per_elem(dtype)
+        if bpe is None:
+            skipped["unknown dtype"] += 1
+            continue
+        members, truncated = coll.parse_rank_list(pgr)
+        if members is not None and (truncated or len(members) != len(parts)):
+            members = None
+        for j, count in enumerate(parts):
+            key = (int(rank), j)
+            b, c, g = acc.get(key, (0, 0, None))
+            acc[key] = (b + count * bpe, c + 1, members[j] if members is not None else g)
+    for why, count in skipped.items():
+        if count:
+            findings.append({"severity": "info", "category": "heatmap_rows_skipped", "rank": None, "pg": None,
+                             "collective_id": None, "count": count,
+                             "message": f"all2allv heatmap: {count} all_to_allv kernel row(s) skipped ({why})"})
+    if not acc:
+        return pd.DataFrame({c: [] for c in HEATMAP_COLUMNS + ["dst_global_rank"]})
+    keys = sorted(acc)
+    total = np.array([acc[k][0] for k in keys], dtype=np.float64) / coll.MIB
+    count = np.array([acc[k][1] for k in keys], dtype=np.int64)
+    return pd.DataFrame({"src_rank": [k[0] for k in keys], "dst_rank": [k[1] for k in keys],
+                         "total_sent_MB": total, "avg_sent_MB": total / count, "count": count,
+                         "dst_global_rank": pd.array([acc[k][2] for k in keys], dtype="Int64")})
+
+
+# ---------------------------------------------------------------------- straggler summary
+
+
+def _straggler(ns, imp_rows, implicit, nodes):
+    N = len(implicit)
+    rows = imp_rows
+    rank = ns["rank"]
+    inst_rows = ns["instance"][rows]
+    # waits on implicit rows: max start of the instance - start
+    frame = pd.DataFrame({"instance": inst_rows, "rank": rank[rows], "s": ns["s"][rows]})
+    frame["max_s"] = frame.groupby("instance")["s"].transform("max")
+    frame["wait"] = (frame["max_s"] - frame["s"]) / 1000.0
+    by_rank = frame.groupby("rank")
+    total = by_rank["wait"].sum()
+    mean = by_rank["wait"].mean()
+    participated = by_rank.size()
+    last = pd.Series(implicit["straggler_rank"].to_numpy()).value_counts()
+    first = pd.Series(implicit["earliest arrival rank"].to_numpy()).value_counts()
+    blame = pd.Series(implicit["blame_us"].to_numpy()).groupby(implicit["straggler_rank"].to_numpy()).sum()
+    all_dur = pd.Series(ns["dur"] / 1000.0).groupby(rank).sum()
+    ranks = total.index.to_numpy()
+    df = pd.DataFrame({
+        "rank": ranks.astype(np.int64),
+        "total_wait_time_us": np.round(total.to_numpy(dtype=np.float64), 1),
+        "mean_wait_time_us": np.round(mean.to_numpy(dtype=np.float64), 1),
+        "times_arrived_last": last.reindex(ranks, fill_value=0).to_numpy(dtype=np.int64),
+        "times_arrived_first": first.reindex(ranks, fill_value=0).to_numpy(dtype=np.int64),
+    })
+    df["pct_arrived_last"] = np.round(100.0 * df["times_arrived_last"] / N, 1)
+    df["num_collectives"] = N
+    df["total_nccl_dur_us"] = np.round(all_dur.reindex(ranks, fill_value=0.0).to_numpy(dtype=np.float64), 1)
+    df["participated"] = participated.reindex(ranks).to_numpy(dtype=np.int64)
+    df["pct_arrived_last_of_participated"] = np.round(100.0 * df["times_arrived_last"] / df["participated"], 1)
+    df["total_blame_us"] = np.round(blame.reindex(ranks, fill_value=0.0).to_numpy(dtype=np.float64), 1)
+    order = np.lexsort((df["rank"].to_numpy(), df["total_wait_time_us"].to_numpy()))
+    df = df.iloc[order].reset_index(drop=True)
+    if nodes is not None:
+        df.insert(len(STRAGGLER_COLUMNS), "node_id", pd.array(df["rank"].to_numpy() // nodes.G, dtype="Int64"))
+    return df
+
+
+# ---------------------------------------------------------------------- Part B sheets
+
+
+def _by_size(long, ns, st):
+    if not len(long):
+        return pd.DataFrame({c: [] for c in BY_SIZE_COLUMNS})
+    starts = st["starts"]
+    first = long.iloc[starts].reset_index(drop=True)
+    cat = ns["category"][starts]
+    kind = ns["kind"][starts]
+    pos = st["pos"]
+    in_b, out_b = ns["in_bytes"], ns["out_bytes"]
+    a2av = np.array([c == "alltoallv" for c in cat])
+    max_in = pd.Series(in_b).groupby(pos).max().to_numpy()
+    nbytes = np.where(cat == "allgather", out_b[starts], np.where(a2av, max_in, in_b[starts]))
+    lat = st["min_dur"] / 1000.0
+    gsize = first["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    factor = np.array([_factor(k, g) for k, g in zip(kind, gsize)], dtype=np.float64)
+    bus_bytes = nbytes * factor
+    if a2av.any():
+        rows = a2av[pos]
+        off = _offrank_mb(long[rows], ns["rank"][rows]) * coll.MIB
+        mx = pd.Series(off).groupby(pos[rows]).max()
+        bus_bytes[mx.index.to_numpy()] = mx.to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bw = np.where(lat > 0, bus_bytes / coll.GIB / (lat / 1e6), np.nan)
+    df = pd.DataFrame({
+        "Collective name": first["Collective name"].astype(object).where(first["Collective name"].notna(), "Unknown"),
+        "Process Group Name": first["Process Group Name"].astype(object),
+        "size_bucket": [coll.size_bucket(None if math.isnan(b) else b) for b in nbytes],
+        "bytes": nbytes, "lat": lat, "bw": bw, "bus_bytes": bus_bytes,
+    })
+    g = df.groupby(["Collective name", "Process Group Name", "size_bucket"], sort=False)
+    res = g.agg(count=("lat", "size"), total_bytes=("bytes", "sum"), total_latency_us=("lat", "sum"),
+                avg_latency_us=("lat", "mean"), p50_latency_us=("lat", lambda x: np.percentile(x, 50)),
+                p99_latency_us=("lat", lambda x: np.percentile(x, 99)),
+                **{"avg bus bw (GB/s)": ("bw", "mean")}).reset_index()
+    tb = g["bus_bytes"].sum(min_count=1).to_numpy()
+    tl = g["lat"].sum().to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        res["bus bw (GB/s)"] = np.where(tl > 0, tb / coll.GIB / (tl / 1e6), np.nan)
+    res["total_bytes"] = pd.array([None if math.isnan(x) else int(x) for x in
+                                   g["bytes"].sum(min_count=1).to_numpy(dtype=np.float64)], dtype="Int64")
+    res["_b"] = res["size_bucket"].map(coll.SIZE_BUCKET_ORDER)
+    res = res.sort_values(["Collective name", "Process Group Name", "_b"], kind="stable").drop(columns="_b")
+    return res[BY_SIZE_COLUMNS].reset_index(drop=True)
+
+
+def _factor(kind, n):
+    f = coll.bus_factor(kind if isinstance(kind, str) else None, None if math.isnan(n) else n)
+    return np.nan if f is None else f
+
+
+def _clock_sheet(clocks, applied):
+    note = ("applied: ts, skew and wait columns of this report are on aligned clocks" if applied else
+            "estimated only, not applied (times are as recorded; use --align_clocks to apply)")
+    return pd.DataFrame({
+        "rank": clocks["rank"].to_numpy(dtype=np.int64),
+        "offset_us": clocks["offset_ns"].to_numpy(dtype=np.int64) / 1000.0,
+        "residual_us": clocks["residual_ns"].to_numpy(dtype=np.float64) / 1000.0,
+        "max_residual_us": clocks["max_residual_ns"].to_numpy(dtype=np.float64) / 1000.0,
+        "collectives": clocks["collectives"].to_numpy(dtype=np.int64),
+        "reference_rank": clocks["reference_rank"].to_numpy(dtype=np.int64),
+        "applied": clocks["applied"].to_numpy(dtype=bool),
+        "method": clocks["method"].astype(object).to_numpy(),
+        "note": [note] * len(clocks),
+    }, columns=CLOCK_SHEET_COLUMNS)
+
+
+def _quality_sheet(findings):
+    df = pd.DataFrame(findings, columns=QUALITY_SHEET_COLUMNS)
+    for col in ("rank", "count"):
+        df[col] = pd.array([None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else int(v)
+                            for v in df[col].tolist()], dtype="Int64")
+    for col in ("severity", "category", "pg", "collective_id", "message"):
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
+    return df
+
+
+# ====================================================================== writers
+
+_RISKY = ("=", "+", "-", "@", "\t", "\r")
+_RISKY_FIRST = frozenset(_RISKY)
+_ILLEGAL_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def sheet_parts(name, df, max_rows=EXCEL_MAX_ROWS - 1):
+    """Excel-sized pieces of a sheet: ``[(title, df)]``; titles are cut to 31
+    characters, pieces after the first are named ``name (2)``, ``name (3)``..."""
+    if len(df) <= max_rows:
+        return [(name[:31], df)]
+    parts = []
+    for k, start in enumerate(range(0, len(df), max_rows)):
+        suffix = "" if k == 0 else f" ({k + 1})"
+        parts.append((name[:31 - len(suffix)] + suffix, df.iloc[start:start + max_rows]))
+    return parts
+
+
+def _cell_columns(df):
+    """Column-wise Python values for writing: None for missing, Python scalars."""
+    cols = []
+    for name in df.columns:
+        s = df[name]
+        if s.dtype.kind == "f":
+            vals = s.to_numpy()
+            cols.append([None if v != v else float(v) for v in vals.tolist()])
+        elif s.dtype.kind in "iub":
+            cols.append(s.to_numpy().tolist())
+        else:
+            cols.append([None if (v is None or v is pd.NA or (isinstance(v, float) and v != v)) else
+                         (v.item() if hasattr(v, "item") else v) for v in s.astype(object).tolist()])
+    return cols
+
+
+def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
+    """Write the sheets to one workbook at ``path`` (atomically: a temporary
+    file renamed on success).
+
+    Sheets longer than Excel's row limit are split (``nccl_long``,
+    ``nccl_long (2)``, ...) with a warning.  Text is never a formula: cells
+    starting with ``=``, ``+``, ``-`` or ``@`` are stored as text.  Control
+    characters that XML cannot hold are dropped; NaN and missing values are
+    empty cells.
+
+    ``engine="fast"`` (default) streams the sheet XML straight into the zip
+    (about 20x faster than openpyxl without lxml, which matters for
+    100k-row sheets); ``engine="openpyxl"`` writes through openpyxl's
+    write-only workbook.  Both produce workbooks that openpyxl, pandas and
+    Excel read identically.
+    """
+    path = str(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise StreamtraceError(f"{path}: the output directory does not exist")
+    parts = []
+    for name, df in sheets.items():
+        pieces = sheet_parts(name, df, max_rows)
+        if len(pieces) > 1:
+            log.warning(f"sheet {name}: {len(df)} rows exceed Excel's limit; split into {len(pieces)} sheets "
+                        "(CSV output keeps the whole table)")
+        parts += pieces
+    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=".xlsx", dir=directory)
+    os.close(fd)
+    try:
+        if engine == "openpyxl":
+            _write_openpyxl(parts, tmp)
+        elif engine == "fast":
+            _write_fast(parts, tmp)
+        else:
+            raise StreamtraceError(f"unknown xlsx engine {engine!r} (fast or openpyxl)")
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _write_openpyxl(parts, target):
+    from openpyxl import Workbook
+    from openpyxl.cell import WriteOnlyCell
+
+    wb = Workbook(write_only=True)
+    for title, part in parts:
+        ws = wb.create_sheet(title)
+        ws.append([str(c) for c in part.columns])
+        cols = _cell_columns(part)
+        text_cols = [i for i, c in enumerate(part.columns) if part[c].dtype.kind not in "fiub"]
+        for row in zip(*cols) if cols else ():
+            if text_cols:
+                row = list(row)
+                for i in text_cols:
+                    v = row[i]
+                    if isinstance(v, str):
+                        if _ILLEGAL_XML.search(v):
+                            v = _ILLEGAL_XML.sub("", v)
+                            row[i] = v
+                        if v.startswith(_RISKY):
+                            cell = WriteOnlyCell(ws, v)
+                            cell.data_type = "s"  # text, never a formula
+                            row[i] = cell
+                    elif not isinstance(v, (int, float, bool)) and v is not None:
+                        row[i] = str(v)
+            ws.append(row)
+    wb.save(target)
+
+
+# ---------------------------------------------------------------------- the fast engine
+
+_NS_MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_NS_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+_NS_PKG = "http://schemas.openxmlformats.org/package/2006/relationships"
+_XML_HEAD = '<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n'
+_STYLES = (_XML_HEAD + f'<styleSheet xmlns="{_NS_MAIN}"><fonts count="1"><font><sz val="11"/><name val="Calibri"/>'
+           '</font></fonts><fills count="2"><fill><patternFill patternType="none"/></fill><fill><patternFill '
+           'patternType="gray125"/></fill></fills><borders count="1"><border><left/><right/><top/><bottom/>'
+           '<diagonal/></border></borders><cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" '
+           'borderId="0"/></cellStyleXfs><cellXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0" '
+           'xfId="0"/></cellXfs><cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/>'
+           '</cellStyles></styleSheet>')
+_EMPTY = "<c/>"
+
+
+def _xml_escape(s):
+    if _ILLEGAL_XML.search(s):
+        s = _ILLEGAL_XML.sub("", s)
+    if "&" in s:
+        s = s.replace("&", "&amp;")
+    if "<" in s:
+        s = s.replace("<", "&lt;")
+    if ">" in s:
+        s = s.replace(">", "&gt;")
+    return s
+
+
+def _str_cell(s):
+    s = _xml_escape(s)
+    space = ' xml:space="preserve"' if s[:1].isspace() or s[-1:].isspace() else ""
+    return f'<c t="inlineStr"><is><t{space}>{s}</t></is></c>'
+
+
+def _num_cell(v):
+    return f"<c><v>{v!r}</v></c>" if v == v and v not in (math.inf, -math.inf) else _EMPTY
+
+
+def _xml_cells(series):
+    """The <c> elements of one column (inline strings: text is never a formula)."""
+    kind = series.dtype.kind
+    if kind == "f" and isinstance(series.dtype, np.dtype):
+        return [_num_cell(v) for v in series.to_numpy().tolist()]
+    if kind in "iu" and isinstance(series.dtype, np.dtype):
+        return [f"<c><v>{v}</v></c>" for v in series.to_numpy().tolist()]
+    if kind == "b" and isinstance(series.dtype, np.dtype):
+        return ['<c t="b"><v>1</v></c>' if v else '<c t="b"><v>0</v></c>' for v in series.to_numpy().tolist()]
+    out = []
+    for v in series.astype(object).tolist():
+        if v is None or v is pd.NA:
+            out.append(_EMPTY)
+        elif isinstance(v, str):
+            out.append(_str_cell(v))
+        elif isinstance(v, (bool, np.bool_)):
+            out.append('<c t="b"><v>1</v></c>' if v else '<c t="b"><v>0</v></c>')
+        elif isinstance(v, (int, np.integer)):
+            out.append(f"<c><v>{int(v)}</v></c>")
+        elif isinstance(v, (float, np.floating)):
+            out.append(_num_cell(float(v)))
+        else:
+            out.append(_str_cell(str(v)))
+    return out
+
+
+def _write_fast(parts, target):
+    import zipfile
+
+    titles = []
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        for i, (title, part) in enumerate(parts, start=1):
+            titles.append(title)
+            with zf.open(f"xl/worksheets/sheet{i}.xml", "w", force_zip64=True) as f:
+                f.write((_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode())
+                header = "<row>" + "".join(_str_cell(str(c)) for c in part.columns) + "</row>"
+                f.write(header.encode())
+                step = 20000
+                for start in range(0, len(part), step):
+                    chunk = part.iloc[start:start + step]
+                    cols = [_xml_cells(chunk[c]) for c in chunk.columns]
+                    if cols:
+                        f.write("".join(["<row>" + "".join(r) + "</row>" for r in zip(*cols)]).encode())
+                    else:
+                        f.write(("<row/>" * len(chunk)).encode())
+                f.write(b"</sheetData></worksheet>")
+        sheets_xml = "".join(f'<sheet name="{_attr(t)}" sheetId="{i}" r:id="rId{i}"/>'
+                             for i, t in enumerate(titles, start=1))
+        zf.writestr("xl/workbook.xml", _XML_HEAD + f'<workbook xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">'
+                    f"<sheets>{sheets_xml}</sheets></workbook>")
+        rels = "".join(f'<Relationship Id="rId{i}" Type="{_NS_REL}/worksheet" Target="worksheets/sheet{i}.xml"/>'
+                       for i in range(1, len(titles) + 1))
+        rels += f'<Relationship Id="rId{len(titles) + 1}" Type="{_NS_REL}/styles" Target="styles.xml"/>'
+        zf.writestr("xl/_rels/workbook.xml.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}">{rels}</Relationships>')
+        zf.writestr("xl/styles.xml", _STYLES)
+        zf.writestr("_rels/.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}"><Relationship Id="rId1" '
+                    f'Type="{_NS_REL}/officeDocument" Target="xl/workbook.xml"/></Relationships>')
+        ct = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+        overrides = "".join(f'<Override PartName="/xl/worksheets/sheet{i}.xml" ContentType="{ct}.worksheet+xml"/>'
+                            for i in range(1, len(titles) + 1))
+        zf.writestr("[Content_Types].xml", _XML_HEAD + '<Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+                    'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+                    'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+                    f'<Override PartName="/xl/workbook.xml" ContentType="{ct}.sheet.main+xml"/>'
+                    f'<Override PartName="/xl/styles.xml" ContentType="{ct}.styles+xml"/>{overrides}</Types>')
+
+
+def _attr(s):
+    s = _xml_escape(s).replace('"', "&quot;")
+    for ch in '[]:*?/\\':
+        s = s.replace(ch, "_")
+    return s
+
+
+def _csv_safe(df):
+    """Prefix text cells that a spreadsheet would evaluate with a quote."""
+    out = None
+    for col in df.columns:
+        s = df[col]
+        if s.dtype.kind in "fiub" or isinstance(s.dtype, pd.Int64Dtype):
+            continue
+        values = s.to_numpy(dtype=object)
+        risky = np.fromiter((isinstance(v, str) and v[:1] in _RISKY_FIRST for v in values), dtype=bool,
+                            count=len(values))
+        if risky.any():
+            if out is None:
+                out = df.copy()
+            values = values.copy()
+            values[risky] = ["'" + v for v in values[risky]]
+            out[col] = pd.Series(values, dtype=object, index=df.index)
+    return df if out is None else out
+
+
+def write_csvs(sheets, directory):
+    """One ``<sheet>.csv`` per sheet (full tables, no index) in ``directory``.
+
+    Files are written to a temporary directory next to it and then moved in,
+    so a failure leaves no partial output.  Text cells starting with ``=``,
+    ``+``, ``-`` or ``@`` get a leading ``'`` so spreadsheets do not evaluate
+    them.
+    """
+    directory = os.path.abspath(str(directory))
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise StreamtraceError(f"{directory}: the parent directory does not exist")
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise StreamtraceError(f"{directory}: exists and is not a directory")
+    tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
+    try:
+        for name, df in sheets.items():
+            _csv_safe(df).to_csv(os.path.join(tmp, f"{name}.csv"), index=False)
+        for name in sheets:
+            os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~_umask())
+        if not os.path.exists(directory):
+            os.chmod(tmp, 0o777 & ~_umask())
+            os.rename(tmp, directory)
+            tmp = None
+        else:
+            for name in sheets:
+                os.replace(os.path.join(tmp, f"{name}.csv"), os.path.join(directory, f"{name}.csv"))
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None):
+    """Write the requested outputs; returns the paths written."""
+    written = []
+    if output_csvs_dir:
+        written.append(write_csvs(sheets, output_csvs_dir))
+    if output_xlsx_path:
+        written.append(write_xlsx(sheets, output_xlsx_path))
+    return written
+
+
+def default_output_path(paths, trace_dir=None, trace_pattern=None, world_size=None):
+    """A1.5: where ``nccl_analysis_report.xlsx`` goes when no output is given."""
+    if trace_dir:
+        return os.path.join(trace_dir, REPORT_NAME)
+    if trace_pattern:
+        first = [trace_pattern.replace("*", str(i)) for i in range(min(world_size or 1, 2))]
+        common = os.path.commonpath([os.path.abspath(p) for p in first])
+    else:
+        real = [os.path.abspath(p) for p in paths if p and p != "-"]
+        common = os.path.commonpath(real) if real else os.getcwd()
+    if os.path.isfile(common) or not os.path.isdir(common):
+        common = os.path.dirname(common)
+    return os.path.join(common, REPORT_NAME)
+
+
+# ====================================================================== one shot
+
+
+def _collect_worker(args):
+    path, rank, world_size, position, strict = args
+    from .extract import extract_rank
+
+    return collect_rank(extract_rank(path, rank, world_size, False, position, strict=strict), rank)
+
+
+def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=None, gpus_per_node=None,
+                               strict=False, progress=None):
+    """extract -> align for a list of RankInput, in-process: ``{name: DataFrame}``.
+
+    With ``jobs > 1`` ranks are extracted and reduced to their collective rows
+    in parallel worker processes; only those rows travel back.
+    """
+    from .extract import extract_rank
+
+    if jobs > 1 and len(inputs) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        args = [(inp.path, inp.rank, world_size, inp.position, strict) for inp in inputs]
+        with ProcessPoolExecutor(max_workers=min(jobs, len(inputs))) as pool:
+            results = list(pool.map(_collect_worker, args))
+        seen = {}
+        for inp, res in zip(inputs, results):
+            if res.rank in seen:
+                raise StreamtraceError(f"{inp.path}: rank {res.rank} appears twice in the input "
+                                       f"(also {seen[res.rank]})")
+            seen[res.rank] = inp.path
+        tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+        tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
+        return tables
+    frames = itertools.chain.from_iterable(
+        extract_rank(inp.path, inp.rank, world_size, False, inp.position, progress=progress, strict=strict)
+        for inp in inputs)
+    return collect_tables(align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node))
+
+
+def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress):
+    """extract -> align -> correlate in-process (``jobs`` > 1: ranks extracted
+    in parallel processes first): ``{name: DataFrame}``."""
+    from .correlate import correlate_frames
+    from .extract import extract_rank
+    from .pipeline import trace_frames
+
+    if jobs > 1 and len(inputs) > 1:
+        frames = trace_frames(inputs, world_size=world_size, jobs=jobs)
+    else:
+        frames = itertools.chain.from_iterable(
+            extract_rank(inp.path, inp.rank, world_size, False, inp.position, progress=progress, strict=strict)
+            for inp in inputs)
+    return collect_tables(correlate_frames(align_frames(frames, align_clocks=align_clocks,
+                                                        gpus_per_node=gpus_per_node)))
+
+
+def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=None, world_size=None,
+                               rank_regex=None, output_xlsx_path=None, output_csvs_dir=None,
+                               detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS, use_multiprocessing=False,
+                               max_workers=None, gpus_per_node=None, all2allv_heatmap=False,
+                               strict_world_size_check=True, align_clocks=None, allow_missing_ranks=False,
+                               strict=False, jobs=None, paths=(), write_files=True, progress=None, written=None,
+                               blocking_analysis=False):
+    """The whole chain (extract -> align -> report) in one process.
+
+    Same arguments as TraceLens's ``generate_collective_report`` plus
+    streamtrace's (``align_clocks``, ``allow_missing_ranks``, ``strict``,
+    ``jobs``, ``paths``).  Returns ``{sheet name: DataFrame}``.  Unless
+    ``write_files`` is false it also writes the outputs; with neither output
+    given, ``nccl_analysis_report.xlsx`` goes where TraceLens puts it (A1.5).
+    ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
+    labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
+    ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
+    """
+    from .sources import DEFAULT_RANK_REGEX, resolve_inputs
+
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
+    _check_aggs(agg_metrics)
+    inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
+                            rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
+                            allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
+    if jobs is None:
+        jobs = (max_workers or os.cpu_count() or 1) if use_multiprocessing else 1
+    if blocking_analysis:
+        tables = _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress)
+    else:
+        tables = collect_tables_from_traces(inputs, world_size=world_size, jobs=jobs, align_clocks=align_clocks,
+                                            gpus_per_node=gpus_per_node, strict=strict, progress=progress)
+    sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
+                          gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict,
+                          world_size=world_size)
+    if write_files:
+        if not output_xlsx_path and not output_csvs_dir:
+            output_xlsx_path = default_output_path([i.path for i in inputs], trace_dir, trace_pattern, world_size)
+        paths_written = write_report(sheets, output_xlsx_path, output_csvs_dir)
+        if written is not None:
+            written["paths"] = paths_written
+    return sheets
+
+
+__all__ = ["build_report", "collect_tables", "write_xlsx", "write_csvs", "write_report", "default_output_path",
+           "generate_collective_report", "collect_tables_from_traces", "sheet_parts", "DEFAULT_AGG_METRICS",
+           "COLLECTIVE_COLUMNS"]

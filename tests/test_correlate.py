@@ -1,0 +1,201 @@
+"""correlate: injected truths recovered, parts add up, sweeps agree with brute force."""
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import generate_fixture
+from conftest import needs_real
+from streamtrace import _native
+from streamtrace.align import align_frames
+from streamtrace.correlate import TABLE_PREFIX, correlate_frames, resident_blocks_per_sm, wave_risk
+from streamtrace.extract import extract_rank
+from streamtrace.sources import resolve_inputs
+
+
+def run_chain(paths_by_rank):
+    frames = itertools.chain.from_iterable(extract_rank(p, r) for r, p in sorted(paths_by_rank.items()))
+    sheets = {}
+    for f in correlate_frames(align_frames(frames)):
+        if f.kind == 7:
+            name, df = f.table()
+            if name.startswith(TABLE_PREFIX):
+                sheets[name[len(TABLE_PREFIX):]] = df
+    return sheets
+
+
+def generated(tmp_path_factory, name, **opts):
+    out = tmp_path_factory.mktemp(name)
+    truth = generate_fixture.generate(str(out), **opts)
+    return truth, run_chain({int(r): str(out / f) for r, f in truth["files"].items()})
+
+
+@pytest.fixture(scope="module")
+def slow(tmp_path_factory):
+    return generated(tmp_path_factory, "slow", ranks=4, slow_kernel_rank=2, slow_kernel_factor=3.0)
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    return generated(tmp_path_factory, "host", ranks=4, host_delay_rank=1, host_delay_us=800)
+
+
+@pytest.fixture(scope="module")
+def inflated(tmp_path_factory):
+    return generated(tmp_path_factory, "infl", ranks=4, steps=6, inflate_kernel_factor=1.5,
+                     clock_offsets_us="random")
+
+
+def test_slow_kernel_is_the_top_blocker(slow):
+    truth, sheets = slow
+    sk = truth["slow_kernel"]
+    top = sheets["blocking_kernels"].iloc[0]
+    assert top["kernel"] == sk["kernel_name"]
+    assert top["grid"] == "[" + ",".join(map(str, sk["grid"])) + "]"
+    assert top["ranks"] == str(sk["rank"])
+    want = np.mean([i["excess_us"] for i in sk["instances"]])
+    assert top["mean_excess_us"] == pytest.approx(want, rel=0.05)
+    b = sheets["collective_blockers"]
+    for inst in sk["instances"]:
+        if inst["blocked_rank_is_last_arriver"]:
+            row = b[b["collective_id"] == f"{inst['pg_name']}_{inst['seq']}"].iloc[0]
+            assert row["late_rank"] == sk["rank"] and row["dominant_cause"] == "GPU backlog"
+            assert row["blocker_1"] == sk["kernel_name"]
+            assert row["blocker_1_excess_us"] == pytest.approx(inst["excess_us"], rel=0.05)
+
+
+def test_host_delay_is_host_launch_lateness(host):
+    truth, sheets = host
+    hd = truth["host_delay"]
+    b = sheets["collective_blockers"]
+    for inst in hd["instances"]:
+        if inst["delayed_rank_is_last_arriver"]:
+            row = b[b["collective_id"] == f"{inst['pg_name']}_{inst['seq']}"].iloc[0]
+            assert row["late_rank"] == hd["rank"]
+            assert row["dominant_cause"] == "host launch lateness"
+            assert row["top_blockers"].startswith(hd["op_name"])
+    assert sheets["blocking_host_ops"].iloc[0]["op"] == hd["op_name"]
+
+
+def test_compute_inflation_factor_recovered(inflated):
+    truth, sheets = inflated
+    ik = truth["inflated_kernel"]
+    ci = sheets["compute_inflation"]
+    row = ci[ci["kernel"] == ik["name"]].iloc[0]
+    assert row["inflation"] + 1 == pytest.approx(ik["factor"], rel=0.05)
+    assert row["median_isolated_us"] == pytest.approx(ik["base_dur_us"], rel=0.05)
+
+
+@pytest.mark.parametrize("which", ["slow", "host", "inflated"])
+def test_parts_add_up_and_overlaps_are_bounded(which, request):
+    _, sheets = request.getfixturevalue(which)
+    b = sheets["collective_blockers"]
+    assert len(b) > 0
+    parts = b["host_launch_lateness_us"] + b["gpu_dependency_wait_us"] + b["gpu_backlog_us"]
+    assert np.allclose(parts, b["delta_us"], atol=1e-6)
+    assert (b[["host_launch_lateness_us", "gpu_dependency_wait_us", "gpu_backlog_us"]] >= 0).all().all()
+    assert b["dominant_cause"].notna().all()
+    o = sheets["collective_overlap"]
+    assert (o["overlap_us"] <= o["dur_us"] + 1e-9).all() and (o["overlap_frac"].between(0, 1)).all()
+    e = sheets["exposed_comm"]
+    assert np.allclose(e["hidden_us"] + e["exposed_us"], e["comm_us"])
+    assert np.allclose(e["exposed_waiting_us"] + e["exposed_transfer_us"], e["exposed_us"])
+    assert e["comp_comm_overlap_pct"].notna().all()
+
+
+# --------------------------------------------------------------- sweeps
+
+intervals = st.lists(st.tuples(st.integers(0, 500), st.integers(0, 80)), max_size=40).map(
+    lambda xs: (np.array([s for s, _ in xs], dtype=np.int64), np.array([s + d for s, d in xs], dtype=np.int64)))
+
+
+def covered(starts, ends):
+    pts = set()
+    for s, e in zip(starts, ends):
+        pts.update(range(s, e))
+    return pts
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals, intervals)
+def test_sweeps_agree_with_brute_force(a, b):
+    bs, be = b
+    order = np.argsort(bs, kind="stable")
+    bs, be = bs[order], be[order]
+    us, ue = _native.interval_union(bs, be)
+    assert covered(us, ue) == covered(bs, be)
+    assert all(ue[:-1] < us[1:]) if len(us) > 1 else True
+    ov = _native.overlap_with_union(a[0], a[1], us, ue)
+    cov = covered(bs, be)
+    for s, e, o in zip(a[0], a[1], ov):
+        assert o == len(set(range(s, e)) & cov)
+    ia, ib, il = _native.intersecting_pairs(a[0], a[1], bs, be, chunk=4)
+    want = {(i, j, min(a[1][i], be[j]) - max(a[0][i], bs[j]))
+            for i in range(len(a[0])) for j in range(len(bs)) if min(a[1][i], be[j]) > max(a[0][i], bs[j])}
+    assert set(zip(ia.tolist(), ib.tolist(), il.tolist())) == want and len(ia) == len(want)
+
+
+def test_sweep_rejects_unsorted():
+    with pytest.raises(ValueError):
+        _native.interval_union(np.array([5, 1]), np.array([6, 2]))
+
+
+def test_wave_risk_from_geometry():
+    props = {"numSms": 132, "maxThreadsPerMultiProcessor": 2048, "regsPerMultiprocessor": 65536,
+             "sharedMemPerMultiprocessor": 233472}
+    bpsm = resident_blocks_per_sm(256, 64, 0, props)
+    assert bpsm == 4  # registers: 65536 / (64 * 256)
+    assert wave_risk(528, bpsm, 132, 24) == (1, 2, True)
+    assert wave_risk(100, bpsm, 132, 24) == (1, 1, False)
+    assert resident_blocks_per_sm(256, 64, 0, None) is None
+
+
+# --------------------------------------------------------------- real traces and missing data
+
+@needs_real
+def test_param_dlrm_every_instance_gets_a_cause(real_dir):
+    inputs = resolve_inputs(trace_glob=f"{real_dir}/param-dlrm/*.json.gz", rank_regex=r"worker(?P<rank>\d+)",
+                            world_size=8)
+    sheets = run_chain({i.rank: i.path for i in inputs})
+    b = sheets["collective_blockers"]
+    assert len(b) == 8  # the step's 5 all_to_all + 3 all_reduce, each matched on 8 ranks
+    assert b["dominant_cause"].isin(["host launch lateness", "GPU dependency wait", "GPU backlog", "none"]).all()
+    parts = b["host_launch_lateness_us"] + b["gpu_dependency_wait_us"] + b["gpu_backlog_us"]
+    assert np.allclose(parts, b["delta_us"])
+    o = sheets["collective_overlap"]
+    assert len(o) == 64 and (o["overlap_us"] <= o["dur_us"] + 1e-9).all()
+    assert len(sheets["exposed_comm"]) >= 8
+
+
+def test_missing_geometry_device_props_and_cpu_side(tmp_path):
+    """Traces stripped of launch geometry, deviceProperties and CPU launches still
+    analyse: empty columns and data-quality notes, no exception, no NaN parts."""
+    truth = generate_fixture.generate(str(tmp_path), ranks=2, slow_kernel_rank=1, slow_kernel_factor=3.0)
+    paths = {}
+    for r, f in truth["files"].items():
+        text = (tmp_path / f).read_text()
+        for key in ('"grid"', '"block"', '"registers per thread"', '"deviceProperties"', '"cudaLaunchKernel"'):
+            text = text.replace(key, key[:-1] + '_removed"')
+        (tmp_path / f"stripped{r}.json").write_text(text)
+        paths[int(r)] = str(tmp_path / f"stripped{r}.json")
+    sheets = run_chain(paths)
+    b = sheets["collective_blockers"]
+    parts = b[["host_launch_lateness_us", "gpu_dependency_wait_us", "gpu_backlog_us"]]
+    assert parts.notna().all().all()
+    assert np.allclose(parts.sum(axis=1), b["delta_us"])
+    o = sheets["collective_overlap"]
+    assert o["nccl_ctas"].isna().all() and o["waves_alone"].isna().all()
+    notes = set(sheets["correlate_quality"]["check"])
+    assert "no deviceProperties" in notes
+
+
+def test_without_align_tables_says_so(tmp_path):
+    truth = generate_fixture.generate(str(tmp_path), ranks=2)
+    frames = itertools.chain.from_iterable(extract_rank(str(tmp_path / f), int(r)) for r, f in truth["files"].items())
+    tables = {f.table()[0]: f.table()[1] for f in correlate_frames(frames) if f.kind == 7}
+    assert len(tables[TABLE_PREFIX + "collective_blockers"]) == 0
+    assert "no align tables" in set(tables[TABLE_PREFIX + "correlate_quality"]["check"])
