@@ -53,8 +53,18 @@ sanitize: $(BUILD)/st_driver_asan $(STAMP)
 	@echo "sanitize: $$(wc -l < $(BUILD)/sanitize-hostile.log) hostile inputs clean"
 
 # ---------------------------------------------------------------- bench
+# Full sizes of the issues: 1 GB extract traces, 4 x 500 MB and 8 x 1 GB .gz
+# report sets, 4 x 500 MB correlate and fuse sets (generated once into
+# bench/out and /tmp/streamtrace-bench: about 12 GB of disk, 10-20 minutes).
+# `make bench BENCH_SCALE=0.1` runs every benchmark at a tenth of the size.
+BENCH_SCALE ?= 1
+BENCH_MB = $(shell $(PYTHON) -c "print(max(10, int(500 * $(BENCH_SCALE))))")
 bench: $(STAMP)
-	$(PY) bench/run.py
+	$(PY) bench/run.py --mb $(shell $(PYTHON) -c "print(max(20, int(1000 * $(BENCH_SCALE))))") \
+	    --small_mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
+	$(PY) bench/bench_report.py --scale $(BENCH_SCALE)
+	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB)
+	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
 
 fixtures: $(STAMP)
 	$(PY) fixtures/generate_fixture.py --out fixtures/out/example --ranks 8 --straggler_rank 3 --straggler_us 300

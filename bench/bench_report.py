@@ -156,8 +156,8 @@ def case_big(workdir, scale, out):
     x = os.path.join(out, "big.xlsx")
     base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "4", "--output_xlsx_path", x, "-q"]
     for label, extra in (("collective-report (xlsx)", []), ("collective-report -j 2 (xlsx)", ["-j", "2"]),
-                         ("  same, --no-blocking_analysis", ["--no-blocking_analysis"]),
-                         ("  same, --no-blocking_analysis -j 2", ["--no-blocking_analysis", "-j", "2"])):
+                         ("  same, --blocking_analysis", ["--blocking_analysis"]),
+                         ("  same, --blocking_analysis -j 2", ["--blocking_analysis", "-j", "2"])):
         w, r, t = run(base + extra)
         row(label, w, r, t, f"{size / w / 1e6:.0f} MB/s")
 
@@ -176,8 +176,8 @@ def case_dense(workdir, scale, out):
     row("collective-report end to end (CSVs)", w, r, t)
     w, r, t = run(base + ["--output_xlsx_path", os.path.join(out, "dense.xlsx")])
     row("collective-report end to end (xlsx)", w, r, t)
-    w, r, t = run(base + ["--output_csvs_dir", csv, "--no-blocking_analysis"])
-    row("  same (CSVs), --no-blocking_analysis", w, r, t)
+    w, r, t = run(base + ["--output_csvs_dir", csv, "--blocking_analysis"])
+    row("  same (CSVs), --blocking_analysis", w, r, t)
     stev = os.path.join(out, "dense.stev")
     w, r, t = run([BIN, "extract", "--trace_dir", d, "--world_size", "4", "-o", stev])
     row("extract alone (-o stream)", w, r, t)
@@ -217,8 +217,8 @@ def case_gz(workdir, scale, out):
     base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "8", "--output_xlsx_path", x, "-q", "-j", "2"]
     w, r, t = run(base)
     row("collective-report -j 2 (xlsx)", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
-    w, r, t = run(base + ["--no-blocking_analysis"])
-    row("  same, --no-blocking_analysis", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
+    w, r, t = run(base + ["--blocking_analysis"])
+    row("  same, --blocking_analysis", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
 
 
 def main():

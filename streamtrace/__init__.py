@@ -1,29 +1,45 @@
 """streamtrace: fast, bounded-memory analysis of multi-rank PyTorch profiler traces.
 
 Each pipeline stage is a Python function over the event stream as well as a
-command (``streamtrace --help``).
+command (``streamtrace --help``).  The stages that need pandas (align, report,
+correlate, fuse) are imported on first use, so ``extract`` and the CLI start
+quickly.
 """
+import importlib
+
 from .errors import StreamFormatError, StreamtraceError, TraceError
 from .extract import VERSION as __version__
 from .extract import extract, extract_rank, peek_metadata
 from .sources import RankInput, resolve_inputs
 from .stream import Frame, Kind, RankData, StreamWriter, iter_frames, read_stream
 
+#: public names that live in heavier modules, imported when first used
+_LAZY = {
+    "collectives": ("collectives", None),
+    "align_frames": ("align", "align_frames"),
+    "match_ranks": ("align", "match_ranks"),
+    "build_report": ("report", "build_report"),
+    "generate_collective_report": ("report", "generate_collective_report"),
+    "write_xlsx": ("report", "write_xlsx"),
+    "write_csvs": ("report", "write_csvs"),
+    "correlate_frames": ("correlate", "correlate_frames"),
+    "TraceFuse": ("fuse", "TraceFuse"),
+    "fuse": ("fuse", "fuse"),
+}
+
+
+def __getattr__(name):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'streamtrace' has no attribute {name!r}")
+    module, attr = _LAZY[name]
+    mod = importlib.import_module(f".{module}", __name__)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "StreamtraceError", "TraceError", "StreamFormatError",
     "extract", "extract_rank", "peek_metadata", "RankInput", "resolve_inputs",
     "Frame", "Kind", "RankData", "StreamWriter", "iter_frames", "read_stream",
-]
-
-# collective report (issue #3): align stage, report stage, one-shot API
-from . import collectives  # noqa: E402
-from .align import align_frames, match_ranks  # noqa: E402
-from .report import build_report, generate_collective_report, write_csvs, write_xlsx  # noqa: E402
-
-__all__ += ["collectives", "align_frames", "match_ranks", "build_report", "generate_collective_report",
-            "write_xlsx", "write_csvs"]
-
-# trace fusion (issue #5): one Perfetto file from many ranks
-from .fuse import TraceFuse, fuse  # noqa: E402
-
-__all__ += ["TraceFuse", "fuse"]
+] + list(_LAZY)
