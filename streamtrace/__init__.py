@@ -2,7 +2,7 @@
 
 Each pipeline stage is a Python function over the event stream as well as a
 command (``streamtrace --help``).  The stages that need pandas (align, report,
-correlate, fuse) are imported on first use, so ``extract`` and the CLI start
+correlate) are imported on first use, so ``extract`` and the CLI start
 quickly.
 """
 import importlib
@@ -12,6 +12,7 @@ from .extract import VERSION as __version__
 from .extract import extract, extract_rank, peek_metadata
 from .sources import RankInput, resolve_inputs
 from .stream import Frame, Kind, RankData, StreamWriter, iter_frames, read_stream
+from .fuse import TraceFuse, fuse  # light (no pandas); eager so the function, not the module, is 'fuse'
 
 #: public names that live in heavier modules, imported when first used
 _LAZY = {
@@ -23,8 +24,6 @@ _LAZY = {
     "write_xlsx": ("report", "write_xlsx"),
     "write_csvs": ("report", "write_csvs"),
     "correlate_frames": ("correlate", "correlate_frames"),
-    "TraceFuse": ("fuse", "TraceFuse"),
-    "fuse": ("fuse", "fuse"),
 }
 
 
@@ -41,5 +40,5 @@ def __getattr__(name):
 __all__ = [
     "StreamtraceError", "TraceError", "StreamFormatError",
     "extract", "extract_rank", "peek_metadata", "RankInput", "resolve_inputs",
-    "Frame", "Kind", "RankData", "StreamWriter", "iter_frames", "read_stream",
+    "Frame", "Kind", "RankData", "StreamWriter", "iter_frames", "read_stream", "TraceFuse", "fuse",
 ] + list(_LAZY)

@@ -10,12 +10,12 @@ import functools
 import logging
 import os
 import sys
-import tempfile
 
 import click
 
 from .extract import VERSION
 from .extract import extract as extract_api
+from .atomic import atomic_file as atomic_output
 from .errors import StreamtraceError
 from .sources import DEFAULT_RANK_REGEX, resolve_inputs
 
@@ -53,26 +53,6 @@ def handle_errors(fn):
             raise click.Abort() from None
 
     return wrapper
-
-
-@contextlib.contextmanager
-def atomic_output(path):
-    """A binary file at ``path`` that appears only if the block succeeds."""
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(directory):
-        raise StreamtraceError(f"{path}: the output directory does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 
 from . import _native
-from .errors import StreamtraceError, TraceError
+from .errors import TraceError
 from .inputs import open_source
 from .stream import Frame, Kind, StreamWriter, json_frame, strings_frame
 

@@ -47,6 +47,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 
 from . import _native
+from .atomic import atomic_file
 from .errors import StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
 from .inputs import open_source
@@ -118,6 +119,7 @@ class _Rank:
     write_stats: dict = None
     mask: tuple = None                          # (bits, n_events) from a filter_fn
     spilled_runs: int = 0
+    id_offset: int = 0
 
 
 @dataclass
@@ -690,23 +692,13 @@ def compression_for(path):
 
 @contextlib.contextmanager
 def _atomic(path):
-    """A binary file at ``path`` that appears only if the block succeeds."""
+    """A binary file at ``path`` that appears only if the block succeeds ('-': stdout)."""
     if path == "-":
         yield sys.stdout.buffer
         sys.stdout.buffer.flush()
         return
-    directory = os.path.dirname(os.path.abspath(path)) or "."
-    if not os.path.isdir(directory):
-        raise StreamtraceError(f"{path}: the output directory does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-fuse-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path) as f:
+        yield f
 
 
 def _copy(src_path, dst):
@@ -830,7 +822,8 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     labels = []
     for rk in ranks_:
         rk.pid_map = pid_maps[rk.rank]
-        rk.fz.configure(rank=rk.rank, flags=_flags_for(rk, opts), id_offset=rk.rank * id_stride,
+        rk.id_offset = rk.rank * id_stride
+        rk.fz.configure(rank=rk.rank, flags=_flags_for(rk, opts), id_offset=rk.id_offset,
                         ts_shift_ns=rk.shift_ns, window=_window_ns(opts))
         rk.fz.set_pid_map(list(rk.pid_map), list(rk.pid_map.values()))
         labels += _labels(rk, rk.pid_map)
@@ -846,7 +839,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
             f.write(joiner.header())
         head = _Segment(f, compression)
         head.write(b'{"traceEvents":[' + b",".join(
-            json.dumps(e, separators=(",", ":"), ensure_ascii=False).encode() for e in labels))
+            json.dumps(e, separators=(",", ":")).encode() for e in labels))
         head.close()
         segments = [head]
         if jobs <= 1 or len(ranks_) <= 1:
@@ -920,7 +913,7 @@ def _rank_summary(rk):
         "ts_shift_ns": rk.shift_ns,
         "clock_offset_ns": rk.clock_offset_ns,
         "base_time_ns": rk.base_ns or None,
-        "id_offset": None,  # filled by the trailer
+        "id_offset": rk.id_offset,
         "pid_map": {str(k): v for k, v in sorted(rk.pid_map.items())},
         "lane_moves": rk.stats["lane_moves"],
         "interval_runs": rk.spilled_runs,
@@ -934,9 +927,7 @@ def _trailer(ranks_, opts, warnings, id_stride, pid_stride, dense, common_base, 
     units = {rk.trace.get("displayTimeUnit") for rk in ranks_}
     inputs = {}
     for rk in ranks_:
-        s = _rank_summary(rk)
-        s["id_offset"] = rk.rank * id_stride
-        inputs[str(rk.rank)] = s
+        inputs[str(rk.rank)] = _rank_summary(rk)
     meta = {
         "version": VERSION,
         "tool": "streamtrace fuse",

@@ -29,7 +29,6 @@ Where streamtrace deliberately differs from TraceLens (spec Part B):
 ``write_xlsx`` / ``write_csvs`` write atomically; ``generate_collective_report``
 runs extract -> align -> report in one process (or extracts ranks in parallel).
 """
-import contextlib
 import itertools
 import json
 import logging
@@ -45,6 +44,7 @@ import pandas as pd
 from . import collectives as coll
 from .align import (COLLECTIVE_COLUMNS, align_frames, align_options_table, collect_rank, match_ranks,
                     read_align_tables)
+from .atomic import atomic_path, umask
 from .errors import StreamtraceError
 from .stream import Kind, iter_frames
 
@@ -969,21 +969,10 @@ def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
             log.warning(f"sheet {name}: {len(df)} rows exceed Excel's limit; split into {len(pieces)} sheets "
                         "(CSV output keeps the whole table)")
         parts += pieces
-    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=".xlsx", dir=directory)
-    os.close(fd)
-    try:
-        if engine == "openpyxl":
-            _write_openpyxl(parts, tmp)
-        elif engine == "fast":
-            _write_fast(parts, tmp)
-        else:
-            raise StreamtraceError(f"unknown xlsx engine {engine!r} (fast or openpyxl)")
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    if engine not in ("openpyxl", "fast"):
+        raise StreamtraceError(f"unknown xlsx engine {engine!r} (fast or openpyxl)")
+    with atomic_path(path, suffix=".xlsx") as tmp:
+        (_write_openpyxl if engine == "openpyxl" else _write_fast)(parts, tmp)
     return path
 
 
@@ -1166,9 +1155,9 @@ def write_csvs(sheets, directory):
         for name, df in sheets.items():
             _csv_safe(df).to_csv(os.path.join(tmp, f"{name}.csv"), index=False)
         for name in sheets:
-            os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~_umask())
+            os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~umask())
         if not os.path.exists(directory):
-            os.chmod(tmp, 0o777 & ~_umask())
+            os.chmod(tmp, 0o777 & ~umask())
             os.rename(tmp, directory)
             tmp = None
         else:
@@ -1178,12 +1167,6 @@ def write_csvs(sheets, directory):
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
     return directory
-
-
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None):
