@@ -40,7 +40,11 @@ $(BUILD)/st_driver_asan: $(CSRC)
 	$(CC) $(SANITIZE_FLAGS) -Icsrc csrc/st_driver.c csrc/st_tokenizer.c csrc/st_inflate.c \
 	    csrc/st_sweep.c -lz -lm -o $@
 
-sanitize: $(BUILD)/st_driver_asan $(STAMP)
+$(BUILD)/st_fuse_driver_asan: $(CSRC)
+	@mkdir -p $(BUILD)
+	$(CC) $(SANITIZE_FLAGS) -Icsrc csrc/st_fuse_driver.c csrc/st_fuse.c csrc/st_inflate.c -lz -lm -o $@
+
+sanitize: $(BUILD)/st_driver_asan $(BUILD)/st_fuse_driver_asan $(STAMP)
 	$(PY) fixtures/hostile.py $(BUILD)/hostile --big
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/st_driver_asan -w 500
 	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/st_driver_asan -s 1 -c 4096 $(BUILD)/hostile/* > $(BUILD)/sanitize-hostile.log
@@ -51,6 +55,11 @@ sanitize: $(BUILD)/st_driver_asan $(STAMP)
 	    echo "sanitize: $$(wc -l < $(BUILD)/sanitize-real.log) real traces clean"; \
 	else echo "sanitize: $(SHARED_REAL) absent, real traces skipped"; fi
 	@echo "sanitize: $$(wc -l < $(BUILD)/sanitize-hostile.log) hostile inputs clean"
+	ASAN_OPTIONS=detect_leaks=1 $(BUILD)/st_fuse_driver_asan -c 4093 -m 30 $(BUILD)/hostile/* > $(BUILD)/sanitize-fuse.log
+	@if [ -d $(SHARED_REAL) ]; then \
+	    find $(SHARED_REAL) -name '*.json*' | sort | xargs env ASAN_OPTIONS=detect_leaks=1 \
+	        $(BUILD)/st_fuse_driver_asan -c 1048576 -b 5000 -m 10 >> $(BUILD)/sanitize-fuse.log; fi
+	@echo "sanitize: fuse rewriter clean on $$(wc -l < $(BUILD)/sanitize-fuse.log) runs"
 
 # ---------------------------------------------------------------- bench
 # Full sizes of the issues: 1 GB extract traces, 4 x 500 MB and 8 x 1 GB .gz

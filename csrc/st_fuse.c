@@ -308,7 +308,9 @@ static int is_hex(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
-/* Length of the valid UTF-8 sequence at s (2..4), 0 if invalid, -1 if cut by end. */
+/* Length of the valid UTF-8 sequence at s (2..4); -k if invalid, k being the
+ * length of its maximal invalid prefix (one U+FFFD replaces it, as decoders
+ * such as Python's do); 0 if cut by end. */
 static int utf8_len(const unsigned char *s, const unsigned char *end)
 {
     unsigned c = s[0], lo = 0x80, hi = 0xBF;
@@ -332,14 +334,14 @@ static int utf8_len(const unsigned char *s, const unsigned char *end)
         n = 4;
         hi = 0x8F;
     } else {
-        return 0;
+        return -1;
     }
     for (int i = 1; i < n; i++) {
         if (s + i >= end)
-            return -1;
+            return 0;
         unsigned b = s[i];
         if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF))
-            return 0;
+            return -i;
     }
     return n;
 }
@@ -400,15 +402,15 @@ static int walk_string(const char *p, const char *end, obuf *o, const char **nex
             continue;
         }
         int n = utf8_len((const unsigned char *)q, (const unsigned char *)end);
-        if (n < 0)
+        if (n == 0)
             return P_MORE;
-        if (n == 0) {
+        if (n < 0) {
             *wf |= W_REPAIR;
             if (o) {
                 put(o, run, (size_t)(q - run));
                 PUTS(o, "\xEF\xBF\xBD");
             }
-            run = s = q + 1;
+            run = s = q - n;
             continue;
         }
         s = q + n;

@@ -60,12 +60,13 @@ static int pass(st_fuse *f, const char *doc, size_t len, size_t max_chunk, int w
     char *buf = malloc(len + 1);
     st_fuse_out o;
     memset(&o, 0, sizeof o);
-    int rc;
+    int rc, want_input = 1, stuck = 0;
     for (;;) {
-        /* when the buffered bytes hold one unfinished item, at least double
-         * them (as the Python side does), so restarts cost O(item) in total */
-        size_t add = next_rand(max_chunk);
-        if (add < have)
+        /* new input only when the scanner asked for it; when the buffered
+         * bytes hold one unfinished item (it consumed nothing), at least
+         * double them, as the Python side does, so restarts cost O(item) */
+        size_t add = want_input ? next_rand(max_chunk) : 0;
+        if (stuck && add < have)
             add = have;
         if (add > len - pos - have)
             add = len - pos - have;
@@ -81,6 +82,8 @@ static int pass(st_fuse *f, const char *doc, size_t len, size_t max_chunk, int w
         pos += consumed;
         have -= consumed;
         *written += o.len;
+        want_input = rc == ST_FUSE_OK || rc == ST_FUSE_DONE;
+        stuck = rc == ST_FUSE_OK && consumed == 0;
         if (rc == ST_FUSE_RUN)
             take_run(f, r);
         else if (rc == ST_FUSE_OUTPUT_SMALL)

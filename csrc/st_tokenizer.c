@@ -1167,6 +1167,8 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
 
     switch (t->state) {
     case S_START:
+        if ((unsigned char)*p == 0xEF && end - p < 3)
+            return P_MORE; /* maybe a UTF-8 BOM cut by the chunk boundary */
         if (end - p >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) /* UTF-8 BOM */
             p = skip_ws(p + 3, end);
         if (p >= end)

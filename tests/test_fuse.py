@@ -411,6 +411,15 @@ def test_real_trace_overlaps_are_resolved(tmp_path, real_dir, monkeypatch):
     assert spilled["traceEvents"] == doc["traceEvents"]
 
 
+def test_fusing_a_fused_file_warns(tmp_path, run_new):
+    first = tmp_path / "first.json"
+    fuse(paths_of(run_new)[:2], str(first))
+    doc, result = fused(tmp_path, [str(first)], name="again.json")
+    assert any("itself a fused trace" in w for w in result.warnings)
+    # the earlier rewrite is replaced, not stacked: args.rank and the raws are this run's
+    assert all(e["args"]["rank"] == 0 for e in rank_events(doc, 0))
+
+
 # ---------------------------------------------------------------- truncated input
 
 @pytest.mark.parametrize("fmt", ["json", "json.gz"])

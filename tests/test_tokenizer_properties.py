@@ -145,3 +145,9 @@ def test_random_json_values_in_events_never_crash(value):
         doc = json.dumps({"traceEvents": [ev, {"ph": "X", "name": "after"}]}).encode()
         status, _, strings, _, n = tokenize(doc, [len(doc) // 2])
         assert status == _native.DONE and n == 2 and "after" in [decode_raw_string(s) for s in strings]
+
+
+def test_bom_split_across_chunks():
+    doc = b"\xef\xbb\xbf" + SAMPLE
+    for cut in (1, 2, 3):
+        assert tokenize(doc, [cut]) == REFERENCE
