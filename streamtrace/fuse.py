@@ -420,6 +420,10 @@ def _scan_result(rk, fz, status):
     trace_rank = dist.get("rank") if isinstance(dist, dict) else None
     if isinstance(trace_rank, int) and trace_rank != rk.rank:
         rk.warnings.append(f"{rk.path}: fused as rank {rk.rank}, but distributedInfo.rank is {trace_rank}")
+    mark = rk.trace.get("streamtrace")
+    if isinstance(mark, dict) and mark.get("tool") == "streamtrace fuse":
+        rk.warnings.append(f"{rk.path}: this input is itself a fused trace (an earlier fuse output?); "
+                           f"its events are fused again as rank {rk.rank}")
 
 
 def _base_prepass(rk):
