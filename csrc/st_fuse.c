@@ -14,6 +14,7 @@
  * statistics only when the event is committed.
  */
 #include "st_fuse.h"
+#include "st_lex.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -264,18 +265,6 @@ static void put_i64(obuf *o, int64_t v)
 
 /* ------------------------------------------------------------------ lexing */
 
-static inline int is_ws(char c)
-{
-    return c == ' ' || c == '\n' || c == '\r' || c == '\t';
-}
-
-static inline const char *skip_ws(const char *p, const char *end)
-{
-    while (p < end && is_ws(*p))
-        p++;
-    return p;
-}
-
 /* First byte in [p, end) that is '"', '\\', a control byte or a non-ASCII
  * byte; end if none.  (A signed compare with 0x20 catches both control bytes
  * and bytes >= 0x80.) */
@@ -417,20 +406,6 @@ static int walk_string(const char *p, const char *end, obuf *o, const char **nex
     }
 }
 
-/* bytes that may continue a number or a bare word */
-static const unsigned char SCALAR_CHAR[256] = {
-    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,
-    ['7'] = 1, ['8'] = 1, ['9'] = 1, ['-'] = 1, ['+'] = 1, ['.'] = 1,
-    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1,
-    ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
-    ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
-    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
-    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1,
-    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1,
-    ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,
-    ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1, ['_'] = 1,
-};
-
 static inline int is_digit(char c)
 {
     return c >= '0' && c <= '9';
@@ -446,12 +421,6 @@ typedef struct {
     uint64_t ipart, fpart;/* their values when il <= 19 / fl <= 19 */
     int64_t ival;
 } numinfo;
-
-static const int64_t POW10[19] = {
-    1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL, 10000000LL, 100000000LL,
-    1000000000LL, 10000000000LL, 100000000000LL, 1000000000000LL, 10000000000000LL,
-    100000000000000LL, 1000000000000000LL, 10000000000000000LL, 100000000000000000LL,
-    1000000000000000000LL};
 
 /* JSON number grammar, with the values the rewrite needs. */
 static int scan_number(const char *s, size_t n, numinfo *ni)
@@ -571,7 +540,7 @@ static int walk_scalar_ni(st_fuse *f, const char *base, const char *p, const cha
         }
         if (q == end)
             return P_MORE;
-        if (ok && !SCALAR_CHAR[(unsigned char)*q]) {
+        if (ok && !ST_SCALAR_CHAR[(unsigned char)*q]) {
             if (ni) {
                 /* locals first, one store each: no narrow-store/wide-load stalls */
                 int is_int = !fl && !has_exp, fits = 0;
@@ -603,7 +572,7 @@ static int walk_scalar_ni(st_fuse *f, const char *base, const char *p, const cha
         }
         q = p;
     }
-    while (q < end && SCALAR_CHAR[(unsigned char)*q])
+    while (q < end && ST_SCALAR_CHAR[(unsigned char)*q])
         q++;
     if (q == end)
         return P_MORE; /* the token may go on in the next chunk */
@@ -647,7 +616,7 @@ static int walk_value(st_fuse *f, const char *base, const char *p, const char *e
     int r;
     for (;;) {
         if (depth) {
-            const char *q = skip_ws(p, end);
+            const char *q = st_skip_ws(p, end);
             if (q != p) {
                 *wf |= W_WS;
                 p = q;
@@ -700,7 +669,7 @@ static int walk_value(st_fuse *f, const char *base, const char *p, const char *e
             if (r != P_OK)
                 return r;
             {
-                const char *q = skip_ws(p, end);
+                const char *q = st_skip_ws(p, end);
                 if (q != p) {
                     *wf |= W_WS;
                     p = q;
@@ -907,7 +876,7 @@ static int token_ns(const char *s, size_t n, const numinfo *ni, int64_t *ns)
     if (!ni->valid)
         return 0;
     if (!ni->has_exp && ni->il <= 15 && ni->fl <= 3) {
-        int64_t v = (int64_t)ni->ipart * 1000 + (int64_t)ni->fpart * POW10[3 - ni->fl];
+        int64_t v = (int64_t)ni->ipart * 1000 + (int64_t)ni->fpart * ST_POW10[3 - ni->fl];
         *ns = ni->neg ? -v : v;
         return 1;
     }
@@ -976,8 +945,8 @@ static int put_shifted(obuf *o, const char *s, size_t n, int64_t shift_ns)
         long sa = -fl - e, sb = eb - e;
         uint64_t bu = b < 0 ? (uint64_t)0 - (uint64_t)b : (uint64_t)b;
         if (ni.il + fl + sa <= 18 && count_digits(bu) + sb <= 18) {
-            int64_t A = ((int64_t)ni.ipart * POW10[fl] + (int64_t)ni.fpart) * POW10[sa];
-            int64_t B = b * POW10[sb];
+            int64_t A = ((int64_t)ni.ipart * ST_POW10[fl] + (int64_t)ni.fpart) * ST_POW10[sa];
+            int64_t B = b * ST_POW10[sb];
             put_fixed(o, (ni.neg ? -A : A) + B, (int)-e);
             return 1;
         }
@@ -1057,24 +1026,6 @@ static inline int bytes_equal(const char *a, const char *b, size_t n)
     return n == 0 || memcmp(a, b, n) == 0;
 }
 
-static uint64_t hash_bytes(const char *s, size_t n, uint64_t seed)
-{
-    uint64_t h = 0xcbf29ce484222325ull ^ seed ^ n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
-}
-
 static uint64_t mix64(uint64_t x)
 {
     x ^= x >> 33;
@@ -1110,8 +1061,8 @@ static int arena_add(st_fuse *f, const char *s, size_t n, uint64_t *off)
 static uint64_t track_hash(uint8_t pk, int64_t pid, span ps, uint8_t tk, int64_t tid, span ts)
 {
     uint64_t h = mix64(((uint64_t)pk << 8) | tk);
-    h = mix64(h ^ (pk == V_STR ? hash_bytes(ps.s, ps.n, 1) : (uint64_t)(pk == V_INT ? pid : 0)));
-    h = mix64(h ^ (tk == V_STR ? hash_bytes(ts.s, ts.n, 2) : (uint64_t)(tk == V_INT ? tid : 0)));
+    h = mix64(h ^ (pk == V_STR ? st_hash_bytes(ps.s, ps.n, 1) : (uint64_t)(pk == V_INT ? pid : 0)));
+    h = mix64(h ^ (tk == V_STR ? st_hash_bytes(ts.s, ts.n, 2) : (uint64_t)(tk == V_INT ? tid : 0)));
     return h;
 }
 
@@ -1220,7 +1171,7 @@ static int grow_nslots(st_fuse *f)
     if (!slots)
         return 0;
     for (uint32_t i = 0; i < f->n_names; i++) {
-        uint32_t j = (uint32_t)hash_bytes(f->arena + f->name_off[i], f->name_len[i], 3) & (n - 1);
+        uint32_t j = (uint32_t)st_hash_bytes(f->arena + f->name_off[i], f->name_len[i], 3) & (n - 1);
         while (slots[j])
             j = (j + 1) & (n - 1);
         slots[j] = i + 1;
@@ -1239,7 +1190,7 @@ static int name_state(st_fuse *f, span name)
     if ((uint64_t)f->n_names * 2 >= f->n_nslots && !grow_nslots(f))
         return -1;
     uint32_t mask = f->n_nslots - 1;
-    uint32_t j = (uint32_t)hash_bytes(s, n, 3) & mask;
+    uint32_t j = (uint32_t)st_hash_bytes(s, n, 3) & mask;
     while (f->nslots[j]) {
         uint32_t i = f->nslots[j] - 1;
         if (f->name_len[i] == n && bytes_equal(f->arena + f->name_off[i], s, n)) {
@@ -1414,7 +1365,7 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
                         ev_info *ev, const char **next)
 {
     const int record = f->mode != ST_FUSE_MODE_SCAN;
-    p = skip_ws(p + 1, end);
+    p = st_skip_ws(p + 1, end);
     if (p >= end)
         return P_MORE;
     if (*p == '}') {
@@ -1439,14 +1390,14 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
         m.key.n = (size_t)(p - k - 2);
         m.key_clean = !(wf & W_REPAIR);
         account(ev, wf);
-        p = skip_ws(p, end);
+        p = st_skip_ws(p, end);
         if (p >= end)
             return P_MORE;
         if (*p != ':') {
             set_char_error(f, base, p, "expected ':' after a key");
             return P_ERR;
         }
-        p = skip_ws(p + 1, end);
+        p = st_skip_ws(p + 1, end);
         if (p >= end)
             return P_MORE;
         if (is_args)
@@ -1543,11 +1494,11 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
             else if (push_member(f, arr, n, cap, &m, base, k) != P_OK)
                 return P_ERR;
         }
-        p = skip_ws(p, end);
+        p = st_skip_ws(p, end);
         if (p >= end)
             return P_MORE;
         if (*p == ',') {
-            p = skip_ws(p + 1, end);
+            p = st_skip_ws(p + 1, end);
             continue;
         }
         if (*p == '}') {
@@ -2125,14 +2076,14 @@ static int parse_item(st_fuse *f, const char *base, const char *p, const char *e
         if (walk_string(p, end, NULL, &p, &wf) != P_OK)
             return E_MORE;
         span key = {k + 1, (size_t)(p - k - 2)};
-        p = skip_ws(p, end);
+        p = st_skip_ws(p, end);
         if (p >= end)
             return E_MORE;
         if (*p != ':') {
             set_char_error(f, base, p, "expected ':' after a top-level key");
             return E_ERR;
         }
-        p = skip_ws(p + 1, end);
+        p = st_skip_ws(p + 1, end);
         if (p >= end)
             return E_MORE;
         if (KEY_IS(key, "traceEvents")) {
@@ -2239,7 +2190,7 @@ int st_fuse_feed(st_fuse *f, const char *buf, size_t len, int eof, st_fuse_out *
     if (!run_release(f))
         return ST_FUSE_ERR_USAGE;
     for (;;) {
-        p = skip_ws(p, end);
+        p = st_skip_ws(p, end);
         if (p >= end) {
             if (f->state == S_DONE)
                 rc = ST_FUSE_DONE;

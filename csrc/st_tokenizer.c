@@ -10,16 +10,13 @@
  * has been seen, so an abandoned item leaves no trace.
  */
 #include "st_tokenizer.h"
+#include "st_lex.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #define DEFAULT_MAX_DEPTH 256u
 #define DEFAULT_MAX_STRING_BYTES (1ull << 30)
 #define MAX_STRINGS 0x7fffffffu
@@ -85,30 +82,6 @@ static void set_error(st_tok *t, const char *base, const char *at, const char *f
 
 /* -------------------------------------------------------------- lexing */
 
-static inline const char *skip_ws(const char *p, const char *end)
-{
-    if (p < end && (unsigned char)*p > ' ')
-        return p; /* the common cases: no whitespace, or one space */
-    if (end - p >= 2 && *p == ' ' && (unsigned char)p[1] > ' ')
-        return p + 1;
-#if defined(__SSE2__)
-    while (end - p >= 16) { /* pretty-printed JSON: newline + indentation */
-        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
-        __m128i ws = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8(' ')),
-                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\n'))),
-                                  _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('\r')),
-                                               _mm_cmpeq_epi8(v, _mm_set1_epi8('\t'))));
-        unsigned m = ~(unsigned)_mm_movemask_epi8(ws) & 0xFFFFu;
-        if (m)
-            return p + __builtin_ctz(m);
-        p += 16;
-    }
-#endif
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-        p++;
-    return p;
-}
-
 /* First '"' or '\\' in [p, end), or end.  SSE2 (x86-64 baseline) scans 16
  * bytes at a time; other targets use the byte loop. */
 static inline const char *find_quote_or_backslash(const char *p, const char *end)
@@ -149,20 +122,9 @@ static int scan_string(const char *p, const char *end, const char **s, size_t *s
     }
 }
 
-/* bytes that may continue a number or a literal (true, NaN, Infinity, ...) */
-static const unsigned char SCALAR_CHAR[256] = {
-    ['0'] = 1, ['1'] = 1, ['2'] = 1, ['3'] = 1, ['4'] = 1, ['5'] = 1, ['6'] = 1,
-    ['7'] = 1, ['8'] = 1, ['9'] = 1, ['-'] = 1, ['+'] = 1, ['.'] = 1,
-    ['a'] = 1, ['b'] = 1, ['c'] = 1, ['d'] = 1, ['e'] = 1, ['f'] = 1, ['g'] = 1,
-    ['h'] = 1, ['i'] = 1, ['j'] = 1, ['k'] = 1, ['l'] = 1, ['m'] = 1, ['n'] = 1,
-    ['o'] = 1, ['p'] = 1, ['q'] = 1, ['r'] = 1, ['s'] = 1, ['t'] = 1, ['u'] = 1,
-    ['v'] = 1, ['w'] = 1, ['x'] = 1, ['y'] = 1, ['z'] = 1,
-    ['A'] = 1, ['B'] = 1, ['C'] = 1, ['D'] = 1, ['E'] = 1, ['F'] = 1, ['G'] = 1,
-    ['H'] = 1, ['I'] = 1, ['J'] = 1, ['K'] = 1, ['L'] = 1, ['M'] = 1, ['N'] = 1,
-    ['O'] = 1, ['P'] = 1, ['Q'] = 1, ['R'] = 1, ['S'] = 1, ['T'] = 1, ['U'] = 1,
-    ['V'] = 1, ['W'] = 1, ['X'] = 1, ['Y'] = 1, ['Z'] = 1,
-};
-#define is_scalar_char(c) (SCALAR_CHAR[(unsigned char)(c)])
+#define is_scalar_char(c) (ST_SCALAR_CHAR[(unsigned char)(c)])
+#define skip_ws st_skip_ws
+#define POW10 ST_POW10
 
 /* numbers and the literals true/false/null/NaN/Infinity */
 static int scan_scalar(const char *p, const char *end, const char **next)
@@ -296,12 +258,6 @@ static inline uint64_t parse_eight_digits(const char *p)
  * an int64.  Returns 1 on success, 0 if the token is not a finite number or
  * the result does not fit.
  */
-static const int64_t POW10[19] = {
-    1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL, 10000000LL, 100000000LL,
-    1000000000LL, 10000000000LL, 100000000000LL, 1000000000000LL, 10000000000000LL,
-    100000000000000LL, 1000000000000000LL, 10000000000000000LL, 100000000000000000LL,
-    1000000000000000000LL};
-
 /* Common case: [-]digits[.digits] with few enough digits that no rounding or
  * overflow can happen.  Returns 1 if it handled the token. */
 static int number_fast(const char *s, size_t n, int scale, int64_t *out)
@@ -446,25 +402,6 @@ static float number_to_float(const char *s, size_t n)
 
 /* ---------------------------------------------------------- strings */
 
-static uint64_t hash_bytes(const char *s, size_t n)
-{
-    /* FNV-1a over 8-byte words, then a final mix */
-    uint64_t h = 0xcbf29ce484222325ull ^ n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t w;
-        memcpy(&w, s + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    return h;
-}
-
 static int grow_slots(st_tok *t)
 {
     uint32_t n = t->n_slots ? t->n_slots * 2 : 1024;
@@ -475,7 +412,7 @@ static int grow_slots(st_tok *t)
         return 0;
     for (uint32_t id = 0; id < t->n_strings; id++) {
         str_ref r = t->refs[id];
-        uint32_t i = (uint32_t)hash_bytes(t->arena + r.offset, r.len) & (n - 1);
+        uint32_t i = (uint32_t)st_hash_bytes(t->arena + r.offset, r.len, 0) & (n - 1);
         while (slots[i])
             i = (i + 1) & (n - 1);
         slots[i] = id + 1;
@@ -498,7 +435,7 @@ static uint32_t intern(st_tok *t, const char *base, const char *s, size_t n)
         t->err_code = ST_ERR_NOMEM;
         return ST_NOSTR;
     }
-    uint64_t h = hash_bytes(s, n);
+    uint64_t h = st_hash_bytes(s, n, 0);
     uint32_t mask = t->n_slots - 1;
     uint32_t i = (uint32_t)h & mask;
     while (t->slots[i]) {
