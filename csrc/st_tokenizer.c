@@ -138,27 +138,21 @@ static int scan_scalar(const char *p, const char *end, const char **next)
     return q > p ? P_OK : P_ERR;
 }
 
-/* Skip one JSON value of any kind; *next is just past it. */
-static int skip_value(st_tok *t, const char *base, const char *p, const char *end,
-                      const char **next)
+/* Skip to the end of the container whose opening bracket `open` has been
+ * read (p is just past it, or at it when `open` is 0); *next is just past the
+ * matching close.  Bracket kinds are checked for the first 64 levels; deeper
+ * ones are only counted (max_depth bounds the count). */
+static int skip_nested(st_tok *t, const char *base, const char *p, const char *end, char open,
+                       const char **next)
 {
     char stack[64];
     uint32_t depth = 0;
     const char *s;
     size_t slen;
-
-    if (p >= end)
-        return P_MORE;
-    if (*p == '"')
-        return scan_string(p, end, &s, &slen, next);
-    if (*p != '{' && *p != '[') {
-        int r = scan_scalar(p, end, next);
-        if (r == P_ERR)
-            set_error(t, base, p, "unexpected character '%c'", *p);
-        return r;
+    if (open) {
+        stack[0] = open;
+        depth = 1;
     }
-    /* containers: track bracket kinds; beyond 64 levels only count (the limit
-     * check below bounds the count) */
     while (p < end) {
         char c = *p;
         if (c == '"') {
@@ -195,38 +189,30 @@ static int skip_value(st_tok *t, const char *base, const char *p, const char *en
     return P_MORE;
 }
 
-/* Skip the rest of an object whose '{' has been read: *next is just past its
- * closing '}'.  Used to drop unwanted events without parsing their members. */
+/* Skip one JSON value of any kind; *next is just past it. */
+static int skip_value(st_tok *t, const char *base, const char *p, const char *end,
+                      const char **next)
+{
+    const char *s;
+    size_t slen;
+    if (p >= end)
+        return P_MORE;
+    if (*p == '"')
+        return scan_string(p, end, &s, &slen, next);
+    if (*p == '{' || *p == '[')
+        return skip_nested(t, base, p, end, 0, next);
+    int r = scan_scalar(p, end, next);
+    if (r == P_ERR)
+        set_error(t, base, p, "unexpected character '%c'", *p);
+    return r;
+}
+
+/* Skip the rest of an object whose '{' has been read: used to drop unwanted
+ * events without parsing their members. */
 static int skip_object_rest(st_tok *t, const char *base, const char *p, const char *end,
                             const char **next)
 {
-    uint32_t depth = 1;
-    const char *s;
-    size_t slen;
-    while (p < end) {
-        char c = *p;
-        if (c == '"') {
-            if (scan_string(p, end, &s, &slen, &p) != P_OK)
-                return P_MORE;
-            continue;
-        }
-        if (c == '{' || c == '[') {
-            if (++depth > t->opt.max_depth) {
-                set_error(t, base, p, "JSON nested deeper than %u levels", t->opt.max_depth);
-                t->err_code = ST_ERR_LIMIT;
-                return P_ERR;
-            }
-        } else if ((c == '}' || c == ']') && --depth == 0) {
-            if (c != '}') {
-                set_error(t, base, p, "mismatched ']'");
-                return P_ERR;
-            }
-            *next = p + 1;
-            return P_OK;
-        }
-        p++;
-    }
-    return P_MORE;
+    return skip_nested(t, base, p, end, '{', next);
 }
 
 /* ---------------------------------------------------------- numbers */
