@@ -15,6 +15,7 @@
  */
 #include "st_fuse.h"
 #include "st_lex.h"
+#include "st_members.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -114,13 +115,6 @@ typedef struct {
 } track;
 
 typedef struct {
-    char *key;
-    size_t key_len;
-    char *value;
-    size_t value_len;
-} meta_member;
-
-typedef struct {
     char *p;
     size_t len, cap;
     int full;
@@ -191,8 +185,7 @@ struct st_fuse {
     size_t n_moves, moves_cap, move_cursor;
     int lanes_done;
 
-    meta_member *meta;
-    size_t n_meta, meta_cap;
+    st_members meta;         /* top-level members (scan mode) */
 };
 
 static void sort_intervals(interval *a, size_t n);
@@ -2004,31 +1997,8 @@ static int handle_event(st_fuse *f, const char *base, const char *p, const char 
 
 static int store_meta(st_fuse *f, const char *base, span k, const char *v, size_t vn)
 {
-    if (f->n_meta == f->meta_cap) {
-        size_t cap = f->meta_cap ? f->meta_cap * 2 : 16;
-        meta_member *m = realloc(f->meta, cap * sizeof *m);
-        if (!m)
-            goto nomem;
-        f->meta = m;
-        f->meta_cap = cap;
-    }
-    meta_member *m = &f->meta[f->n_meta];
-    m->key = malloc(k.n + 1);
-    m->value = malloc(vn + 1);
-    if (!m->key || !m->value) {
-        free(m->key);
-        free(m->value);
-        goto nomem;
-    }
-    memcpy(m->key, k.s, k.n);
-    m->key[k.n] = 0;
-    memcpy(m->value, v, vn);
-    m->value[vn] = 0;
-    m->key_len = k.n;
-    m->value_len = vn;
-    f->n_meta++;
-    return P_OK;
-nomem:
+    if (st_members_add(&f->meta, k.s, k.n, v, vn) == 0)
+        return P_OK;
     set_error(f, ST_FUSE_ERR_NOMEM, base, k.s, "out of memory for top-level members");
     return P_ERR;
 }
@@ -2600,14 +2570,7 @@ int st_fuse_merge(st_fuse *f, size_t *need_run)
 
 /* ------------------------------------------------------------------ lifecycle */
 
-static void clear_meta(st_fuse *f)
-{
-    for (size_t i = 0; i < f->n_meta; i++) {
-        free(f->meta[i].key);
-        free(f->meta[i].value);
-    }
-    f->n_meta = 0;
-}
+static void clear_meta(st_fuse *f) { st_members_clear(&f->meta); }
 
 int st_fuse_configure(st_fuse *f, const st_fuse_config *config)
 {
@@ -2696,8 +2659,7 @@ void st_fuse_destroy(st_fuse *f)
 {
     if (!f)
         return;
-    clear_meta(f);
-    free(f->meta);
+    st_members_free(&f->meta);
     free(f->stack);
     free(f->members);
     free(f->args);
@@ -2865,16 +2827,10 @@ int st_fuse_set_pid_map(st_fuse *f, const int64_t *raw, const int64_t *mapped, s
     return ST_FUSE_OK;
 }
 
-size_t st_fuse_meta_count(const st_fuse *f) { return f->n_meta; }
+size_t st_fuse_meta_count(const st_fuse *f) { return f->meta.n; }
 
 int st_fuse_meta(const st_fuse *f, size_t i, const char **key, size_t *key_len,
                  const char **value, size_t *value_len)
 {
-    if (i >= f->n_meta)
-        return ST_FUSE_ERR_USAGE;
-    *key = f->meta[i].key;
-    *key_len = f->meta[i].key_len;
-    *value = f->meta[i].value;
-    *value_len = f->meta[i].value_len;
-    return ST_FUSE_OK;
+    return st_members_get(&f->meta, i, key, key_len, value, value_len) == 0 ? ST_FUSE_OK : ST_FUSE_ERR_USAGE;
 }

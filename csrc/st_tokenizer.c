@@ -11,6 +11,7 @@
  */
 #include "st_tokenizer.h"
 #include "st_lex.h"
+#include "st_members.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -38,13 +39,6 @@ typedef struct {
     uint32_t len;
 } str_ref;
 
-typedef struct {
-    char *key;
-    size_t key_len;
-    char *value;
-    size_t value_len;
-} meta_member;
-
 struct st_tok {
     st_tok_options opt;
     enum doc_state state;
@@ -64,8 +58,7 @@ struct st_tok {
     uint32_t *slots;        /* id + 1, 0 = empty */
     uint32_t n_slots;       /* power of two */
 
-    meta_member *meta;
-    size_t n_meta, meta_cap;
+    st_members meta;        /* top-level members seen, not yet taken */
 };
 
 /* ------------------------------------------------------------------ errors */
@@ -1044,31 +1037,8 @@ static int commit_event(st_tok *t, const char *base, event_fields *f, st_tok_out
 static int store_meta(st_tok *t, const char *base, const char *k, size_t kn, const char *v,
                       size_t vn)
 {
-    if (t->n_meta == t->meta_cap) {
-        size_t cap = t->meta_cap ? t->meta_cap * 2 : 16;
-        meta_member *m = realloc(t->meta, cap * sizeof *m);
-        if (!m)
-            goto nomem;
-        t->meta = m;
-        t->meta_cap = cap;
-    }
-    meta_member *m = &t->meta[t->n_meta];
-    m->key = malloc(kn + 1);
-    m->value = malloc(vn + 1);
-    if (!m->key || !m->value) {
-        free(m->key);
-        free(m->value);
-        goto nomem;
-    }
-    memcpy(m->key, k, kn);
-    m->key[kn] = 0;
-    memcpy(m->value, v, vn);
-    m->value[vn] = 0;
-    m->key_len = kn;
-    m->value_len = vn;
-    t->n_meta++;
-    return P_OK;
-nomem:
+    if (st_members_add(&t->meta, k, kn, v, vn) == 0)
+        return P_OK;
     set_error(t, base, k, "out of memory for top-level metadata");
     t->err_code = ST_ERR_NOMEM;
     return P_ERR;
@@ -1287,11 +1257,7 @@ void st_tok_destroy(st_tok *t)
 {
     if (!t)
         return;
-    for (size_t i = 0; i < t->n_meta; i++) {
-        free(t->meta[i].key);
-        free(t->meta[i].value);
-    }
-    free(t->meta);
+    st_members_free(&t->meta);
     free(t->arena);
     free(t->refs);
     free(t->slots);
@@ -1319,25 +1285,12 @@ int st_tok_string(const st_tok *t, uint32_t id, const char **ptr, size_t *len)
     return ST_OK;
 }
 
-size_t st_tok_meta_count(const st_tok *t) { return t->n_meta; }
+size_t st_tok_meta_count(const st_tok *t) { return t->meta.n; }
 
 int st_tok_meta(const st_tok *t, size_t i, const char **key, size_t *key_len,
                 const char **value, size_t *value_len)
 {
-    if (i >= t->n_meta)
-        return ST_ERR_SYNTAX;
-    *key = t->meta[i].key;
-    *key_len = t->meta[i].key_len;
-    *value = t->meta[i].value;
-    *value_len = t->meta[i].value_len;
-    return ST_OK;
+    return st_members_get(&t->meta, i, key, key_len, value, value_len) == 0 ? ST_OK : ST_ERR_SYNTAX;
 }
 
-void st_tok_meta_clear(st_tok *t)
-{
-    for (size_t i = 0; i < t->n_meta; i++) {
-        free(t->meta[i].key);
-        free(t->meta[i].value);
-    }
-    t->n_meta = 0;
-}
+void st_tok_meta_clear(st_tok *t) { st_members_clear(&t->meta); }

@@ -205,3 +205,18 @@ def check_rank(doc, rank, expected):
             del u["args"]
         assert u == x and _same_keys(u, x), f"rank {rank} event {i}:\n fused  {_canon(g)}\n undone {_canon(u)}\n input  {_canon(x)}"
     return got
+
+
+def interval_violations(ivs):
+    """How many of the intervals ``(start, -end)`` overlap an earlier one
+    without nesting in it (0 for a well-formed Perfetto track)."""
+    bad, stack = 0, []
+    for t0, neg_end in sorted(ivs):
+        end = -neg_end
+        while stack and stack[-1] <= t0:
+            stack.pop()
+        if stack and stack[-1] < end:
+            bad += 1
+            continue
+        stack.append(end)
+    return bad

@@ -18,8 +18,8 @@ import pytest
 
 import generate_fixture as gen
 from conftest import needs_real
-from fuse_reference import (GPU_CATS, added_events, check_rank, input_events, load_strict, rank_events,
-                            rank_pid, select)
+from fuse_reference import (GPU_CATS, added_events, check_rank, input_events, interval_violations, load_strict,
+                            rank_events, rank_pid, select)
 from streamtrace import RankInput, TraceFuse, fuse
 from streamtrace.errors import StreamtraceError
 
@@ -328,18 +328,7 @@ def nesting_violations(events):
             t0 = int(e["ts"] * 1000)  # exact: ts is an int or a Decimal
             dur = int(e.get("dur", 0) * 1000)
             tracks[(e["pid"], e.get("tid"))].append((t0, -(t0 + max(dur, 0))))
-    bad = 0
-    for ivs in tracks.values():
-        stack = []
-        for t0, neg_end in sorted(ivs):
-            end = -neg_end
-            while stack and stack[-1] <= t0:
-                stack.pop()
-            if stack and stack[-1] < end:
-                bad += 1
-                continue
-            stack.append(end)
-    return bad
+    return sum(interval_violations(ivs) for ivs in tracks.values())
 
 
 def test_overlapping_events_move_to_sibling_lanes(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fuse_reference import load_strict
+from fuse_reference import interval_violations, load_strict
 from streamtrace._native import Fuser, NativeError
 
 FL = Fuser.FLAGS
@@ -351,18 +351,6 @@ def test_ts_beyond_exact_range_is_left_alone():
 
 # ---------------------------------------------------------------- lanes
 
-def _violations(ivs):
-    bad, stack = 0, []
-    for t0, neg in sorted(ivs):
-        end = -neg
-        while stack and stack[-1] <= t0:
-            stack.pop()
-        if stack and stack[-1] < end:
-            bad += 1
-            continue
-        stack.append(end)
-    return bad
-
 
 @SETTINGS
 @given(ivs=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 25), st.integers(0, 2)), min_size=1, max_size=60),
@@ -378,13 +366,13 @@ def test_lanes_leave_every_track_nested(ivs, budget):
     ev = as_events(text)
     assert len(ev) == len(ivs)
     for k in range(3):
-        before = _violations([(t, -(t + d)) for t, d, kk in ivs if kk == k])
+        before = interval_violations([(t, -(t + d)) for t, d, kk in ivs if kk == k])
         track = [t for t in tracks if t["tid"] == 9 + k]
         by_tid = {}
         for e in ev:
             if e["args"].get("tid_raw", e["tid"]) == 9 + k:
                 by_tid.setdefault(e["tid"], []).append((e["ts"], -(e["ts"] + e["dur"])))
-        assert all(_violations(v) == 0 for v in by_tid.values())
+        assert all(interval_violations(v) == 0 for v in by_tid.values())
         if track:
             assert (track[0]["n_moved"] == 0) == (before == 0)
             assert len(by_tid) == track[0]["n_lanes"]
