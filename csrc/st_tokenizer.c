@@ -14,6 +14,7 @@
 #include "st_members.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,8 +98,11 @@ static inline const char *find_quote_or_backslash(const char *p, const char *end
 
 /* p points at the opening quote.  On P_OK, (*s, *slen) is the raw content and
  * *next is just past the closing quote. */
-static int scan_string(const char *p, const char *end, const char **s, size_t *slen,
-                       const char **next)
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int scan_string(const char *p, const char *end, const char **s, size_t *slen,
+                              const char **next)
 {
     const char *q = p + 1;
     for (;;) {
@@ -131,6 +135,29 @@ static int scan_scalar(const char *p, const char *end, const char **next)
     return q > p ? P_OK : P_ERR;
 }
 
+/* First byte in [p, end) that is a quote or a bracket, or end: inside a
+ * skipped container nothing else matters.  ('{' and '[' differ from '}' and
+ * ']' only in bit 0x20, so clearing it folds four compares into two.) */
+static inline const char *find_structural(const char *p, const char *end)
+{
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), fold = _mm_set1_epi8((char)0xDF);
+    const __m128i open = _mm_set1_epi8('['), close = _mm_set1_epi8(']');
+    while (end - p >= 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)p);
+        __m128i f = _mm_and_si128(v, fold);
+        int m = _mm_movemask_epi8(_mm_or_si128(
+            _mm_cmpeq_epi8(v, quote), _mm_or_si128(_mm_cmpeq_epi8(f, open), _mm_cmpeq_epi8(f, close))));
+        if (m)
+            return p + __builtin_ctz((unsigned)m);
+        p += 16;
+    }
+#endif
+    while (p < end && *p != '"' && *p != '{' && *p != '}' && *p != '[' && *p != ']')
+        p++;
+    return p;
+}
+
 /* Skip to the end of the container whose opening bracket `open` has been
  * read (p is just past it, or at it when `open` is 0); *next is just past the
  * matching close.  Bracket kinds are checked for the first 64 levels; deeper
@@ -147,6 +174,9 @@ static int skip_nested(st_tok *t, const char *base, const char *p, const char *e
         depth = 1;
     }
     while (p < end) {
+        p = find_structural(p, end);
+        if (p >= end)
+            break;
         char c = *p;
         if (c == '"') {
             if (scan_string(p, end, &s, &slen, &p) != P_OK)
@@ -210,26 +240,32 @@ static int skip_object_rest(st_tok *t, const char *base, const char *p, const ch
 
 /* ---------------------------------------------------------- numbers */
 
-/* Eight ASCII digits at once (SWAR): the check and the conversion work on one
- * little-endian 64-bit word. */
-static inline int is_eight_digits(const char *p)
+/* The leading ASCII digits of the 8 bytes at p: returns their count (0..8)
+ * and puts their value in *value, with no branch per digit.  A byte is a
+ * digit when its high nibble is 3 and adding 6 keeps it so; a carry out of a
+ * non-digit byte can only disturb bytes after the first non-digit, which do
+ * not count. */
+static inline int leading_digits8(const char *p, uint64_t *value)
 {
     uint64_t w;
     memcpy(&w, p, 8);
-    return ((w & 0xF0F0F0F0F0F0F0F0ull) |
-            (((w + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4)) ==
-           0x3333333333333333ull;
-}
-
-static inline uint64_t parse_eight_digits(const char *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-    w -= 0x3030303030303030ull;
-    w = (w * 10) + (w >> 8); /* pairs */
-    w = (((w & 0x000000FF000000FFull) * 0x000F424000000064ull) +
-         (((w >> 16) & 0x000000FF000000FFull) * 0x0000271000000001ull)) >> 32;
-    return w;
+    uint64_t t = (w & 0xF0F0F0F0F0F0F0F0ull) |
+                 (((w + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) >> 4);
+    uint64_t x = t ^ 0x3333333333333333ull; /* zero bytes = digits */
+    int n = x ? __builtin_ctzll(x) >> 3 : 8;
+    if (n == 0) {
+        *value = 0;
+        return 0;
+    }
+    /* the n digits moved to the high end, '0' padding before them */
+    uint64_t d = w << (8 * (8 - n));
+    if (n < 8)
+        d |= 0x3030303030303030ull >> (8 * n);
+    d -= 0x3030303030303030ull;
+    d = (d * 10) + (d >> 8);
+    *value = (((d & 0x000000FF000000FFull) * 0x000F424000000064ull) +
+              (((d >> 16) & 0x000000FF000000FFull) * 0x0000271000000001ull)) >> 32;
+    return n;
 }
 
 /*
@@ -359,9 +395,50 @@ static int number_to_scaled_int(const char *s, size_t n, int scale, int64_t *out
     return 1;
 }
 
+/* Exact powers of ten as doubles (10^22 is the largest exactly representable). */
+static const double POW10_D[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                   1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                   1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* [-]digits[.digits] with at most 15 digits: the digits form an exact
+ * integer m < 2^53 and m / 10^k is one correctly rounded IEEE division, so
+ * the result equals strtod's.  Returns 0 when the token needs strtod. */
+static int float_fast(const char *s, size_t n, double *out)
+{
+    const char *p = s, *end = s + n;
+    int neg = p < end && *p == '-';
+    p += neg;
+    uint64_t m = 0;
+    int digits = 0, frac = 0;
+    while (p < end && (unsigned)(*p - '0') < 10 && digits < 16) {
+        m = m * 10 + (uint64_t)(*p++ - '0');
+        digits++;
+    }
+    if (digits == 0)
+        return 0;
+    if (p < end && *p == '.') {
+        const char *d = ++p;
+        while (p < end && (unsigned)(*p - '0') < 10 && digits < 16) {
+            m = m * 10 + (uint64_t)(*p++ - '0');
+            digits++;
+        }
+        frac = (int)(p - d);
+        if (frac == 0)
+            return 0;
+    }
+    if (p != end || digits > 15)
+        return 0;
+    double v = (double)m / POW10_D[frac];
+    *out = neg ? -v : v;
+    return 1;
+}
+
 static float number_to_float(const char *s, size_t n)
 {
     char tmp[64];
+    double fast;
+    if (float_fast(s, n, &fast))
+        return (float)fast;
     if (n == 0 || n >= sizeof tmp)
         return NAN;
     /* only plain number syntax: strtod would also accept hex and "nan" */
@@ -558,10 +635,17 @@ static inline int bytes_eq(const char *a, const char *b, size_t n)
         memcpy(&v, b + n - 4, 4);
         return u == v;
     }
-    for (; n; n--)
-        if (*a++ != *b++)
+    if (n >= 2) { /* 2 or 3 bytes: two overlapping 16-bit compares */
+        uint16_t h, g;
+        memcpy(&h, a, 2);
+        memcpy(&g, b, 2);
+        if (h != g)
             return 0;
-    return 1;
+        memcpy(&h, a + n - 2, 2);
+        memcpy(&g, b + n - 2, 2);
+        return h == g;
+    }
+    return n == 0 || *a == *b;
 }
 
 #define KEY_IS(k, kn, lit) ((kn) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
@@ -590,10 +674,18 @@ static int read_int_value(st_tok *t, const char *base, const char *p, const char
         q += neg;
         uint64_t v = 0;
         int digits = 0, frac = 0;
-        if (end - q >= 16 && is_eight_digits(q)) { /* e.g. 16-digit epoch-µs timestamps */
-            v = parse_eight_digits(q);
-            q += 8;
-            digits = 8;
+        if (end - q >= 24) { /* room for two 8-byte loads and the fraction */
+            digits = leading_digits8(q, &v);
+            q += digits;
+            if (digits == 8) {
+                uint64_t lo;
+                int more = leading_digits8(q, &lo);
+                if (more) {
+                    v = v * (uint64_t)POW10[more] + lo;
+                    q += more;
+                    digits += more;
+                }
+            }
         }
         while (q < end && (unsigned)(*q - '0') < 10 && digits < 16) {
             v = v * 10 + (uint64_t)(*q++ - '0');
@@ -654,9 +746,36 @@ static int read_arg_float(st_tok *t, const char *base, const char *p, const char
 }
 
 /* [a, b, c] of ints into dims; anything else is skipped and left absent. */
+/* The common "[a, b, c]" of small non-negative ints, read in one pass.
+ * Returns 1 when it handled the value (dims and *next set). */
+static int dim3_fast(const char *p, const char *end, int32_t dims[3], const char **next)
+{
+    int32_t v[3];
+    const char *q = p + 1;
+    for (int i = 0; i < 3; i++) {
+        q = skip_ws(q, end);
+        int digits = 0;
+        int32_t x = 0;
+        while (q < end && (unsigned)(*q - '0') < 10 && digits < 9) {
+            x = x * 10 + (*q++ - '0');
+            digits++;
+        }
+        q = skip_ws(q, end);
+        if (digits == 0 || q >= end || *q != (i < 2 ? ',' : ']'))
+            return 0;
+        v[i] = x;
+        q++;
+    }
+    memcpy(dims, v, sizeof v);
+    *next = q;
+    return 1;
+}
+
 static int read_dim3(st_tok *t, const char *base, const char *p, const char *end,
                      int32_t dims[3], const char **next)
 {
+    if (p < end && *p == '[' && dim3_fast(p, end, dims, next))
+        return P_OK;
     int r = skip_value(t, base, p, end, next);
     if (r != P_OK || *p != '[')
         return r;
@@ -1147,7 +1266,11 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
             return P_ERR;
         }
         {
-            event_fields f = FIELDS_INIT;
+            /* only the fields before comm/kern: those two are set up when
+             * a first such key is seen (copying all ~450 bytes per event
+             * cost more than parsing the small events) */
+            event_fields f;
+            memcpy(&f, &FIELDS_INIT, offsetof(event_fields, comm));
             r = parse_object(t, base, p, end, event_member, &f, next);
             if (r != P_OK)
                 return r;
