@@ -6,6 +6,13 @@ correlate) are imported on first use, so ``extract`` and the CLI start
 quickly.
 """
 import importlib
+import os
+
+# streamtrace parallelises across ranks (processes) and reading (one thread);
+# OpenBLAS's idle worker threads would only spin on the cores those need.
+# setdefault: a user's own setting wins.  (Takes effect only when numpy is
+# not imported yet.)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import StreamFormatError, StreamtraceError, TraceError
 from .extract import VERSION as __version__

@@ -77,17 +77,17 @@ class Tokenizer:
         self._consumed = ffi.new("size_t *")
         self.strings_sent = 0
 
-    def feed(self, data, length=None, eof=False):
-        """Tokenize the first ``length`` bytes of ``data`` (bytes or bytearray;
-        not a memoryview slice, whose export cffi could outlive).
+    def feed(self, data, length=None, eof=False, start=0):
+        """Tokenize ``data[start:start + length]`` (bytes or bytearray; not a
+        memoryview slice, whose export cffi could outlive).
 
         Returns ``(status, consumed)``; raises NativeError on bad input.
         """
-        length = len(data) if length is None else length
-        if not 0 <= length <= len(data):
-            raise ValueError("length out of range")
+        length = len(data) - start if length is None else length
+        if not (0 <= start and 0 <= length and start + length <= len(data)):
+            raise ValueError("start/length out of range")
         buf = ffi.from_buffer("char[]", data)
-        rc = lib.st_tok_feed(self._tok, buf, length, int(eof), self._out, self._consumed)
+        rc = lib.st_tok_feed(self._tok, buf + start, length, int(eof), self._out, self._consumed)
         del buf
         if rc < 0:
             raise NativeError(ffi.string(lib.st_tok_error(self._tok)).decode("utf-8", "replace"),

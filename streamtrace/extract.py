@@ -14,12 +14,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 from . import _native
 from .errors import TraceError
-from .inputs import open_source
+from .inputs import chunk_reader, open_source
 from .stream import Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
 
 CHUNK_SIZE = 1 << 20
+STITCH_BYTES = 64 << 10  # first bytes of a chunk tried when completing a carried item
 MAX_ITEM_BYTES = 256 << 20  # one event or top-level member larger than this is refused
 VERSION = "0.1.0"
 
@@ -66,9 +67,6 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
     tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc)
     trace_meta = {}
     warnings = []
-    buf = bytearray(chunk_size)
-    filled = 0          # bytes of buf holding unconsumed input
-    eof = False
     resolved_rank = None
     truncated_at = None
 
@@ -97,52 +95,85 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
             if payload:
                 yield Frame(kind, resolved_rank, payload)
 
-    while True:
-        if not eof and filled < len(buf):
-            n = source.read_into(buf, filled)
-            if n == 0:
-                eof = True
-            filled += n
-        try:
-            status, consumed = tok.feed(buf, filled, eof=eof)
-        except _native.NativeError as exc:
-            raise TraceError(path, exc.args[0], exc.offset) from None
-        for key, raw in tok.take_meta():
-            k = decode_raw_string(key)
-            trace_meta[k] = _parse_meta_value(path, k, raw)
-        if consumed:
-            buf[: filled - consumed] = buf[consumed:filled]  # keep the incomplete tail
-            filled -= consumed
-        if progress:
-            progress(tok.counts())
-        if status == _native.OUTPUT_FULL:
+    def run(data, start, length, at_eof):
+        """Feed ``data[start:start + length]`` until the tokenizer needs more
+        input, draining full record arrays; returns (status, bytes consumed)."""
+        total = 0
+        while True:
+            try:
+                status, consumed = tok.feed(data, length - total, eof=at_eof, start=start + total)
+            except _native.NativeError as exc:
+                raise TraceError(path, exc.args[0], exc.offset) from None
+            total += consumed
+            for key, raw in tok.take_meta():
+                k = decode_raw_string(key)
+                trace_meta[k] = _parse_meta_value(path, k, raw)
+            if progress:
+                progress(tok.counts())
+            if status != _native.OUTPUT_FULL:
+                return status, total
             yield from drain()
-            continue
-        if status == _native.DONE:
-            if filled and bytes(buf[:filled]).strip():
-                raise TraceError(path, "unexpected data after the end of the JSON document",
-                                 tok.counts()["bytes_consumed"])
-            if not eof:  # anything after the document must be whitespace
-                n = source.read_into(buf, 0)
-                if n and bytes(buf[:n]).strip():
-                    raise TraceError(path, "unexpected data after the end of the JSON document",
+
+    def trailing_data():
+        return TraceError(path, "unexpected data after the end of the JSON document",
+                          tok.counts()["bytes_consumed"])
+
+    # Chunks come from a read-ahead thread.  An item (event or top-level
+    # member) cut by a chunk boundary is carried over: its bytes plus the
+    # start of the next chunk go through the small ``carry`` buffer, then
+    # tokenizing continues in the chunk itself, so the bulk of the input is
+    # never copied.
+    reader = chunk_reader(source, chunk_size)
+    carry = bytearray()
+    status = _native.OK
+    try:
+        while status == _native.OK:
+            chunk, n = reader.next_chunk()
+            if n == 0:  # end of input: the last feed says done or truncated
+                reader.recycle(chunk)
+                status, consumed = yield from run(carry, 0, len(carry), True)
+                if status == _native.DONE and bytes(carry[consumed:]).strip():
+                    raise trailing_data()
+                break
+            pos = 0
+            while carry and pos < n and status == _native.OK:
+                if len(carry) >= MAX_ITEM_BYTES:
+                    raise TraceError(path, f"a single event or top-level value is larger than {MAX_ITEM_BYTES >> 20} MiB",
                                      tok.counts()["bytes_consumed"])
-                if n:
-                    continue
-            break
-        if status == _native.TRUNCATED:
-            truncated_at = tok.counts()["bytes_consumed"]
-            break
-        # status OK: more input needed
-        if eof:
-            break
-        if consumed == 0 and filled == len(buf):
-            # one item larger than the buffer: grow (geometrically, so the
-            # tokenizer's restarts cost O(item size) in total)
-            if len(buf) >= MAX_ITEM_BYTES:
-                raise TraceError(path, f"a single event or top-level value is larger than {MAX_ITEM_BYTES >> 20} MiB",
-                                 tok.counts()["bytes_consumed"])
-            buf.extend(bytes(len(buf)))
+                carried = len(carry)
+                take = min(n - pos, max(STITCH_BYTES, carried))  # doubling: O(item size) in total
+                carry += memoryview(chunk)[pos:pos + take]
+                pos += take
+                status, consumed = yield from run(carry, 0, len(carry), False)
+                if consumed >= carried:  # the carried item is done: back to the chunk
+                    pos -= len(carry) - consumed
+                    carry.clear()
+                else:
+                    del carry[:consumed]
+            if status == _native.OK and not carry:
+                status, consumed = yield from run(chunk, pos, n - pos, False)
+                pos += consumed
+                if status == _native.OK:
+                    carry += memoryview(chunk)[pos:n]
+            if status == _native.DONE:  # anything after the document must be whitespace
+                rest = bytes(carry) + bytes(chunk[pos:n])
+                if rest.strip():
+                    raise trailing_data()
+                carry.clear()
+                reader.recycle(chunk)
+                while True:
+                    chunk, n = reader.next_chunk()
+                    if n == 0:
+                        break
+                    if bytes(chunk[:n]).strip():
+                        raise trailing_data()
+                    reader.recycle(chunk)
+                break
+            reader.recycle(chunk)
+    finally:
+        reader.close()
+    if status == _native.TRUNCATED:
+        truncated_at = tok.counts()["bytes_consumed"]
 
     counts = tok.counts()
     if not counts["doc_started"]:
