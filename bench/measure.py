@@ -1,6 +1,6 @@
 """One benchmark case in a fresh process; prints {"seconds", "peak_rss_mb"} as JSON.
 
-    python bench/measure.py extract|extract_zlib|reference|json_load PATH
+    python bench/measure.py extract|extract_inline|extract_zlib|reference|json_load PATH
 """
 import json
 import os
@@ -34,6 +34,9 @@ def main():
     case, path = sys.argv[1], sys.argv[2]
     if case == "extract_zlib":
         os.environ["STREAMTRACE_GZIP"] = "zlib"
+        case = "extract"
+    if case == "extract_inline":  # no read-ahead thread: one thread does everything
+        os.environ["STREAMTRACE_READ_AHEAD"] = "0"
         case = "extract"
     fn = {"extract": run_extract, "reference": run_reference, "json_load": run_json_load}[case]
     t0 = time.perf_counter()

@@ -5,7 +5,9 @@
 Generates a ~MB-sized single-rank trace (fixtures/generate_fixture.py) as
 .json, .json.gz and .json.zst under bench/out/ (reused when present), then runs
 each case in its own subprocess (bench/measure.py) so peak RSS is that case's
-alone.  MB/s is always uncompressed JSON bytes per second.  Baselines:
+alone.  MB/s is always uncompressed JSON bytes per second.  Each extract case
+runs twice: as shipped (a read-ahead thread reads/decompresses while the
+tokenizer runs) and with STREAMTRACE_READ_AHEAD=0 (one thread does all).  Baselines:
 `gzip -dc` on the same .json.gz, plain `json.load` and the pure-Python reference
 extractor (tests/reference.py; on the small trace, it is slow).
 """
@@ -86,6 +88,11 @@ def main():
     add("extract .json.gz (ISA-L)", big_mb, measure("extract", big + ".gz"))
     add("extract .json.gz (zlib in the C core)", big_mb, measure("extract_zlib", big + ".gz"))
     add("extract .json.zst", big_mb, measure("extract", big + ".zst"))
+    # the same without the read-ahead thread: reading, decompressing and
+    # tokenizing all on one thread
+    add("extract .json, one thread", big_mb, measure("extract_inline", big))
+    add("extract .json.gz (ISA-L), one thread", big_mb, measure("extract_inline", big + ".gz"))
+    add("extract .json.zst, one thread", big_mb, measure("extract_inline", big + ".zst"))
     add("gzip -dc .json.gz > /dev/null", big_mb, gzip_dc(big + ".gz"))
     add(f"extract .json ({small_mb:.0f} MB: RSS vs size)", small_mb, measure("extract", small))
     add(f"pure-Python reference ({small_mb:.0f} MB)", small_mb, measure("reference", small))
@@ -98,6 +105,7 @@ def main():
     print(f"  extract .json / json.load           {by['extract .json'] / by[f'json.load ({small_mb:.0f} MB)']:6.1f}x")
     print(f"  extract .json / pure-Python ref     {by['extract .json'] / by[f'pure-Python reference ({small_mb:.0f} MB)']:6.1f}x")
     print(f"  extract .json.gz / gzip -dc         {by['extract .json.gz (ISA-L)'] / by['gzip -dc .json.gz > /dev/null']:6.2f}x")
+    print(f"  same, one thread / gzip -dc         {by['extract .json.gz (ISA-L), one thread'] / by['gzip -dc .json.gz > /dev/null']:6.2f}x")
     print("targets: .json >= 1000 MB/s; .json.gz and .json.zst >= 600 MB/s and faster than gzip -dc; "
           "peak RSS <= 64 MB on the big trace, independent of size")
 
