@@ -151,3 +151,29 @@ def test_bom_split_across_chunks():
     doc = b"\xef\xbb\xbf" + SAMPLE
     for cut in (1, 2, 3):
         assert tokenize(doc, [cut]) == REFERENCE
+
+
+PAD = b" " * 40  # room after a value, so the tokenizer's word-at-a-time paths run
+
+
+@settings(max_examples=500, deadline=None)
+@given(numbers, st.sampled_from([b"", PAD]))
+def test_numbers_parse_exactly_on_fast_and_slow_paths(text, pad):
+    """Integers, floats and grid triples come out the same whether the bytes
+    after the value allow the word-at-a-time paths (pad) or not."""
+    t = text.encode()
+    doc = (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "ts": ' + t + pad + b', "args": {"correlation": ' + t + pad +
+           b', "blocks per SM": ' + t + pad + b', "grid": [' + t + pad + b", 2" + pad + b", 3" + pad + b"]" + pad +
+           b"}}]}")
+    status, (events, kernels, _), _, _, n = tokenize(doc, [])
+    assert n == 1
+    rec = _native.np.frombuffer(events, dtype=_native.EVENT_DTYPE)[0]
+    assert rec["correlation"] == scaled_int(Decimal(text), 0)
+    expected_ns = scaled_int(Decimal(text), 3)
+    if expected_ns != _native.NONE:
+        assert rec["ts"] == expected_ns
+    k = _native.np.frombuffer(kernels, dtype=_native.KERNEL_DTYPE)[0]
+    assert k["blocks_per_sm"] == _native.np.float32(float(text))
+    v = scaled_int(Decimal(text), 0)
+    fits = v != _native.NONE and -(2**31) <= v < 2**31
+    assert list(k["grid"]) == ([v, 2, 3] if fits else [-1, -1, -1])
