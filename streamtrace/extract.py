@@ -19,7 +19,6 @@ from .stream import Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
 
-CHUNK_SIZE = 1 << 20
 STITCH_BYTES = 64 << 10  # first bytes of a chunk tried when completing a carried item
 MAX_ITEM_BYTES = 256 << 20  # one event or top-level member larger than this is refused
 VERSION = "0.1.0"
@@ -47,7 +46,7 @@ def _parse_meta_value(path, key, raw):
 
 
 def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
-                 chunk_size=CHUNK_SIZE, progress=None, gzip_backend=None, strict=False):
+                 chunk_size=None, progress=None, gzip_backend=None, strict=False):
     """Yield the frames of one trace file.
 
     ``rank`` is the rank the caller assigned (flag, position, regex); when None

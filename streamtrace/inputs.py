@@ -8,7 +8,9 @@ installed, else through the C core's zlib inflater; zstd through
 ``zstandard``; anything else is read as plain JSON.
 """
 import io
+import mmap
 import os
+import stat
 import sys
 
 from . import _native
@@ -17,6 +19,7 @@ from .errors import TraceError
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 READ_SIZE = 1 << 18  # compressed bytes per read
+BUFFER_CHUNK = 1 << 20  # uncompressed bytes per tokenizer chunk
 
 try:  # optional fast path; the zlib path in the C core is always there
     from isal import igzip_lib as _isal
@@ -35,8 +38,9 @@ def sniff(head):
 class PlainSource:
     kind = "json"
 
-    def __init__(self, f):
+    def __init__(self, f, from_path=False):
         self._f = f
+        self.from_path = from_path  # a named file (not stdin): may be memory-mapped
         self.truncated = False
 
     def read_into(self, buf, start):
@@ -182,33 +186,109 @@ def open_source(path, gzip_backend=None):
     elif kind == "zstd":
         src = ZstdSource(f, label)
     else:
-        src = PlainSource(f)
+        src = PlainSource(f, from_path=path != "-")
     return src, closer
 
 
+
+# ------------------------------------------------------------ chunking
+#
+# The tokenizer takes input in chunks.  A *producer* makes them: ``produce()``
+# returns ``(chunk, length)`` (length 0 at the end of input) and
+# ``release(chunk)`` takes one back once the tokenizer is done with it.  A
+# *reader* (ReadAhead or ReadInline) decides on which thread producing runs.
+
+
+class BufferChunks:
+    """Chunks read or decompressed from a source into reusable bytearrays."""
+
+    def __init__(self, source, chunk_size):
+        import collections
+
+        self._source = source
+        self._size = chunk_size
+        self._free = collections.deque()  # append/pop are atomic: two threads may use it
+
+    def produce(self):
+        buf = self._free.pop() if self._free else bytearray(self._size)
+        n = 0
+        while n < len(buf):  # fill the chunk: fewer, larger tokenizer calls
+            got = self._source.read_into(buf, n)
+            if got == 0:
+                break
+            n += got
+        return buf, n
+
+    def release(self, buf):
+        self._free.append(buf)
+
+
+class MappedChunks:
+    """Chunks of a plain regular file as read-only memory maps: the tokenizer
+    reads the page cache directly, with no copy.  Windows are mapped with
+    MAP_POPULATE, so the page faults happen where the window is made (the
+    read-ahead thread) rather than in the tokenizer; only a few windows are
+    mapped at a time, so resident memory stays bounded."""
+
+    WINDOW = 4 << 20  # a multiple of mmap.ALLOCATIONGRANULARITY
+
+    def __init__(self, f, window=None):
+        if window:  # a multiple of the granularity mmap offsets need
+            gran = mmap.ALLOCATIONGRANULARITY
+            self.WINDOW = -(-window // gran) * gran
+        self._fd = f.fileno()
+        self._size = os.fstat(self._fd).st_size
+        self._offset = 0
+        self._flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+
+    def produce(self):
+        n = min(self.WINDOW, self._size - self._offset)
+        if n <= 0:
+            return b"", 0
+        window = mmap.mmap(self._fd, n, flags=self._flags, prot=mmap.PROT_READ, offset=self._offset)
+        self._offset += n
+        return window, n
+
+    def release(self, window):
+        if isinstance(window, mmap.mmap):
+            try:
+                window.close()
+            except BufferError:  # still exported somewhere: unmapped when collected
+                pass
+
+
+def _mappable(source):
+    """True for plain JSON in a named, non-empty regular file."""
+    if not getattr(source, "from_path", False):
+        return False
+    try:
+        st = os.fstat(source._f.fileno())
+        return source._f.tell() == 0 and stat.S_ISREG(st.st_mode) and st.st_size > 0
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+
+
 class ReadAhead:
-    """Fills fixed-size chunks from a source in a background thread.
+    """Runs a producer in a background thread, a few chunks ahead.
 
-    File reads and decompression (ISA-L, zstandard, the C core's zlib) release
-    the GIL, as does the tokenizer, so reading chunk k+1 overlaps tokenizing
-    chunk k: on two cores a ``.json.gz`` extracts at the speed of the slower
-    of the two instead of their sum.  Each chunk buffer belongs to one side at
-    a time (handed over through the queues, never resized), and ``close()``
-    stops and joins the thread before the caller closes the source.
-
-    Iterating yields ``(buffer, length)``; ``length == 0`` means end of input.
-    Errors raised by the source are re-raised in the consumer.
+    File reads, memory mapping and decompression (ISA-L, zstandard, the C
+    core's zlib) release the GIL, as does the tokenizer, so producing chunk
+    k+1 overlaps tokenizing chunk k: on two cores a ``.json.gz`` extracts at
+    the speed of the slower of the two instead of their sum.  A chunk belongs
+    to one side at a time (handed over through the queues, never resized);
+    ``close()`` stops and joins the thread before the caller closes the
+    source.  Errors raised while producing are re-raised in the consumer.
     """
 
-    def __init__(self, source, chunk_size, depth=2):
+    def __init__(self, producer, depth=2):
         import queue
         import threading
 
-        self._source = source
-        self._free = queue.Queue()
+        self._producer = producer
+        self._tokens = queue.Queue()  # one per chunk that may be in flight
         self._full = queue.Queue()
         for _ in range(depth + 1):
-            self._free.put(bytearray(chunk_size))
+            self._tokens.put(True)
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="streamtrace-read-ahead", daemon=True)
         self._thread.start()
@@ -216,65 +296,63 @@ class ReadAhead:
     def _run(self):
         try:
             while True:
-                buf = self._free.get()
-                if buf is None or self._stopped:  # close() asked us to stop
+                if not self._tokens.get() or self._stopped:  # close() asked us to stop
                     return
-                n = 0
-                while n < len(buf):  # fill the chunk: fewer, larger tokenizer calls
-                    got = self._source.read_into(buf, n)
-                    if got == 0:
-                        break
-                    n += got
-                self._full.put((buf, n, None))
+                chunk, n = self._producer.produce()
+                self._full.put((chunk, n, None))
                 if n == 0:
                     return
         except BaseException as exc:  # handed to the consumer, raised there
             self._full.put((None, 0, exc))
 
     def next_chunk(self):
-        buf, n, exc = self._full.get()
+        chunk, n, exc = self._full.get()
         if exc is not None:
             raise exc
-        return buf, n
+        return chunk, n
 
-    def recycle(self, buf):
+    def recycle(self, chunk):
         """Give a chunk back once the tokenizer is done with it."""
-        self._free.put(buf)
+        self._producer.release(chunk)
+        self._tokens.put(True)
 
     def close(self):
         if not self._stopped:
             self._stopped = True
-            self._free.put(None)
+            self._tokens.put(False)
             self._thread.join()
+            while not self._full.empty():  # chunks made but never consumed
+                chunk, _, _ = self._full.get()
+                if chunk is not None:
+                    self._producer.release(chunk)
 
 
 class ReadInline:
-    """ReadAhead's interface without the thread: each chunk is read when the
-    consumer asks for it (``STREAMTRACE_READ_AHEAD=0``; benchmarks use it to
-    show the single-threaded figure)."""
+    """ReadAhead's interface without the thread: each chunk is produced when
+    the consumer asks for it (``STREAMTRACE_READ_AHEAD=0``; the benchmarks
+    use it for the single-threaded figure)."""
 
-    def __init__(self, source, chunk_size, depth=2):
-        self._source = source
-        self._buf = bytearray(chunk_size)
+    def __init__(self, producer):
+        self._producer = producer
 
     def next_chunk(self):
-        n = 0
-        while n < len(self._buf):
-            got = self._source.read_into(self._buf, n)
-            if got == 0:
-                break
-            n += got
-        return self._buf, n
+        return self._producer.produce()
 
-    def recycle(self, buf):
-        pass
+    def recycle(self, chunk):
+        self._producer.release(chunk)
 
     def close(self):
         pass
 
 
-def chunk_reader(source, chunk_size):
-    """A ReadAhead, or a ReadInline when STREAMTRACE_READ_AHEAD=0."""
+def chunk_reader(source, chunk_size=None):
+    """The reader for one source: memory-mapped windows for a plain regular
+    file, else reusable buffers (``chunk_size`` None: each kind's default);
+    produced in a read-ahead thread unless STREAMTRACE_READ_AHEAD=0."""
+    if _mappable(source):
+        producer = MappedChunks(source._f, chunk_size)
+    else:
+        producer = BufferChunks(source, chunk_size or BUFFER_CHUNK)
     if os.environ.get("STREAMTRACE_READ_AHEAD", "1") == "0":
-        return ReadInline(source, chunk_size)
-    return ReadAhead(source, chunk_size)
+        return ReadInline(producer)
+    return ReadAhead(producer)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamtrace import TraceError
 from streamtrace.extract import extract_rank
-from streamtrace.inputs import ReadAhead, ReadInline, open_source
+from streamtrace.inputs import BufferChunks, MappedChunks, ReadAhead, ReadInline, chunk_reader, open_source
 from test_tokenizer_properties import SAMPLE
 
 
@@ -49,23 +49,42 @@ def test_read_ahead_output_equals_inline(sample_path, monkeypatch, chunk):
     assert inline[2]["events_seen"] == 6 * 40
 
 
-def test_chunks_cover_the_input_exactly(tmp_path):
+@pytest.mark.parametrize("mapped", [False, True])
+@pytest.mark.parametrize("reader_cls", [ReadAhead, ReadInline])
+def test_chunks_cover_the_input_exactly(tmp_path, reader_cls, mapped):
     path = tmp_path / "x.json"
     data = bytes(range(256)) * 1000
     path.write_bytes(data)
-    for cls in (ReadAhead, ReadInline):
-        source, close = open_source(str(path))
-        reader = cls(source, 777)
-        got = bytearray()
-        while True:
-            buf, n = reader.next_chunk()
-            got += buf[:n]
-            reader.recycle(buf)
-            if n == 0:
-                break
-        reader.close()
-        close()
-        assert bytes(got) == data
+    source, close = open_source(str(path))
+    producer = MappedChunks(source._f, 5000) if mapped else BufferChunks(source, 777)
+    reader = reader_cls(producer)
+    got = bytearray()
+    while True:
+        buf, n = reader.next_chunk()
+        got += buf[:n]
+        reader.recycle(buf)
+        if n == 0:
+            break
+    reader.close()
+    close()
+    assert bytes(got) == data
+
+
+def test_plain_files_are_mapped_and_stdin_is_not(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_bytes(SAMPLE)
+    source, close = open_source(str(path))
+    reader = chunk_reader(source)
+    assert isinstance(reader._producer, MappedChunks)
+    reader.close()
+    close()
+    gz = tmp_path / "x.json.gz"
+    gz.write_bytes(gzip.compress(SAMPLE))
+    source, close = open_source(str(gz))
+    reader = chunk_reader(source)
+    assert isinstance(reader._producer, BufferChunks)
+    reader.close()
+    close()
 
 
 def test_corrupt_gzip_error_reaches_the_consumer(tmp_path, monkeypatch):
