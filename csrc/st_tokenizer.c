@@ -158,10 +158,78 @@ static inline const char *find_structural(const char *p, const char *end)
     return p;
 }
 
+/* One bracket of a skipped container: push or pop, checking kinds for the
+ * first 64 levels (deeper ones are only counted; max_depth bounds the count).
+ * Returns P_OK when the outermost container closed (*next set), P_ERR on a
+ * bad bracket, P_MORE to go on. */
+static inline int skip_bracket(st_tok *t, const char *base, const char *p, char *stack,
+                               uint32_t *depth, const char **next)
+{
+    char c = *p;
+    if (c == '{' || c == '[') {
+        if (*depth >= t->opt.max_depth) {
+            set_error(t, base, p, "JSON nested deeper than %u levels", t->opt.max_depth);
+            t->err_code = ST_ERR_LIMIT;
+            return P_ERR;
+        }
+        if (*depth < 64)
+            stack[*depth] = c;
+        (*depth)++;
+        return P_MORE;
+    }
+    if (*depth == 0) {
+        set_error(t, base, p, "unbalanced '%c'", c);
+        return P_ERR;
+    }
+    (*depth)--;
+    if (*depth < 64 && stack[*depth] != (c == '}' ? '{' : '[')) {
+        set_error(t, base, p, "mismatched '%c'", c);
+        return P_ERR;
+    }
+    if (*depth == 0) {
+        *next = p + 1;
+        return P_OK;
+    }
+    return P_MORE;
+}
+
+#if defined(__SSE2__)
+/* Bit i set where byte i of the 64 at p equals c (or, with fold, equals c
+ * after clearing bit 0x20: '[' folds '{' in, ']' folds '}'). */
+static inline uint64_t mask64(const char *p, char c, int fold)
+{
+    const __m128i want = _mm_set1_epi8(c), f = _mm_set1_epi8(fold ? (char)0xDF : (char)0xFF);
+    uint64_t m = 0;
+    for (int i = 0; i < 4; i++) {
+        __m128i v = _mm_and_si128(_mm_loadu_si128((const __m128i *)(const void *)(p + 16 * i)), f);
+        m |= (uint64_t)(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, want)) << (16 * i);
+    }
+    return m;
+}
+
+/* Bit i = parity of the set bits at positions <= i. */
+static inline uint64_t prefix_xor(uint64_t x)
+{
+    x ^= x << 1;
+    x ^= x << 2;
+    x ^= x << 4;
+    x ^= x << 8;
+    x ^= x << 16;
+    x ^= x << 32;
+    return x;
+}
+#endif
+
 /* Skip to the end of the container whose opening bracket `open` has been
  * read (p is just past it, or at it when `open` is 0); *next is just past the
- * matching close.  Bracket kinds are checked for the first 64 levels; deeper
- * ones are only counted (max_depth bounds the count). */
+ * matching close.
+ *
+ * Fast path: 64-byte blocks without a backslash are done with bitmasks (the
+ * quotes' prefix parity says which brackets are inside strings), so a
+ * dropped event costs a few instructions per 64 bytes instead of a string
+ * scan per quote.  A block that ends inside a string hands that string to
+ * the byte path; a block with a backslash (an escape) is done by the byte
+ * path entirely. */
 static int skip_nested(st_tok *t, const char *base, const char *p, const char *end, char open,
                        const char **next)
 {
@@ -169,44 +237,47 @@ static int skip_nested(st_tok *t, const char *base, const char *p, const char *e
     uint32_t depth = 0;
     const char *s;
     size_t slen;
+    const char *bytewise_until = p; /* no block fast path before here */
     if (open) {
         stack[0] = open;
         depth = 1;
     }
     while (p < end) {
+#if defined(__SSE2__)
+        while (p >= bytewise_until && end - p >= 64) {
+            if (mask64(p, '\\', 0)) {
+                bytewise_until = p + 64;
+                break;
+            }
+            uint64_t quotes = mask64(p, '"', 0);
+            uint64_t in_string = prefix_xor(quotes); /* opening quotes included */
+            uint64_t brackets = (mask64(p, '[', 1) | mask64(p, ']', 1)) & ~in_string;
+            while (brackets) {
+                int r = skip_bracket(t, base, p + __builtin_ctzll(brackets), stack, &depth, next);
+                if (r != P_MORE)
+                    return r;
+                brackets &= brackets - 1;
+            }
+            if (in_string >> 63) { /* a string runs past the block: from its opening quote */
+                p += 63 - __builtin_clzll(quotes);
+                break;
+            }
+            p += 64;
+        }
+        if (p >= end)
+            break;
+#endif
         p = find_structural(p, end);
         if (p >= end)
             break;
-        char c = *p;
-        if (c == '"') {
+        if (*p == '"') {
             if (scan_string(p, end, &s, &slen, &p) != P_OK)
                 return P_MORE;
             continue;
         }
-        if (c == '{' || c == '[') {
-            if (depth >= t->opt.max_depth) {
-                set_error(t, base, p, "JSON nested deeper than %u levels", t->opt.max_depth);
-                t->err_code = ST_ERR_LIMIT;
-                return P_ERR;
-            }
-            if (depth < sizeof stack)
-                stack[depth] = c;
-            depth++;
-        } else if (c == '}' || c == ']') {
-            if (depth == 0) {
-                set_error(t, base, p, "unbalanced '%c'", c);
-                return P_ERR;
-            }
-            depth--;
-            if (depth < sizeof stack && stack[depth] != (c == '}' ? '{' : '[')) {
-                set_error(t, base, p, "mismatched '%c'", c);
-                return P_ERR;
-            }
-            if (depth == 0) {
-                *next = p + 1;
-                return P_OK;
-            }
-        }
+        int r = skip_bracket(t, base, p, stack, &depth, next);
+        if (r != P_MORE)
+            return r;
         p++;
     }
     return P_MORE;
@@ -435,11 +506,11 @@ static int float_fast(const char *s, size_t n, double *out)
 
 static float number_to_float(const char *s, size_t n)
 {
-    char tmp[64];
+    char small[128];
     double fast;
     if (float_fast(s, n, &fast))
         return (float)fast;
-    if (n == 0 || n >= sizeof tmp)
+    if (n == 0 || n > (1u << 20)) /* a megabyte of digits is not a measurement */
         return NAN;
     /* only plain number syntax: strtod would also accept hex and "nan" */
     for (size_t i = 0; i < n; i++) {
@@ -447,13 +518,18 @@ static float number_to_float(const char *s, size_t n)
         if (!((c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'))
             return NAN;
     }
+    /* strtod needs a NUL-terminated copy; long ones (many digits) on the heap */
+    char *tmp = n < sizeof small ? small : malloc(n + 1);
+    if (!tmp)
+        return NAN;
     memcpy(tmp, s, n);
     tmp[n] = 0;
     char *endp;
     double d = strtod(tmp, &endp);
-    if (endp != tmp + n)
-        return NAN;
-    return (float)d;
+    int whole = endp == tmp + n;
+    if (tmp != small)
+        free(tmp);
+    return whole ? (float)d : NAN;
 }
 
 /* ---------------------------------------------------------- strings */

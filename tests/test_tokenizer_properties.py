@@ -177,3 +177,32 @@ def test_numbers_parse_exactly_on_fast_and_slow_paths(text, pad):
     v = scaled_int(Decimal(text), 0)
     fits = v != _native.NONE and -(2**31) <= v < 2**31
     assert list(k["grid"]) == ([v, 2, 3] if fits else [-1, -1, -1])
+
+
+# JSON values with the bytes that make skipping hard: brackets and quotes
+# inside strings, escapes, backslash runs, long strings that cross 64-byte
+# blocks, deep nesting.
+tricky_text = st.lists(st.sampled_from(list('ab{}[]",:\\ é') + ["\\\\", '\\"', "x" * 70]), max_size=12).map("".join)
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-10**6, 10**6), tricky_text),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(tricky_text, inner, max_size=4)),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.booleans(), json_values), min_size=1, max_size=6), st.booleans())
+def test_skipped_values_match_the_reference(tmp_path, events, keep_pyfunc):
+    """Events whose args hold arbitrary nested values, some of them dropped
+    python_function events, extract exactly as the json-based reference."""
+    from helpers import assert_matches_reference
+
+    doc = {"traceEvents": []}
+    for i, (pyfunc, value) in enumerate(events):
+        doc["traceEvents"].append({"ph": "X", "cat": "python_function" if pyfunc else "cpu_op", "name": f"e{i}",
+                                   "pid": 1, "tid": 1, "ts": i, "dur": 1, "args": {"blob": value, "External id": i}})
+        doc["traceEvents"].append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": i, "dur": 1,
+                                   "args": {"nested": [value, {"v": value}], "correlation": i}})
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc, ensure_ascii=False, indent=1 if keep_pyfunc else None))
+    assert_matches_reference(str(path), keep_pyfunc=keep_pyfunc)
