@@ -555,6 +555,45 @@ static int grow_slots(st_tok *t)
     return 1;
 }
 
+/* Equality of short byte runs; with a constant n it compiles to a few word
+ * compares instead of a memcmp call. */
+static inline int bytes_eq(const char *a, const char *b, size_t n)
+{
+    uint64_t x, y;
+    uint32_t u, v;
+    if (n >= 8) {
+        for (; n > 8; a += 8, b += 8, n -= 8) {
+            memcpy(&x, a, 8);
+            memcpy(&y, b, 8);
+            if (x != y)
+                return 0;
+        }
+        memcpy(&x, a + n - 8, 8); /* the last 8 bytes, overlapping */
+        memcpy(&y, b + n - 8, 8);
+        return x == y;
+    }
+    if (n >= 4) {
+        memcpy(&u, a, 4);
+        memcpy(&v, b, 4);
+        if (u != v)
+            return 0;
+        memcpy(&u, a + n - 4, 4);
+        memcpy(&v, b + n - 4, 4);
+        return u == v;
+    }
+    if (n >= 2) { /* 2 or 3 bytes: two overlapping 16-bit compares */
+        uint16_t h, g;
+        memcpy(&h, a, 2);
+        memcpy(&g, b, 2);
+        if (h != g)
+            return 0;
+        memcpy(&h, a + n - 2, 2);
+        memcpy(&g, b + n - 2, 2);
+        return h == g;
+    }
+    return n == 0 || *a == *b;
+}
+
 /* Returns the id of s, adding it if new; ST_NOSTR on failure (error set). */
 static uint32_t intern(st_tok *t, const char *base, const char *s, size_t n)
 {
@@ -572,7 +611,8 @@ static uint32_t intern(st_tok *t, const char *base, const char *s, size_t n)
     uint32_t i = (uint32_t)h & mask;
     while (t->slots[i]) {
         str_ref r = t->refs[t->slots[i] - 1];
-        if (r.len == n && memcmp(t->arena + r.offset, s, n) == 0)
+        if (r.len == n && (n <= 32 ? bytes_eq(t->arena + r.offset, s, n)
+                                   : memcmp(t->arena + r.offset, s, n) == 0))
             return t->slots[i] - 1;
         i = (i + 1) & mask;
     }
@@ -683,45 +723,6 @@ static inline kernel_fields *kernel_of(event_fields *f)
         f->has_kernel = 1;
     }
     return &f->kern;
-}
-
-/* Equality of short byte runs; with a constant n it compiles to a few word
- * compares instead of a memcmp call. */
-static inline int bytes_eq(const char *a, const char *b, size_t n)
-{
-    uint64_t x, y;
-    uint32_t u, v;
-    if (n >= 8) {
-        for (; n > 8; a += 8, b += 8, n -= 8) {
-            memcpy(&x, a, 8);
-            memcpy(&y, b, 8);
-            if (x != y)
-                return 0;
-        }
-        memcpy(&x, a + n - 8, 8); /* the last 8 bytes, overlapping */
-        memcpy(&y, b + n - 8, 8);
-        return x == y;
-    }
-    if (n >= 4) {
-        memcpy(&u, a, 4);
-        memcpy(&v, b, 4);
-        if (u != v)
-            return 0;
-        memcpy(&u, a + n - 4, 4);
-        memcpy(&v, b + n - 4, 4);
-        return u == v;
-    }
-    if (n >= 2) { /* 2 or 3 bytes: two overlapping 16-bit compares */
-        uint16_t h, g;
-        memcpy(&h, a, 2);
-        memcpy(&g, b, 2);
-        if (h != g)
-            return 0;
-        memcpy(&h, a + n - 2, 2);
-        memcpy(&g, b + n - 2, 2);
-        return h == g;
-    }
-    return n == 0 || *a == *b;
 }
 
 #define KEY_IS(k, kn, lit) ((kn) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
