@@ -639,7 +639,7 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     input (a stream aligned twice) are dropped with a warning.
     """
     yield table_frame("align.options", align_options_table(align_clocks, gpus_per_node, tolerance_ns))
-    collectors, results = {}, {}
+    ranks = _Ranks()
     replaced = False
     for frame in frames:
         kind = frame.kind
@@ -653,26 +653,58 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
             yield frame
             continue
         yield frame
-        if kind in (Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META):
-            r = frame.rank
-            if r in results:
-                raise StreamtraceError(f"rank {r} appears twice in the input (two metadata frames)")
-            c = collectors.get(r)
-            if c is None:
-                c = collectors[r] = RankCollector(r)
-            c.add(frame)
-            if kind == Kind.META:
-                results[r] = collectors.pop(r).finish()
+        ranks.add(frame)
     if replaced:
         log.warning("the input already held align tables; they are replaced by this run's")
-    for r, c in collectors.items():
-        results[r] = c.finish()
-    tables = match_ranks([results[r] for r in sorted(results)], align_clocks=align_clocks,
-                         gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns)
+    results = ranks.results()
+    tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns)
     for name in TABLE_NAMES[1:]:
         yield table_frame(name, tables[name])
     yield json_frame(Kind.END, 0, {"stage": "align", "ranks": len(results),
                                    "collective_kernels": int(len(tables["align.collectives"]))})
+
+
+def align_tables(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
+    """The ``align.*`` tables of ``frames`` as ``{name: DataFrame}``, for
+    callers that want the results, not a stream (``collective-report``): the
+    same analysis as ``align_frames`` without encoding the tables into frames
+    and decoding them again.  Frames align does not use are dropped."""
+    ranks = _Ranks()
+    for frame in frames:
+        ranks.add(frame)
+    tables = match_ranks(ranks.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node,
+                         tolerance_ns=tolerance_ns)
+    tables["align.options"] = align_options_table(align_clocks, gpus_per_node, tolerance_ns)
+    return tables
+
+
+class _Ranks:
+    """One RankCollector per rank of an interleaved frame sequence; a rank is
+    finished (its bulky per-event arrays dropped) at its META frame."""
+
+    def __init__(self):
+        self.collectors, self.done = {}, {}
+
+    def add(self, frame):
+        kind = frame.kind
+        if kind not in (Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META):
+            return
+        r = frame.rank
+        if r in self.done:
+            raise StreamtraceError(f"rank {r} appears twice in the input (two metadata frames)")
+        c = self.collectors.get(r)
+        if c is None:
+            c = self.collectors[r] = RankCollector(r)
+        c.add(frame)
+        if kind == Kind.META:
+            self.done[r] = self.collectors.pop(r).finish()
+
+    def results(self):
+        """RankResult of every rank, in rank order (unfinished ranks finished now)."""
+        for r, c in self.collectors.items():
+            self.done[r] = c.finish()
+        self.collectors = {}
+        return [self.done[r] for r in sorted(self.done)]
 
 
 def align_options_table(align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
@@ -1381,6 +1413,6 @@ def read_align_tables(tables):
     return tables
 
 
-__all__ = ["align_frames", "match_ranks", "RankCollector", "RankResult", "collect_rank", "align_sequences",
+__all__ = ["align_frames", "align_tables", "match_ranks", "RankCollector", "RankResult", "collect_rank", "align_sequences",
            "estimate_clock_offsets", "COLLECTIVE_COLUMNS", "CLOCK_COLUMNS", "QUALITY_COLUMNS", "RANK_COLUMNS",
            "TABLE_NAMES", "classify_string", "read_align_tables"]

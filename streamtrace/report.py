@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from . import collectives as coll
-from .align import (COLLECTIVE_COLUMNS, align_frames, align_options_table, collect_rank, match_ranks,
+from .align import (COLLECTIVE_COLUMNS, align_frames, align_options_table, align_tables, collect_rank, match_ranks,
                     read_align_tables)
 from .atomic import atomic_path, umask
 from .errors import StreamtraceError
@@ -1231,7 +1231,7 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
     frames = itertools.chain.from_iterable(
         extract_rank(inp.path, inp.rank, world_size, False, inp.position, progress=progress, strict=strict)
         for inp in inputs)
-    return collect_tables(align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node))
+    return align_tables(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
 
 
 def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress):
