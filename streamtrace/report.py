@@ -29,6 +29,8 @@ Where streamtrace deliberately differs from TraceLens (spec Part B):
 ``write_xlsx`` / ``write_csvs`` write atomically; ``generate_collective_report``
 runs extract -> align -> report in one process (or extracts ranks in parallel).
 """
+import csv
+import io
 import itertools
 import json
 import logging
@@ -1136,6 +1138,47 @@ def _csv_safe(df):
     return df if out is None else out
 
 
+_CSV_CHUNK_ROWS = 20000  # rows formatted at a time: bounds the memory of the cell texts
+
+
+def _write_csv(df, path):
+    """``_csv_safe(df).to_csv(path, index=False)``, byte for byte, about 4x
+    faster: columns are formatted whole (streamtrace.cells) and rows joined,
+    instead of pandas' per-cell csv-module path.  Frames the fast path does not
+    cover (a dtype cells does not format, one column, no rows, non-text
+    column names, another line separator) go to pandas itself."""
+    from . import cells
+
+    simple = (len(df.columns) >= 2 and len(df) and os.linesep == "\n" and df.columns.is_unique
+              and all(isinstance(c, str) for c in df.columns))
+    if simple:
+        quote = cells.CsvQuoter()
+
+        def text(v):  # a str cell: formula neutralised (as _csv_safe), then quoted
+            return quote("'" + v if v[:1] in _RISKY_FIRST else v)
+
+        def other(v):
+            return quote(cells.object_text(v))
+
+        def rows(start):
+            part = df.iloc[start:start + _CSV_CHUNK_ROWS]
+            cols = [cells.column_texts(part.iloc[:, j], text, other) for j in range(len(df.columns))]
+            return None if any(c is None for c in cols) else "\n".join(map(",".join, zip(*cols))) + "\n"
+
+        first = rows(0)  # dtypes are the same in every chunk: the first one decides
+        simple = first is not None
+    if not simple:
+        _csv_safe(df).to_csv(path, index=False)
+        return
+    header = io.StringIO()
+    csv.writer(header, lineterminator="\n").writerow(list(df.columns))
+    with open(path, "wb") as f:
+        f.write(header.getvalue().encode("utf-8"))
+        f.write(first.encode("utf-8"))
+        for start in range(_CSV_CHUNK_ROWS, len(df), _CSV_CHUNK_ROWS):
+            f.write(rows(start).encode("utf-8"))
+
+
 def write_csvs(sheets, directory):
     """One ``<sheet>.csv`` per sheet (full tables, no index) in ``directory``.
 
@@ -1153,7 +1196,7 @@ def write_csvs(sheets, directory):
     tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
     try:
         for name, df in sheets.items():
-            _csv_safe(df).to_csv(os.path.join(tmp, f"{name}.csv"), index=False)
+            _write_csv(df, os.path.join(tmp, f"{name}.csv"))
         for name in sheets:
             os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~umask())
         if not os.path.exists(directory):
