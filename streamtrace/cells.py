@@ -45,7 +45,10 @@ def _frac_table():
 
 def float_texts(values, na=""):
     """Text of each float64: ``repr(x)`` (= numpy's ``str``), ``na`` for NaN."""
-    a = np.asarray(values, dtype=np.float64)
+    return by_distinct(np.asarray(values, dtype=np.float64), lambda u: _float_texts(u, na))
+
+
+def _float_texts(a, na):
     out = np.empty(len(a), dtype=object)
     nan = np.isnan(a)
     out[nan] = na
@@ -63,26 +66,29 @@ def float_texts(values, na=""):
             out[grid] = text.astype(object)
             rest &= ~grid
     if rest.any():
-        # zeros are on the grid, so -0.0 and 0.0 (equal for the hash) never meet here
-        out[rest] = _by_distinct(a[rest], lambda u: [float.__repr__(v) for v in u.tolist()])
+        out[rest] = [float.__repr__(v) for v in a[rest].tolist()]
     return out
 
 
 def int_texts(values):
     a = np.asarray(values)
     if StringDType is not None:
-        return _by_distinct(a, lambda u: u.astype(StringDType()).astype(object))
+        return by_distinct(a, lambda u: u.astype(StringDType()).astype(object))
     return np.array([str(v) for v in a.tolist()], dtype=object)
 
 
-def _by_distinct(a, fmt):
+def by_distinct(a, fmt):
     """``fmt`` (array -> texts) applied to the distinct values of ``a`` only,
     when there are few (sizes, ranks, group sizes, stream ids...)."""
     if len(a) < 64:
         return np.asarray(fmt(a), dtype=object)
-    codes, uniques = pd.factorize(a)
+    # floats by bit pattern: -0.0 and 0.0 stay apart, NaN is a value like any other
+    key = a.view(np.int64) if a.dtype == np.float64 else a
+    codes, uniques = pd.factorize(key)
     if len(uniques) * 4 > len(a):
         return np.asarray(fmt(a), dtype=object)
+    if key is not a:
+        uniques = uniques.view(np.float64)
     return np.asarray(fmt(uniques), dtype=object)[codes]
 
 

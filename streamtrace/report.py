@@ -42,6 +42,7 @@ import tempfile
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import infer_dtype
 
 from . import collectives as coll
 from .align import (COLLECTIVE_COLUMNS, align_frames, align_options_table, align_tables, collect_rank, match_ranks,
@@ -1046,16 +1047,42 @@ def _num_cell(v):
 
 
 def _xml_cells(series):
-    """The <c> elements of one column (inline strings: text is never a formula)."""
-    kind = series.dtype.kind
-    if kind == "f" and isinstance(series.dtype, np.dtype):
-        return [_num_cell(v) for v in series.to_numpy().tolist()]
-    if kind in "iu" and isinstance(series.dtype, np.dtype):
-        return [f"<c><v>{v}</v></c>" for v in series.to_numpy().tolist()]
-    if kind == "b" and isinstance(series.dtype, np.dtype):
-        return ['<c t="b"><v>1</v></c>' if v else '<c t="b"><v>0</v></c>' for v in series.to_numpy().tolist()]
+    """The <c> elements of one column (inline strings: text is never a formula).
+
+    Whole-column formatting (streamtrace.cells): numbers as repr/str, text
+    escaped once per distinct value."""
+    from . import cells
+
+    dtype = series.dtype
+    if isinstance(dtype, np.dtype) and dtype.kind in "fiub":
+        values = series.to_numpy()
+        if dtype.kind == "f":
+            a = values.astype(np.float64)
+            a = np.where(np.isfinite(a), a, np.nan)  # inf: an empty cell, as NaN
+
+            def fmt(u):
+                texts = cells.float_texts(u, na=None)
+                return [_EMPTY if t is None else f"<c><v>{t}</v></c>" for t in texts.tolist()]
+
+            return cells.by_distinct(a, fmt).tolist()
+        if dtype.kind == "b":
+            return np.where(values, '<c t="b"><v>1</v></c>', '<c t="b"><v>0</v></c>').tolist()
+        return cells.by_distinct(values, lambda u: [f"<c><v>{v}</v></c>" for v in u.tolist()]).tolist()
+    if isinstance(dtype, pd.Int64Dtype):
+        missing = series.isna().to_numpy()
+        out = cells.by_distinct(series.to_numpy(dtype=np.int64, na_value=0),
+                                lambda u: [f"<c><v>{v}</v></c>" for v in u.tolist()])
+        out[missing] = _EMPTY
+        return out.tolist()
+    values = series.astype(object).to_numpy()
+    if len(values) and infer_dtype(values, skipna=True) == "string":
+        missing = pd.isna(values)
+        out = np.full(len(values), _EMPTY, dtype=object)
+        codes, uniques = pd.factorize(values[~missing])
+        out[~missing] = np.array([_str_cell(u) for u in uniques.tolist()], dtype=object)[codes]
+        return out.tolist()
     out = []
-    for v in series.astype(object).tolist():
+    for v in values.tolist():
         if v is None or v is pd.NA:
             out.append(_EMPTY)
         elif isinstance(v, str):
