@@ -1098,26 +1098,91 @@ def _xml_cells(series):
     return out
 
 
+class _ZipWriterThread:
+    """Deflates and writes zip members in a background thread, so the next
+    chunk of sheet XML is formatted (Python, GIL) while the previous one is
+    compressed (zlib, without the GIL).  Only this thread touches the zip."""
+
+    def __init__(self, zf):
+        import queue
+        import threading
+
+        self.zf, self.error = zf, None
+        self.q = queue.Queue(maxsize=4)  # bounds the formatted-but-unwritten text
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        member = None
+        while True:
+            item = self.q.get()
+            if item is None:
+                break
+            if self.error is not None:
+                continue  # keep draining so the producer never blocks
+            try:
+                name, data = item
+                if name is not None:  # start a member
+                    member = self.zf.open(name, "w", force_zip64=True)
+                elif data is None:  # end it
+                    member, m = None, member
+                    m.close()
+                else:
+                    member.write(data)
+            except BaseException as exc:  # re-raised in the producer
+                self.error = exc
+        if member is not None:  # the producer failed mid-member: leave the zip closable
+            try:
+                member.close()
+            except BaseException:
+                pass
+
+    def _put(self, item):
+        if self.error is not None:
+            raise self.error
+        self.q.put(item)
+
+    def member(self, name):
+        self._put((name, None))
+
+    def write(self, data):
+        self._put((None, data))
+
+    def end_member(self):
+        self._put((None, None))
+
+    def close(self):
+        self.q.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 def _write_fast(parts, target):
     import zipfile
 
     titles = []
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        for i, (title, part) in enumerate(parts, start=1):
-            titles.append(title)
-            with zf.open(f"xl/worksheets/sheet{i}.xml", "w", force_zip64=True) as f:
-                f.write((_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode())
+        out = _ZipWriterThread(zf)
+        try:
+            for i, (title, part) in enumerate(parts, start=1):
+                titles.append(title)
+                out.member(f"xl/worksheets/sheet{i}.xml")
+                out.write((_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode())
                 header = "<row>" + "".join(_str_cell(str(c)) for c in part.columns) + "</row>"
-                f.write(header.encode())
+                out.write(header.encode())
                 step = 20000
                 for start in range(0, len(part), step):
                     chunk = part.iloc[start:start + step]
                     cols = [_xml_cells(chunk[c]) for c in chunk.columns]
                     if cols:
-                        f.write("".join(["<row>" + "".join(r) + "</row>" for r in zip(*cols)]).encode())
+                        out.write("".join(["<row>" + "".join(r) + "</row>" for r in zip(*cols)]).encode())
                     else:
-                        f.write(("<row/>" * len(chunk)).encode())
-                f.write(b"</sheetData></worksheet>")
+                        out.write(("<row/>" * len(chunk)).encode())
+                out.write(b"</sheetData></worksheet>")
+                out.end_member()
+        finally:
+            out.close()
         sheets_xml = "".join(f'<sheet name="{_attr(t)}" sheetId="{i}" r:id="rId{i}"/>'
                              for i, t in enumerate(titles, start=1))
         zf.writestr("xl/workbook.xml", _XML_HEAD + f'<workbook xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">'
