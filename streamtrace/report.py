@@ -386,14 +386,18 @@ def _instance_stats(ns):
 # ---------------------------------------------------------------------- implicit sync
 
 
-def _mismatch_by_instance(df, cols, starts):
+def _mismatch_by_instance(df, cols, starts, codes_cache=None):
     """Per instance (rows grouped contiguously, ``starts`` = first row of each):
-    the first column of ``cols`` whose values disagree across its rows, or ''."""
+    the first column of ``cols`` whose values disagree across its rows, or ''.
+    ``codes_cache`` (a dict) keeps each column's codes for the next call."""
     out = np.full(len(starts), "", dtype=object)
     if not len(starts):
         return out
+    cache = {} if codes_cache is None else codes_cache
     for col in cols:
-        codes, _ = pd.factorize(df[col].astype(object).to_numpy(), use_na_sentinel=True)
+        codes = cache.get(col)
+        if codes is None:  # equal values share a code; missing ones are all -1
+            codes = cache[col] = pd.factorize(df[col], use_na_sentinel=True)[0]
         bad = (np.minimum.reduceat(codes, starts) != np.maximum.reduceat(codes, starts)) & (out == "")
         out[bad] = col
     return out
@@ -413,7 +417,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     rows = include[st["pos"]]
     if not include.any():
         return pd.DataFrame({c: [] for c in cols}), rows
-    mism = _mismatch_by_instance(long, IMPLICIT_CHECK, starts)
+    mism = _mismatch_by_instance(long, IMPLICIT_CHECK, starts, st.setdefault("codes", {}))
     bad = include & (mism != "")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -435,7 +439,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     with np.errstate(divide="ignore", invalid="ignore"):
         algo = np.where(lat > 0, (full / 1024) / (lat / 1e6), np.nan)
     gsize = out["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    factor = np.array([_factor(k, g) for k, g in zip(catv, gsize)], dtype=np.float64)
+    factor = np.array(_cached(_factor, catv.tolist(), gsize.tolist()), dtype=np.float64)
     # waits, per row
     rowpos = st["pos"]
     waits_ns = st["max_s"][rowpos] - ns["s"]
@@ -588,7 +592,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
         return pd.DataFrame()
     sel = np.flatnonzero(include)
     n = len(sel)
-    mism = _mismatch_by_instance(long, A2AV_CHECK, starts)
+    mism = _mismatch_by_instance(long, A2AV_CHECK, starts, st.setdefault("codes", {}))
     bad = include & (mism != "")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -689,26 +693,31 @@ def _all2allv(long, ns, st, strict, findings, nodes):
 def _offrank_mb(rows, ranks):
     """MiB each a2av row sends to ranks other than itself (from its In split
     size when readable, else (n-1)/n of its input)."""
-    out = np.full(len(rows), np.nan)
     in_mb = rows["In msg size (MB)"].to_numpy(dtype=np.float64)
     in_n = rows["In msg nelems"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     gsz = rows["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     splits, members = {}, {}
-    for i, (split, pgr) in enumerate(zip(rows["In split size"].tolist(), rows["Process Group Ranks"].tolist())):
-        if math.isnan(in_mb[i]):
-            continue
+
+    def one(split, pgr, r, mb, n, g):
+        if math.isnan(mb):
+            return math.nan
         if split not in splits:
             splits[split] = coll.parse_split(split)
         if pgr not in members:
             m, truncated = coll.parse_rank_list(pgr)
-            members[pgr] = None if truncated or m is None else {r: j for j, r in enumerate(m)}
+            members[pgr] = None if truncated or m is None else {x: j for j, x in enumerate(m)}
         parts, where = splits[split], members[pgr]
-        r = int(ranks[i])
-        if parts and where is not None and len(parts) == len(where) and r in where and in_n[i] > 0:
-            out[i] = in_mb[i] * (in_n[i] - parts[where[r]]) / in_n[i]
-        elif not math.isnan(gsz[i]) and gsz[i] > 0:
-            out[i] = in_mb[i] * (gsz[i] - 1) / gsz[i]
-    return out
+        r = int(r)
+        if parts and where is not None and len(parts) == len(where) and r in where and n > 0:
+            return mb * (n - parts[where[r]]) / n
+        if not math.isnan(g) and g > 0:
+            return mb * (g - 1) / g
+        return math.nan
+
+    # once per distinct row: the split lists repeat from step to step
+    return np.array(_cached(one, rows["In split size"].tolist(), rows["Process Group Ranks"].tolist(),
+                            np.asarray(ranks).tolist(), in_mb.tolist(), in_n.tolist(), gsz.tolist()),
+                    dtype=np.float64)
 
 
 def _summary_all2allv(a2av, aggs, nodes):
@@ -848,7 +857,7 @@ def _by_size(long, ns, st):
     nbytes = np.where(cat == "allgather", out_b[starts], np.where(a2av, max_in, in_b[starts]))
     lat = st["min_dur"] / 1000.0
     gsize = first["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    factor = np.array([_factor(k, g) for k, g in zip(kind, gsize)], dtype=np.float64)
+    factor = np.array(_cached(_factor, kind.tolist(), gsize.tolist()), dtype=np.float64)
     bus_bytes = nbytes * factor
     if a2av.any():
         rows = a2av[pos]
@@ -860,7 +869,7 @@ def _by_size(long, ns, st):
     df = pd.DataFrame({
         "Collective name": first["Collective name"].astype(object).where(first["Collective name"].notna(), "Unknown"),
         "Process Group Name": first["Process Group Name"].astype(object),
-        "size_bucket": [coll.size_bucket(None if math.isnan(b) else b) for b in nbytes],
+        "size_bucket": _cached(lambda b: coll.size_bucket(None if math.isnan(b) else b), nbytes.tolist()),
         "bytes": nbytes, "lat": lat, "bw": bw, "bus_bytes": bus_bytes,
     })
     g = df.groupby(["Collective name", "Process Group Name", "size_bucket"], sort=False)
@@ -877,6 +886,19 @@ def _by_size(long, ns, st):
     res["_b"] = res["size_bucket"].map(coll.SIZE_BUCKET_ORDER)
     res = res.sort_values(["Collective name", "Process Group Name", "_b"], kind="stable").drop(columns="_b")
     return res[BY_SIZE_COLUMNS].reset_index(drop=True)
+
+
+def _cached(fn, *columns):
+    """``[fn(*values) for values in zip(*columns)]``, calling ``fn`` once per
+    distinct tuple (a handful of kinds, group sizes and sizes per report)."""
+    cache = {}
+    out = []
+    for key in zip(*columns):
+        v = cache.get(key, cache)
+        if v is cache:
+            v = cache[key] = fn(*key)
+        out.append(v)
+    return out
 
 
 def _factor(kind, n):
