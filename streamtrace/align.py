@@ -1053,7 +1053,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         idx = np.sort(idx)
         g_rank = df["rank"].to_numpy()[idx]
         if (seq[idx] != NONE).all():
-            occ = df.iloc[idx].groupby(["rank", "seq"]).cumcount().to_numpy()
+            occ = pd.DataFrame({"rank": g_rank, "seq": seq[idx]}).groupby(["rank", "seq"]).cumcount().to_numpy()
             pairs = pd.DataFrame({"s": seq[idx], "o": occ})
             codes = pairs.groupby(["s", "o"], sort=True).ngroup().to_numpy()
             slot[idx] = codes
@@ -1167,9 +1167,9 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     new_id[firsts["i"].to_numpy()] = np.arange(len(firsts))
     df["instance"] = new_id[df["_inst"].to_numpy()]
     if simplified:
-        df["collective_id"] = df["index_in_group"].astype(str)
+        df["collective_id"] = _prefixed("", df["index_in_group"].to_numpy())
     else:
-        df["collective_id"] = df["pg_key"] + "_" + df["index_in_group"].astype(str)
+        df["collective_id"] = _joined(df["pg_key"].to_numpy(dtype=object), "_", df["index_in_group"].to_numpy())
     df = df.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
 
     # ---- flags and findings
@@ -1213,6 +1213,14 @@ def _prefixed(prefix, values):
     if StringDType is not None:
         return np.strings.add(prefix, np.asarray(values).astype(StringDType())).astype(object)
     return np.array([f"{prefix}{v}" for v in np.asarray(values).tolist()], dtype=object)
+
+
+def _joined(texts, sep, values):
+    """Object array of ``text + sep + str(value)``."""
+    if StringDType is not None:
+        head = np.strings.add(np.asarray(texts).astype(StringDType()), sep)
+        return np.strings.add(head, np.asarray(values).astype(StringDType())).astype(object)
+    return np.array([f"{t}{sep}{v}" for t, v in zip(texts, np.asarray(values).tolist())], dtype=object)
 
 
 def _world_size(results):
