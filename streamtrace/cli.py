@@ -113,9 +113,17 @@ def _progress_printer(quiet):
         mb = counts["bytes_consumed"] >> 20
         if mb - state["last"] >= 64:
             state["last"] = mb
+            show.shown = True
             click.echo(f"\r  {mb} MiB read, {counts['events_stored']:,} events", err=True, nl=False)
 
+    show.shown = False
     return show
+
+
+def _end_progress(progress):
+    """End the progress line, if one was shown, before the next message."""
+    if progress is not None and progress.shown:
+        click.echo("", err=True)
 
 
 # ------------------------------------------------------------------ commands
@@ -421,14 +429,15 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
 
     _setup_logging(quiet)
     written = {}
+    progress = _progress_printer(quiet)
     sheets = generate_collective_report(
         paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
         rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
         output_csvs_dir=output_csvs_dir, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
         allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
-        max_workers=max_workers, progress=_progress_printer(quiet),
-        written=written, blocking_analysis=blocking_analysis)
+        max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis)
+    _end_progress(progress)
     _wrote(written.get("paths", []), sheets)
 
 
