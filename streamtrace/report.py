@@ -274,8 +274,10 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     ranks_t = tables["align.ranks"]
     clocks = tables["align.clocks"]
     findings = [dict(r) for r in tables["align.quality"].to_dict("records")]
-    if len(c):
+    if len(c) and not _sorted_by_instance_rank(c):  # align writes them sorted: skip a copy of every column
         c = c.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
+    elif len(c):
+        c = c.reset_index(drop=True)
     G = gpus_per_node
     if G is None and len(ranks_t) and ranks_t["gpus"].notna().any():
         G = int(ranks_t.sort_values("rank")["gpus"].dropna().iloc[0])
@@ -325,6 +327,11 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     if not len(c):
         log.warning("no collective kernels found: the report is empty (see the data_quality sheet)")
     return {name: sheets[name] for name in SHEET_ORDER if name in sheets}
+
+
+def _sorted_by_instance_rank(c):
+    inst, rank = c["instance"].to_numpy(dtype=np.int64), c["rank"].to_numpy(dtype=np.int64)
+    return bool(np.all((inst[1:] > inst[:-1]) | ((inst[1:] == inst[:-1]) & (rank[1:] >= rank[:-1]))))
 
 
 # ---------------------------------------------------------------------- nccl_long
