@@ -84,6 +84,9 @@ def by_distinct(a, fmt):
         return np.asarray(fmt(a), dtype=object)
     # floats by bit pattern: -0.0 and 0.0 stay apart, NaN is a value like any other
     key = a.view(np.int64) if a.dtype == np.float64 else a
+    head = key[:256]
+    if len(np.unique(head)) * 4 > len(head):  # mostly distinct (times, ids): hashing would not pay
+        return np.asarray(fmt(a), dtype=object)
     codes, uniques = pd.factorize(key)
     if len(uniques) * 4 > len(a):
         return np.asarray(fmt(a), dtype=object)
