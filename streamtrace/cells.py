@@ -18,6 +18,7 @@ uses pandas), so exotic dtypes keep pandas' own formatting.
 """
 import csv
 import io
+import re
 
 import numpy as np
 import pandas as pd
@@ -149,14 +150,14 @@ class CsvQuoter:
     writes it inside a row of several fields; only values holding a special
     character are handed to the module itself, so the rules are its own."""
 
-    _SPECIAL = (",", '"', "\n", "\r")
+    _SPECIAL = re.compile('[,"\r\n]')
 
     def __init__(self):
         self._buf = io.StringIO()
         self._writer = csv.writer(self._buf, lineterminator="\n")
 
     def __call__(self, s):
-        if not any(c in s for c in self._SPECIAL):
+        if not self._SPECIAL.search(s):
             return s
         self._buf.seek(0)
         self._buf.truncate()
