@@ -1432,8 +1432,11 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
 
         args = [(inp.path, inp.rank, world_size, inp.position, strict, cb)
                 for inp, cb in zip(inputs, _summed_progress(progress, len(inputs)))]
-        with ThreadPoolExecutor(max_workers=min(jobs, len(inputs))) as pool:
+        pool = ThreadPoolExecutor(max_workers=min(jobs, len(inputs)))
+        try:
             results = list(pool.map(_collect_worker, args))
+        finally:  # on an error, ranks not started yet are not read at all
+            pool.shutdown(wait=True, cancel_futures=True)
         seen = {}
         for inp, res in zip(inputs, results):
             if res.rank in seen:
