@@ -355,11 +355,15 @@ def test_detailed_analysis_toggle_and_agg_metrics(fx_report):
 
 
 def test_parallel_and_sequential_give_identical_sheets(fx_report, report_sheets):
+    """report_sheets ran with the default (ranks in parallel threads)."""
+    seq = generate_collective_report(trace_dir=fx_report[0], world_size=4, all2allv_heatmap=True,
+                                     write_files=False, jobs=1, blocking_analysis=False)
     par = generate_collective_report(trace_dir=fx_report[0], world_size=4, all2allv_heatmap=True,
-                                     write_files=False, jobs=2, blocking_analysis=False)
-    assert list(par) == list(report_sheets)
-    for name in par:
-        pd.testing.assert_frame_equal(par[name], report_sheets[name], check_dtype=False)
+                                     write_files=False, jobs=3, blocking_analysis=False)
+    for other in (par, report_sheets):
+        assert list(other) == list(seq)
+        for name in seq:
+            pd.testing.assert_frame_equal(other[name], seq[name])
 
 
 def test_build_report_from_stream_path_frames_or_tables(tmp_path, fx_report, report_sheets):
