@@ -564,7 +564,7 @@ def _summary_implicit(implicit, aggs):
 
 
 def _summary_long(long, nodes):
-    d = long.dropna(subset=SUMMARY_LONG_KEYS)
+    d = long[SUMMARY_LONG_KEYS + ["In msg size (MB)", "Out msg size (MB)", "dur"]].dropna(subset=SUMMARY_LONG_KEYS)
     if not len(d):
         res = pd.DataFrame({c: [] for c in SUMMARY_LONG_KEYS + SUMMARY_LONG_METRICS})
     else:
