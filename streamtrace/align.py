@@ -1423,6 +1423,6 @@ def read_align_tables(tables):
     return tables
 
 
-__all__ = ["align_frames", "align_tables", "match_ranks", "RankCollector", "RankResult", "collect_rank", "align_sequences",
-           "estimate_clock_offsets", "COLLECTIVE_COLUMNS", "CLOCK_COLUMNS", "QUALITY_COLUMNS", "RANK_COLUMNS",
+__all__ = ["align_frames", "align_tables", "match_ranks", "RankCollector", "RankResult", "collect_rank",
+           "align_sequences", "estimate_clock_offsets", "COLLECTIVE_COLUMNS", "CLOCK_COLUMNS", "QUALITY_COLUMNS", "RANK_COLUMNS",
            "TABLE_NAMES", "classify_string", "read_align_tables"]
