@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Collective-report benchmarks (issue #3): prints wall times and peak memory.
+"""Collective-report benchmarks (issue #3): prints wall and CPU times and peak memory.
 
 Cases (sizes scale with --scale; 1.0 is the issue's done-when size):
 
 ``big``    4 ranks x ~500 MB plain JSON (new layout): ``collective-report``
-           end to end (xlsx, sequential and -j 2; with and without the
+           end to end (xlsx, default -j and -j 1; with and without the
            correlate stage's blocking sheets), plus extract alone for
            reference.  Targets: <= 3 s, <= 256 MB.
 ``dense``  4 ranks, >= 25,000 collective instances, little else in the
-           traces: ``collective-report`` end to end, extract alone,
+           traces: ``collective-report`` end to end (default -j and -j 1), extract alone,
            ``align | report`` on an extracted stream, and the in-process
            matching + report computation.  Target: report in <= 2 s.
 ``gz``     8 ranks x ~1 GB (uncompressed) .json.gz, ``collective-report -j 2``.
@@ -70,10 +70,12 @@ REPEAT = 1
 
 def run(cmd, shell=False):
     """Run a command REPEAT times; return (min wall s, max single-process RSS
-    MB, max peak tree RSS MB).  The minimum wall time is the least disturbed
-    by other load on the machine."""
+    MB, max peak tree RSS MB, min CPU s).  The minimum wall time is the least
+    disturbed by other load on the machine; CPU time (user + sys of the whole
+    process tree) moves less with load than wall time does."""
     results = [_run_once(cmd, shell) for _ in range(REPEAT)]
-    return min(r[0] for r in results), max(r[1] for r in results), max(r[2] for r in results)
+    return (min(r[0] for r in results), max(r[1] for r in results), max(r[2] for r in results),
+            min(r[3] for r in results))
 
 
 def _run_once(cmd, shell=False):
@@ -98,7 +100,7 @@ def _run_once(cmd, shell=False):
     err = p.stderr.read().decode(errors="replace")
     if p.returncode != 0:
         raise SystemExit(f"command failed ({p.returncode}): {cmd}\n{err}")
-    return wall, usage.ru_maxrss / 1024, peak[0] / 2**20
+    return wall, usage.ru_maxrss / 1024, peak[0] / 2**20, usage.ru_utime + usage.ru_stime
 
 
 def du(path):
@@ -134,12 +136,12 @@ def generate(workdir, name, **options):
     return d, n
 
 
-def row(label, wall, rss, tree, note=""):
-    print(f"  {label:<48} {wall:7.2f} s  {rss:7.0f} MB  {tree:7.0f} MB  {note}", flush=True)
+def row(label, wall, rss, tree, cpu, note=""):
+    print(f"  {label:<48} {wall:7.2f} s  {cpu:7.2f} s  {rss:7.0f} MB  {tree:7.0f} MB  {note}", flush=True)
 
 
 def header(title):
-    print(f"\n{title}\n  {'step':<48} {'wall':>9}  {'max RSS':>10}  {'tree RSS':>10}", flush=True)
+    print(f"\n{title}\n  {'step':<48} {'wall':>9}  {'CPU':>9}  {'max RSS':>10}  {'tree RSS':>10}", flush=True)
 
 
 # ---------------------------------------------------------------- cases
@@ -151,15 +153,15 @@ def case_big(workdir, scale, out):
     size = du(d)
     header(f"big: 4 ranks x {size / 4e6:.0f} MB JSON = {size / 1e9:.2f} GB, "
            f"{n} collective instances (targets: <= 3 s, <= 256 MB)")
-    w, r, t = run(f"'{BIN}' extract --trace_dir '{d}' --world_size 4 | cat > /dev/null", shell=True)
-    row("extract alone (| cat > /dev/null)", w, r, t, f"{size / w / 1e6:.0f} MB/s")
+    w, r, t, c = run(f"'{BIN}' extract --trace_dir '{d}' --world_size 4 | cat > /dev/null", shell=True)
+    row("extract alone (| cat > /dev/null)", w, r, t, c, f"{size / w / 1e6:.0f} MB/s")
     x = os.path.join(out, "big.xlsx")
     base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "4", "--output_xlsx_path", x, "-q"]
-    for label, extra in (("collective-report (xlsx)", []), ("collective-report -j 2 (xlsx)", ["-j", "2"]),
-                         ("  same, --blocking_analysis", ["--blocking_analysis"]),
-                         ("  same, --blocking_analysis -j 2", ["--blocking_analysis", "-j", "2"])):
-        w, r, t = run(base + extra)
-        row(label, w, r, t, f"{size / w / 1e6:.0f} MB/s")
+    for label, extra in (("collective-report (xlsx; default -j)", []), ("collective-report -j 1 (xlsx)", ["-j", "1"]),
+                         ("  --blocking_analysis (default -j)", ["--blocking_analysis"]),
+                         ("  --blocking_analysis -j 1", ["--blocking_analysis", "-j", "1"])):
+        w, r, t, c = run(base + extra)
+        row(label, w, r, t, c, f"{size / w / 1e6:.0f} MB/s")
 
 
 def case_dense(workdir, scale, out):
@@ -172,17 +174,19 @@ def case_dense(workdir, scale, out):
            "(target: report <= 2 s)")
     csv = os.path.join(out, "dense-csv")
     base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "4", "-q"]
-    w, r, t = run(base + ["--output_csvs_dir", csv])
-    row("collective-report end to end (CSVs)", w, r, t)
-    w, r, t = run(base + ["--output_xlsx_path", os.path.join(out, "dense.xlsx")])
-    row("collective-report end to end (xlsx)", w, r, t)
-    w, r, t = run(base + ["--output_csvs_dir", csv, "--blocking_analysis"])
-    row("  same (CSVs), --blocking_analysis", w, r, t)
+    w, r, t, c = run(base + ["--output_csvs_dir", csv])
+    row("collective-report end to end (CSVs)", w, r, t, c)
+    w, r, t, c = run(base + ["--output_csvs_dir", csv, "-j", "1"])
+    row("  same, -j 1", w, r, t, c)
+    w, r, t, c = run(base + ["--output_xlsx_path", os.path.join(out, "dense.xlsx")])
+    row("collective-report end to end (xlsx)", w, r, t, c)
+    w, r, t, c = run(base + ["--output_csvs_dir", csv, "--blocking_analysis"])
+    row("  same (CSVs), --blocking_analysis", w, r, t, c)
     stev = os.path.join(out, "dense.stev")
-    w, r, t = run([BIN, "extract", "--trace_dir", d, "--world_size", "4", "-o", stev])
-    row("extract alone (-o stream)", w, r, t)
-    w, r, t = run(f"'{BIN}' align '{stev}' | '{BIN}' report --output_csvs_dir '{csv}2' -q", shell=True)
-    row("align | report on the stream (CSVs)", w, r, t)
+    w, r, t, c = run([BIN, "extract", "--trace_dir", d, "--world_size", "4", "-o", stev])
+    row("extract alone (-o stream)", w, r, t, c)
+    w, r, t, c = run(f"'{BIN}' align '{stev}' | '{BIN}' report --output_csvs_dir '{csv}2' -q", shell=True)
+    row("align | report on the stream (CSVs)", w, r, t, c)
     # in-process: the cross-rank matching and the report computation alone
     code = f"""
 import time, pickle
@@ -215,10 +219,10 @@ def case_gz(workdir, scale, out):
            "(targets with -j 2: <= 15 s, <= 1 GB)")
     x = os.path.join(out, "gz.xlsx")
     base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "8", "--output_xlsx_path", x, "-q", "-j", "2"]
-    w, r, t = run(base)
-    row("collective-report -j 2 (xlsx)", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
-    w, r, t = run(base + ["--blocking_analysis"])
-    row("  same, --blocking_analysis", w, r, t, f"{8 * mb / w:.0f} MB JSON/s")
+    w, r, t, c = run(base)
+    row("collective-report -j 2 (xlsx)", w, r, t, c, f"{8 * mb / w:.0f} MB JSON/s")
+    w, r, t, c = run(base + ["--blocking_analysis"])
+    row("  same, --blocking_analysis", w, r, t, c, f"{8 * mb / w:.0f} MB JSON/s")
 
 
 def main():

@@ -113,9 +113,17 @@ def _progress_printer(quiet):
         mb = counts["bytes_consumed"] >> 20
         if mb - state["last"] >= 64:
             state["last"] = mb
+            show.shown = True
             click.echo(f"\r  {mb} MiB read, {counts['events_stored']:,} events", err=True, nl=False)
 
+    show.shown = False
     return show
+
+
+def _end_progress(progress):
+    """End the progress line, if one was shown, before the next message."""
+    if progress is not None and progress.shown:
+        click.echo("", err=True)
 
 
 # ------------------------------------------------------------------ commands
@@ -390,10 +398,12 @@ def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_me
 @trace_input_options
 @report_options
 @_alias("--use_multiprocessing", "--use-multiprocessing", "use_multiprocessing", is_flag=True,
-        help="Read rank files in parallel processes (as -j with --max_workers or the CPU count).")
+        help="Read rank files in parallel (as -j with --max_workers or the CPU count).")
 @_alias("--max_workers", "--max-workers", "max_workers", type=click.IntRange(min=1),
         help="Pool size for --use_multiprocessing [default: CPU count].")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), help="Ranks read in parallel [default: 1].")
+@click.option("-j", "--jobs", type=click.IntRange(min=1),
+              help="Ranks read in parallel threads [default: one per rank, up to the CPUs available; "
+                   "-j 1: one rank at a time].")
 @_alias("--blocking_analysis/--no-blocking_analysis", "--blocking-analysis/--no-blocking-analysis",
         "blocking_analysis", default=False, show_default=True,
         help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
@@ -418,16 +428,16 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
     from .report import generate_collective_report
 
     _setup_logging(quiet)
-    if jobs is None:
-        jobs = (max_workers or os.cpu_count() or 1) if use_multiprocessing else 1
     written = {}
+    progress = _progress_printer(quiet)
     sheets = generate_collective_report(
         paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
         rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
         output_csvs_dir=output_csvs_dir, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
-        allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, progress=_progress_printer(quiet),
-        written=written, blocking_analysis=blocking_analysis)
+        allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
+        max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis)
+    _end_progress(progress)
     _wrote(written.get("paths", []), sheets)
 
 

@@ -103,11 +103,15 @@ def test_trace_glob_with_rank_regex_tensorboard_names(tmp_path, fx_tb):
 def test_multiprocessing_flags_give_identical_output(tmp_path, fx_cli):
     d, _ = fx_cli
     a, b = tmp_path / "a", tmp_path / "b"
-    assert invoke("collective-report", "--trace_dir", d, "--world_size", 4, "--output_csvs_dir", a).exit_code == 0
+    c = tmp_path / "c"
+    assert invoke("collective-report", "--trace_dir", d, "--world_size", 4, "--output_csvs_dir", a,
+                  "-j", 1).exit_code == 0
     res = invoke("collective-report", "--trace_dir", d, "--world_size", 4, "--output_csvs_dir", b,
                  "--use_multiprocessing", "--max_workers", 2)
     assert res.exit_code == 0, res.output
+    assert invoke("collective-report", "--trace_dir", d, "--world_size", 4, "--output_csvs_dir", c).exit_code == 0
     assert filecmp.dircmp(a, b).diff_files == []
+    assert filecmp.dircmp(a, c).diff_files == []
 
 
 def test_errors_are_one_line_and_leave_no_output(tmp_path, fx_cli):

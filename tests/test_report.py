@@ -355,11 +355,15 @@ def test_detailed_analysis_toggle_and_agg_metrics(fx_report):
 
 
 def test_parallel_and_sequential_give_identical_sheets(fx_report, report_sheets):
+    """report_sheets ran with the default (ranks in parallel threads)."""
+    seq = generate_collective_report(trace_dir=fx_report[0], world_size=4, all2allv_heatmap=True,
+                                     write_files=False, jobs=1, blocking_analysis=False)
     par = generate_collective_report(trace_dir=fx_report[0], world_size=4, all2allv_heatmap=True,
-                                     write_files=False, jobs=2, blocking_analysis=False)
-    assert list(par) == list(report_sheets)
-    for name in par:
-        pd.testing.assert_frame_equal(par[name], report_sheets[name], check_dtype=False)
+                                     write_files=False, jobs=3, blocking_analysis=False)
+    for other in (par, report_sheets):
+        assert list(other) == list(seq)
+        for name in seq:
+            pd.testing.assert_frame_equal(other[name], seq[name])
 
 
 def test_build_report_from_stream_path_frames_or_tables(tmp_path, fx_report, report_sheets):
@@ -624,3 +628,34 @@ def test_param_dlrm_rank_set(real_dir, tmp_path):
     assert len(s["straggler_summary"]) == 8
     assert not s["data_quality"]["category"].isin(["unmatched", "metadata_mismatch", "sequence_aligned"]).any()
     assert sorted(os.listdir(tmp_path / "csv")) == sorted(f"{n}.csv" for n in s)
+
+
+def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
+    """The CSV fast path (streamtrace.cells) writes what ``to_csv`` writes:
+    floats on and off the ns grid, -0.0, inf, NaN, huge ints, nullable ints,
+    bools, text needing quotes, formula-like text, mixed object columns."""
+    import streamtrace.report as report_mod
+
+    rng = np.random.default_rng(1)
+    n = 3000
+    special = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e16, 1e12, 999999999999.999, -999999999999.999, 0.001, 1e-4,
+               5e-324, 0.1, 2.5, -7.0]
+    floats = np.concatenate([rng.integers(-10**15, 10**15, n) / 1000.0,
+                             rng.standard_normal(n) * 10.0 ** rng.integers(-12, 20, n), special * 20])
+    m = len(floats)
+    texts = np.array(["a", "=x", "+1", "-2", "@q", "\tt", "x,y", 'q"r', "l\nm", "c\rr", " sp ", "", "é", None],
+                     dtype=object)
+    mixed = np.array([np.float64(1.5), 2.5, None, np.int64(3), True, "=x,y", (1, 2), float("nan"), pd.NA, 1],
+                     dtype=object)
+    df = pd.DataFrame({
+        "f": floats, "mb": rng.integers(0, 50, m) / MIB * 3.3, "i": rng.integers(-10**18, 10**18, m),
+        "small": rng.integers(0, 8, m), "b": rng.random(m) > 0.5,
+        "I": pd.array(np.where(rng.random(m) > 0.3, rng.integers(0, 10**6, m), None), dtype="Int64"),
+        "s": texts[rng.integers(0, len(texts), m)], "o": mixed[rng.integers(0, len(mixed), m)],
+        "str": pd.Series(texts[rng.integers(0, len(texts), m)]).astype("str"), 'col,"x"': 1.0})
+    monkeypatch.setattr(report_mod, "_CSV_CHUNK_ROWS", 1000)
+    expected = tmp_path / "pandas.csv"
+    report_mod._csv_safe(df).to_csv(expected, index=False)
+    monkeypatch.setattr(report_mod, "_csv_safe", lambda d: pytest.fail("the fast path fell back to pandas"))
+    report_mod._write_csv(df, tmp_path / "fast.csv")
+    assert (tmp_path / "fast.csv").read_bytes() == expected.read_bytes()
