@@ -296,8 +296,13 @@ class ReadAhead:
     def _run(self):
         try:
             while True:
-                if not self._tokens.get() or self._stopped:  # close() asked us to stop
+                token = self._tokens.get()
+                if token is False or self._stopped:  # close() asked us to stop
+                    if token is not False and token is not True:
+                        self._producer.release(token)
                     return
+                if token is not True:  # a chunk handed back: released here, off the tokenizer's thread
+                    self._producer.release(token)
                 chunk, n = self._producer.produce()
                 self._full.put((chunk, n, None))
                 if n == 0:
@@ -312,19 +317,21 @@ class ReadAhead:
         return chunk, n
 
     def recycle(self, chunk):
-        """Give a chunk back once the tokenizer is done with it."""
-        self._producer.release(chunk)
-        self._tokens.put(True)
+        """Give a chunk back once the tokenizer is done with it (it doubles
+        as the token that lets the thread make one more)."""
+        self._tokens.put(chunk)
 
     def close(self):
         if not self._stopped:
             self._stopped = True
             self._tokens.put(False)
             self._thread.join()
-            while not self._full.empty():  # chunks made but never consumed
-                chunk, _, _ = self._full.get()
-                if chunk is not None:
-                    self._producer.release(chunk)
+            for q in (self._tokens, self._full):  # chunks handed back or made but never consumed
+                while not q.empty():
+                    item = q.get()
+                    chunk = item[0] if isinstance(item, tuple) else item
+                    if chunk is not None and chunk is not True and chunk is not False:
+                        self._producer.release(chunk)
 
 
 class ReadInline:
