@@ -238,7 +238,7 @@ int st_window_medians(const int64_t *start, const int64_t *end, const int64_t *c
                       const int64_t *q_lo, const int64_t *q_hi, const int64_t *q_t, size_t nq,
                       const int64_t *ref_ptr, const int64_t *r_lo, const int64_t *r_hi, const int64_t *r_t,
                       size_t n_refs,
-                      int64_t *count, int64_t *slot, int64_t *bucket, size_t bucket_cap,
+                      int64_t *count, int64_t *slot, double *median, int64_t *bucket, size_t bucket_cap,
                       int64_t *touched, size_t touched_cap,
                       int64_t *out_kernel, double *out_median, size_t out_cap, int64_t *out_ptr)
 {
@@ -292,6 +292,10 @@ int st_window_medians(const int64_t *start, const int64_t *end, const int64_t *c
             for (int64_t j = r_lo[r]; j < r_hi[r]; j++)
                 if (end[j] > r_t[r] && count[code[j]] > 0)
                     bucket[slot[code[j]]++] = end[j] - start[j];
+        for (size_t t = 0; t < nt; t++) { /* slot now points past the code's bucket */
+            int64_t c = touched[t], m = count[c] - 1;
+            median[c] = m ? median_of(bucket + slot[c] - m, (size_t)m) : NAN;
+        }
         for (int64_t j = q_lo[q]; j < q_hi[q]; j++) {
             if (end[j] <= q_t[q])
                 continue;
@@ -300,10 +304,8 @@ int st_window_medians(const int64_t *start, const int64_t *end, const int64_t *c
                     count[touched[t]] = 0;
                 return ST_SWEEP_SMALL;
             }
-            /* slot now points past the code's bucket */
-            int64_t c = code[j], m = count[c] - 1;
             out_kernel[k] = j;
-            out_median[k] = m ? median_of(bucket + slot[c] - m, (size_t)m) : NAN;
+            out_median[k] = median[code[j]];
             k++;
         }
         for (size_t t = 0; t < nt; t++)

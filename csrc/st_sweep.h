@@ -59,14 +59,14 @@ int st_factorize_rows(const int64_t *rows, size_t n, size_t width,
  * query's reference windows with the same code (the mean of the two middle
  * values for an even count, as numpy.median), NaN when there is none;
  * query q's kernels are out_ptr[q] .. out_ptr[q + 1].
- * Scratch: count and slot (n_codes each; count zero on entry, left zero),
- * bucket (bucket_cap >= the kernels of any query's reference windows),
- * touched (touched_cap >= the kernels of any query window). */
+ * Scratch: count, slot and median (n_codes each; count zero on entry, left
+ * zero), bucket (bucket_cap >= the kernels of any query's reference
+ * windows), touched (touched_cap >= the kernels of any query window). */
 int st_window_medians(const int64_t *start, const int64_t *end, const int64_t *code, size_t n, size_t n_codes,
                       const int64_t *q_lo, const int64_t *q_hi, const int64_t *q_t, size_t nq,
                       const int64_t *ref_ptr, const int64_t *r_lo, const int64_t *r_hi, const int64_t *r_t,
                       size_t n_refs,
-                      int64_t *count, int64_t *slot, int64_t *bucket, size_t bucket_cap,
+                      int64_t *count, int64_t *slot, double *median, int64_t *bucket, size_t bucket_cap,
                       int64_t *touched, size_t touched_cap,
                       int64_t *out_kernel, double *out_median, size_t out_cap, int64_t *out_ptr);
 

@@ -466,6 +466,7 @@ def window_medians(start, end, code, n_codes, q_lo, q_hi, q_t, ref_ptr, r_lo, r_
     out_cap = int(q_size.sum())
     count = np.zeros(max(n_codes, 1), dtype=np.int64)
     slot = np.empty(max(n_codes, 1), dtype=np.int64)
+    code_median = np.empty(max(n_codes, 1), dtype=np.float64)
     bucket = np.empty(max(bucket_cap, 1), dtype=np.int64)
     touched = np.empty(max(touched_cap, 1), dtype=np.int64)
     kernel = np.empty(max(out_cap, 1), dtype=np.int64)
@@ -473,7 +474,8 @@ def window_medians(start, end, code, n_codes, q_lo, q_hi, q_t, ref_ptr, r_lo, r_
     ptr = np.empty(nq + 1, dtype=np.int64)
     rc = lib.st_window_medians(_ptr(start), _ptr(end), _ptr(code), len(start), n_codes,
                                _ptr(q_lo), _ptr(q_hi), _ptr(q_t), nq, _ptr(ref_ptr), _ptr(r_lo), _ptr(r_hi),
-                               _ptr(r_t), n_refs, _ptr(count), _ptr(slot), _ptr(bucket), bucket_cap,
+                               _ptr(r_t), n_refs, _ptr(count), _ptr(slot),
+                               ffi.cast("double *", ffi.from_buffer(code_median)), _ptr(bucket), bucket_cap,
                                _ptr(touched), touched_cap, _ptr(kernel),
                                ffi.cast("double *", ffi.from_buffer(median)), out_cap, _ptr(ptr))
     _check_rc(rc)
