@@ -408,33 +408,6 @@ def _union(starts, ends):
     return _native.interval_union(np.asarray(starts)[order], np.asarray(ends)[order])
 
 
-def _union_len(u):
-    return int((u[1] - u[0]).sum())
-
-
-def _intersect_len(a, b):
-    """|A ∩ B| for two disjoint sorted unions."""
-    if not len(a[0]) or not len(b[0]):
-        return 0
-    return int(_native.overlap_with_union(a[0], a[1], b[0], b[1]).sum())
-
-
-def _clip_union(u, lo, hi):
-    s, e = np.maximum(u[0], lo), np.minimum(u[1], hi)
-    keep = e > s
-    return s[keep], e[keep]
-
-
-def _clip_sorted(u, lo, hi):
-    """_clip_union for a disjoint sorted union, by binary search: only the
-    intervals that meet [lo, hi) are touched."""
-    if hi <= lo:
-        return u[0][:0], u[1][:0]
-    a = np.searchsorted(u[1], lo, side="right")
-    b = np.searchsorted(u[0], hi, side="left")
-    return np.maximum(u[0][a:b], lo), np.minimum(u[1][a:b], hi)
-
-
 # ====================================================================== the analysis
 
 class _Compute:
@@ -1042,6 +1015,9 @@ EXPOSED_COLUMNS = ["rank", "step", "window_us", "comm_us", "hidden_us", "exposed
 
 
 def _exposed_comm(inputs):
+    """Per rank and window (the whole GPU span, then each ProfilerStep#N):
+    every length is |W ∩ U| for one union U, so each is one sweep over all
+    the rank's windows (intersections of unions are unions)."""
     rows = []
     inst = inputs.instances
     last_arrival = inst.groupby("instance")["start"].transform("max") if len(inst) else pd.Series(dtype=np.int64)
@@ -1051,32 +1027,32 @@ def _exposed_comm(inputs):
         wait_s = inst.loc[mine, "start"].to_numpy()
         wait_e = np.minimum(last_arrival[mine].to_numpy(), inst.loc[mine, "end"].to_numpy())
         waiting = _union(wait_s, np.maximum(wait_e, wait_s))
-        windows = [("all", int(g["start"].min()) if len(g["start"]) else 0, int(g["end"].max()) if len(g["end"]) else 0)]
-        windows += [(name, int(s), int(e)) for name, s, e in zip(*tl.steps)]
+        names = ["all"] + list(tl.steps[0])
+        lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
+        hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
         # rows are sorted by start: the unions need no sort
-        comm_all = _native.interval_union(g["start"][g["comm"]], g["end"][g["comm"]])
+        comm = _native.interval_union(g["start"][g["comm"]], g["end"][g["comm"]])
         copy = g["kind"] != KIND_KERNEL
-        copy_all = _native.interval_union(g["start"][copy], g["end"][copy])
-        busy_all = _native.interval_union(g["start"], g["end"])
-        for step, lo, hi in windows:
-            comm = _clip_sorted(comm_all, lo, hi)
-            comp = _clip_sorted(tl.compute_union, lo, hi)
-            c = _union_len(comm)
-            hidden = _intersect_len(comm, comp)
-            wait_part = _clip_sorted(waiting, lo, hi)
-            wait_in_comm = _intersect_len(wait_part, comm)
-            wait_hidden = _intersect_len(_intersect(wait_part, comm), comp)
+        wait_comm = _intersect(waiting, comm)
+        unions = {"comm": comm, "hidden": _intersect(comm, tl.compute_union), "wait_in_comm": wait_comm,
+                  "wait_hidden": _intersect(wait_comm, tl.compute_union), "compute": tl.compute_union,
+                  "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
+                  "busy": _native.interval_union(g["start"], g["end"])}
+        length = {k: _native.overlap_with_union(lo, hi, *u).tolist() if len(u[0]) else [0] * len(lo)
+                  for k, u in unions.items()}
+        for w, step in enumerate(names):
+            c, hidden, busy = length["comm"][w], length["hidden"][w], length["busy"][w]
             exposed = c - hidden
-            exposed_wait = wait_in_comm - wait_hidden
-            busy = _union_len(_clip_sorted(busy_all, lo, hi))
+            exposed_wait = length["wait_in_comm"][w] - length["wait_hidden"][w]
+            span = int(hi[w]) - int(lo[w])
             rows.append({
-                "rank": r, "step": step, "window_us": (hi - lo) / NS_PER_US, "comm_us": c / NS_PER_US,
+                "rank": r, "step": step, "window_us": span / NS_PER_US, "comm_us": c / NS_PER_US,
                 "hidden_us": hidden / NS_PER_US, "exposed_us": exposed / NS_PER_US,
                 "exposed_waiting_us": exposed_wait / NS_PER_US, "exposed_transfer_us": (exposed - exposed_wait) / NS_PER_US,
                 "comp_comm_overlap_pct": (100.0 * hidden / c) if c else 0.0,
-                "compute_us": _union_len(comp) / NS_PER_US,
-                "memcpy_memset_us": _union_len(_clip_sorted(copy_all, lo, hi)) / NS_PER_US,
-                "idle_us": max(hi - lo - busy, 0) / NS_PER_US,
+                "compute_us": length["compute"][w] / NS_PER_US,
+                "memcpy_memset_us": length["copy"][w] / NS_PER_US,
+                "idle_us": max(span - busy, 0) / NS_PER_US,
                 "note": "" if c else "no communication on this rank in this window",
             })
     return pd.DataFrame(rows).reindex(columns=EXPOSED_COLUMNS)
