@@ -323,20 +323,21 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* heap of interval indices ordered by (duration, index) */
-static int heap_less(const int64_t *start, const int64_t *end, int64_t a, int64_t b)
+/* heap of positions t in sel, ordered by (duration, position) */
+static int heap_less(const int64_t *sel, const int64_t *start, const int64_t *end, int64_t a, int64_t b)
 {
-    int64_t da = end[a] - start[a], db = end[b] - start[b];
+    int64_t da = end[sel[a]] - start[sel[a]], db = end[sel[b]] - start[sel[b]];
     return da < db || (da == db && a < b);
 }
 
-static void heap_push(int64_t *heap, size_t *len, int64_t v, const int64_t *start, const int64_t *end)
+static void heap_push(int64_t *heap, size_t *len, int64_t v, const int64_t *sel, const int64_t *start,
+                      const int64_t *end)
 {
     size_t i = (*len)++;
     heap[i] = v;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!heap_less(start, end, heap[i], heap[p]))
+        if (!heap_less(sel, start, end, heap[i], heap[p]))
             break;
         int64_t t = heap[i];
         heap[i] = heap[p];
@@ -345,15 +346,15 @@ static void heap_push(int64_t *heap, size_t *len, int64_t v, const int64_t *star
     }
 }
 
-static void heap_pop(int64_t *heap, size_t *len, const int64_t *start, const int64_t *end)
+static void heap_pop(int64_t *heap, size_t *len, const int64_t *sel, const int64_t *start, const int64_t *end)
 {
     heap[0] = heap[--(*len)];
     size_t i = 0;
     for (;;) {
         size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < *len && heap_less(start, end, heap[l], heap[m]))
+        if (l < *len && heap_less(sel, start, end, heap[l], heap[m]))
             m = l;
-        if (r < *len && heap_less(start, end, heap[r], heap[m]))
+        if (r < *len && heap_less(sel, start, end, heap[r], heap[m]))
             m = r;
         if (m == i)
             break;
@@ -369,42 +370,74 @@ static int64_t clip64(int64_t x, int64_t lo, int64_t hi)
     return x < lo ? lo : (x > hi ? hi : x);
 }
 
-int st_innermost(const int64_t *start, const int64_t *end, size_t n, int64_t lo, int64_t hi,
-                 int64_t *cuts, int64_t *heap, int64_t *out_self, int64_t *out_first)
+int st_innermost(const int64_t *start, const int64_t *end, size_t n,
+                 const int64_t *q_a, const int64_t *q_b, const int64_t *q_lo, const int64_t *q_hi, size_t nq,
+                 int64_t *sel, int64_t *heap, int64_t *acc, int64_t *cuts, size_t scratch_cap,
+                 int64_t *out_q, int64_t *out_i, int64_t *out_self, int64_t *out_first, size_t out_cap,
+                 size_t *out_n)
 {
+    *out_n = 0;
     if (!check_sorted(start, n))
         return ST_SWEEP_UNSORTED;
-    for (size_t i = 0; i < n; i++) {
-        out_self[i] = 0;
-        out_first[i] = INT64_MAX;
+    size_t total = 0;
+    for (size_t q = 0; q < nq; q++) {
+        if (!window_ok(q_a[q], q_b[q], n))
+            return ST_SWEEP_RANGE;
+        if ((uint64_t)(q_b[q] - q_a[q]) > scratch_cap)
+            return ST_SWEEP_SMALL;
+        total += (size_t)(q_b[q] - q_a[q]);
     }
-    if (hi <= lo)
-        return ST_SWEEP_OK;
-    size_t nc = 0;
-    cuts[nc++] = lo;
-    cuts[nc++] = hi;
-    for (size_t i = 0; i < n; i++) {
-        cuts[nc++] = clip64(start[i], lo, hi);
-        cuts[nc++] = clip64(end[i], lo, hi);
-    }
-    qsort(cuts, nc, sizeof cuts[0], cmp_i64);
-    size_t m = 1;
-    for (size_t i = 1; i < nc; i++)
-        if (cuts[i] != cuts[m - 1])
-            cuts[m++] = cuts[i];
-    size_t next = 0, len = 0;
-    for (size_t s = 0; s + 1 < m; s++) {
-        int64_t x = cuts[s], y = cuts[s + 1];
-        while (next < n && start[next] <= x)
-            heap_push(heap, &len, (int64_t)next++, start, end);
-        while (len && end[heap[0]] < y) /* ended before this piece: never covers again */
-            heap_pop(heap, &len, start, end);
-        if (len) {
-            int64_t i = heap[0];
-            out_self[i] += y - x;
-            if (out_first[i] == INT64_MAX)
-                out_first[i] = x;
+    if (total > out_cap)
+        return ST_SWEEP_SMALL;
+    size_t k = 0;
+    for (size_t q = 0; q < nq; q++) {
+        int64_t lo = q_lo[q], hi = q_hi[q];
+        size_t m = 0;
+        for (int64_t i = q_a[q]; i < q_b[q]; i++)
+            if (end[i] > lo)
+                sel[m++] = i;
+        if (hi <= lo || m == 0)
+            continue;
+        int64_t *self_ns = acc, *first = acc + m;
+        size_t nc = 0;
+        cuts[nc++] = lo;
+        cuts[nc++] = hi;
+        for (size_t t = 0; t < m; t++) {
+            self_ns[t] = 0;
+            first[t] = INT64_MAX;
+            cuts[nc++] = clip64(start[sel[t]], lo, hi);
+            cuts[nc++] = clip64(end[sel[t]], lo, hi);
+        }
+        qsort(cuts, nc, sizeof cuts[0], cmp_i64);
+        size_t u = 1;
+        for (size_t c = 1; c < nc; c++)
+            if (cuts[c] != cuts[u - 1])
+                cuts[u++] = cuts[c];
+        /* heap entries are positions t in sel (ascending index = ascending start) */
+        size_t next = 0, len = 0;
+        for (size_t c = 0; c + 1 < u; c++) {
+            int64_t x = cuts[c], y = cuts[c + 1];
+            while (next < m && start[sel[next]] <= x)
+                heap_push(heap, &len, (int64_t)next++, sel, start, end);
+            while (len && end[sel[heap[0]]] < y) /* ended before this piece: never covers again */
+                heap_pop(heap, &len, sel, start, end);
+            if (len) {
+                int64_t t = heap[0];
+                self_ns[t] += y - x;
+                if (first[t] == INT64_MAX)
+                    first[t] = x;
+            }
+        }
+        for (size_t t = 0; t < m; t++) {
+            if (!self_ns[t])
+                continue;
+            out_q[k] = (int64_t)q;
+            out_i[k] = sel[t];
+            out_self[k] = self_ns[t];
+            out_first[k] = first[t];
+            k++;
         }
     }
+    *out_n = k;
     return ST_SWEEP_OK;
 }

@@ -70,14 +70,21 @@ int st_window_medians(const int64_t *start, const int64_t *end, const int64_t *c
                       int64_t *touched, size_t touched_cap,
                       int64_t *out_kernel, double *out_median, size_t out_cap, int64_t *out_ptr);
 
-/* Self time of the innermost interval in [lo, hi): n intervals sorted by
- * start; the window is cut at lo, hi and every start and end clipped to
- * [lo, hi]; each piece [x, y) goes to the covering interval (start <= x and
- * end >= y) of least duration, the lowest index on ties.  out_self[i] is
- * interval i's total, out_first[i] the x of its first piece (INT64_MAX when
- * it has none).  Scratch: cuts (2n + 2), heap (n). */
-int st_innermost(const int64_t *start, const int64_t *end, size_t n, int64_t lo, int64_t hi,
-                 int64_t *cuts, int64_t *heap, int64_t *out_self, int64_t *out_first);
+/* Self time of the innermost interval, for windows over n intervals sorted
+ * by start.  Query q takes the intervals i in [q_a[q], q_b[q]) with
+ * end[i] > q_lo[q] and the window [q_lo[q], q_hi[q]), cut at its ends and at
+ * every start and end clipped to it; each piece [x, y) goes to the covering
+ * interval (start <= x and end >= y) of least duration, the lowest index on
+ * ties.  For every interval with a non-zero total, in order, writes out_q,
+ * out_i (its index), out_self (its total) and out_first (the x of its first
+ * piece); *out_n is the count.  Scratch: sel and heap (scratch_cap each),
+ * acc (2 * scratch_cap), cuts (2 * scratch_cap + 2), scratch_cap >= every
+ * q_b - q_a; out_cap >= the sum of q_b - q_a. */
+int st_innermost(const int64_t *start, const int64_t *end, size_t n,
+                 const int64_t *q_a, const int64_t *q_b, const int64_t *q_lo, const int64_t *q_hi, size_t nq,
+                 int64_t *sel, int64_t *heap, int64_t *acc, int64_t *cuts, size_t scratch_cap,
+                 int64_t *out_q, int64_t *out_i, int64_t *out_self, int64_t *out_first, size_t out_cap,
+                 size_t *out_n);
 /* CDEF END */
 
 #endif

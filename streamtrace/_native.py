@@ -482,14 +482,21 @@ def window_medians(start, end, code, n_codes, q_lo, q_hi, q_t, ref_ptr, r_lo, r_
     return ptr, kernel[: ptr[-1]], median[: ptr[-1]]
 
 
-def innermost_self(start, end, lo, hi):
-    """Self time in [lo, hi) of the innermost of intervals sorted by start
-    (csrc/st_sweep.h, st_innermost): ``(self_ns, first_x)`` per interval."""
+def innermost_self(start, end, q_a, q_b, q_lo, q_hi):
+    """Self time of the innermost interval in windows over intervals sorted by
+    start (csrc/st_sweep.h, st_innermost): query q is intervals q_a..q_b-1
+    with end > q_lo, window [q_lo, q_hi).  Returns ``(q, i, self_ns,
+    first_x)`` for every interval with a non-zero total, by query then index."""
     start, end = _i64(start), _i64(end)
-    n = len(start)
-    cuts = np.empty(2 * n + 2, dtype=np.int64)
-    heap = np.empty(max(n, 1), dtype=np.int64)
-    self_ns, first = np.empty(max(n, 1), dtype=np.int64), np.empty(max(n, 1), dtype=np.int64)
-    _check_rc(lib.st_innermost(_ptr(start), _ptr(end), n, int(lo), int(hi), _ptr(cuts), _ptr(heap),
-                               _ptr(self_ns), _ptr(first)))
-    return self_ns[:n], first[:n]
+    q_a, q_b, q_lo, q_hi = map(_i64, (q_a, q_b, q_lo, q_hi))
+    width = np.maximum(q_b - q_a, 0)
+    cap = int(width.max()) if len(width) else 0
+    total = int(width.sum())
+    sel, heap = np.empty(max(cap, 1), dtype=np.int64), np.empty(max(cap, 1), dtype=np.int64)
+    acc, cuts = np.empty(max(2 * cap, 1), dtype=np.int64), np.empty(2 * cap + 2, dtype=np.int64)
+    out = [np.empty(max(total, 1), dtype=np.int64) for _ in range(4)]
+    n = ffi.new("size_t *")
+    _check_rc(lib.st_innermost(_ptr(start), _ptr(end), len(start), _ptr(q_a), _ptr(q_b), _ptr(q_lo), _ptr(q_hi),
+                               len(q_a), _ptr(sel), _ptr(heap), _ptr(acc), _ptr(cuts), cap,
+                               *(_ptr(o) for o in out), total, n))
+    return tuple(o[: n[0]] for o in out)

@@ -596,6 +596,10 @@ def _late_rank_analysis(inputs):
     hit = hit[np.lexsort((-attributed[hit], q_of[hit]))]   # per instance, largest first (stable)
     hit_ptr = np.searchsorted(q_of[hit], np.arange(n + 1), side="left")
 
+    has_tid = ~np.isnan(launch_tid[last])
+    host_ops = _host_ops_in_gaps(tls, L, np.where(has_tid, launch_tid[last], -1).astype(np.int64),
+                                 a_R, a_R + host, (host > 0) & has_tid)
+
     rows, kernel_hits, host_hits = [], [], []
     for i in range(n):
         cid = inst_ids[lo_i[i]]
@@ -613,11 +617,9 @@ def _late_rank_analysis(inputs):
             kernel_hits.append((name, grid, block, int(attributed[k]), cid, Li, excess[k], int(dur[k]), baseline[k]))
             top.append((name, int(comp.column(Li, "stream", j)), excess[k], int(attributed[k])))
 
-        host_top = []
-        if h > 0 and not np.isnan(launch_tid[last[i]]):
-            ops = _host_ops_in_gap(tls[Li], int(launch_tid[last[i]]), int(a_R[i]), int(a_R[i]) + h)
-            host_hits.extend((name, t, cid, Li) for name, t in ops)
-            host_top = ops[:TOP_N]
+        ops = host_ops.get(i, [])
+        host_hits.extend((name, t, cid, Li) for name, t in ops)
+        host_top = ops[:TOP_N]
 
         row = {
             "collective_id": cid, "Process Group Name": pgs[last[i]], "Collective name": names[last[i]],
@@ -663,26 +665,29 @@ def _windows(comp, ranks, lo, hi):
     return a, b
 
 
-def _host_ops_in_gap(tl, tid, lo, hi):
-    """CPU ops on the launching thread during [lo, hi), by self time within it
-    (the innermost op at each instant), largest first."""
-    ops = tl.threads.get(tid)
-    if ops is None:
-        return []
-    start, end, name_ids, max_dur = ops
-    lo, hi = lo - tl.shift, hi - tl.shift     # the thread's arrays are raw ns
-    a = np.searchsorted(start, lo - max_dur, side="left")
-    b = np.searchsorted(start, hi, side="left")
-    sel = np.arange(a, b)[end[a:b] > lo]
-    if not len(sel):
-        return []
-    self_ns, first = _native.innermost_self(start[sel], end[sel], lo, hi)
-    got = np.flatnonzero(self_ns > 0)
-    totals = {}
-    for k in got[np.argsort(first[got], kind="stable")]:   # names in order of first appearance
-        name = tl.names[name_ids[sel[k]]]
-        totals[name] = totals.get(name, 0) + int(self_ns[k])
-    return sorted(totals.items(), key=lambda kv: -kv[1])
+def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
+    """{instance: [(op name, self ns), ...]} of the CPU ops on the launching
+    thread during [lo, hi), by self time within it (the innermost op at each
+    instant), largest first; one C sweep per (rank, thread)."""
+    out = {}
+    todo = np.flatnonzero(wanted)
+    for r, tid in sorted(set(zip(ranks[todo].tolist(), tids[todo].tolist()))):
+        tl = tls[r]
+        ops = tl.threads.get(tid)
+        if ops is None:
+            continue
+        q = todo[(ranks[todo] == r) & (tids[todo] == tid)]
+        start, end, name_ids, max_dur = ops
+        q_lo, q_hi = lo[q] - tl.shift, hi[q] - tl.shift     # the thread's arrays are raw ns
+        a = np.searchsorted(start, q_lo - max_dur, side="left")
+        b = np.searchsorted(start, q_hi, side="left")
+        qq, op, self_ns, first = _native.innermost_self(start, end, a, b, q_lo, q_hi)
+        order = np.lexsort((first, qq))   # per query, names in order of first appearance
+        for k, o, t in zip(qq[order].tolist(), op[order].tolist(), self_ns[order].tolist()):
+            totals = out.setdefault(int(q[k]), {})
+            name = tl.names[name_ids[o]]
+            totals[name] = totals.get(name, 0) + t
+    return {i: sorted(totals.items(), key=lambda kv: -kv[1]) for i, totals in out.items()}
 
 
 def _summarize_kernels(hits):
