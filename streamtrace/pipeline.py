@@ -5,6 +5,8 @@ stages run in-process, generator to generator, with no serialisation between
 them.
 """
 import itertools
+import queue
+import threading
 
 from .errors import StreamtraceError
 from .stream import MAGIC, Kind, iter_frames
@@ -60,9 +62,6 @@ class prefetched:
     closes ``frames``."""
 
     def __init__(self, frames, depth=PREFETCH_FRAMES):
-        import queue
-        import threading
-
         self._queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._done = False
@@ -86,8 +85,6 @@ class prefetched:
         return frame
 
     def close(self):
-        import queue
-
         self._done = True
         self._stop.set()
         while self._thread.is_alive():  # a producer blocked on a full queue sees the stop
@@ -106,7 +103,6 @@ _END = object()
 def _produce(frames, q, stop):
     """The producer of ``prefetched``: (item, None) per item, then (_END, None),
     or (None, exception)."""
-    import queue
 
     def put(item):
         while not stop.is_set():
