@@ -78,7 +78,7 @@ class Timeline:
 
     ``gpu``: GPU activities (kernels, memcpy, memset) sorted by start, raw ns
     until Inputs shifts them to the aligned clock: columns start, end, stream,
-    kind, name (string id), event, device, ctas, threads, regs, smem, dims
+    kind, name (string id), event, ctas, threads, regs, smem, dims
     (grid x, y, z, block x, y, z; -1 when absent).  ``threads``: per thread
     id, its CPU ops and runtime calls sorted by start, raw ns (start, end,
     name ids, longest duration).  ``steps``: ProfilerStep#N ops as (names,
@@ -89,6 +89,8 @@ class Timeline:
         self.rank, self.meta, self.names = rank, meta, names
         self.gpu, self.by_event, self.threads, self.steps = gpu, by_event, threads, steps
         self.shift = 0          # ns to the aligned clock (set by Inputs)
+        device = gpu.pop("device")
+        self.device = _mode(device[device >= 0])   # the rank's GPU
 
     @property
     def base_ns(self):
@@ -98,11 +100,7 @@ class Timeline:
         props = self.meta.get("trace", {}).get("deviceProperties")
         if not isinstance(props, list) or not props:
             return None
-        devices = self.gpu["device"][self.gpu["device"] >= 0]
-        want = None
-        if len(devices):  # the most frequent device, the lowest on ties
-            values, counts = np.unique(devices, return_counts=True)
-            want = int(values[np.argmax(counts)])
+        want = self.device
         for p in props:
             if isinstance(p, dict) and p.get("id") == want:
                 return p
@@ -116,6 +114,16 @@ class Timeline:
             return np.full(len(events), np.nan)
         at = np.clip(np.searchsorted(ev, events), 0, len(ev) - 1)
         return np.where(ev[at] == events, ctas[at], np.nan)
+
+
+def _mode(values):
+    """The most frequent value, the lowest on ties; None for no values."""
+    if not len(values):
+        return None
+    if (values == values[0]).all():   # the usual case: one device per rank
+        return int(values[0])
+    uniq, counts = np.unique(values, return_counts=True)
+    return int(uniq[np.argmax(counts)])
 
 
 class _Collector:
