@@ -84,8 +84,9 @@ class Timeline:
 
     ``gpu``: GPU activities (kernels, memcpy, memset) sorted by start, raw ns
     until Inputs shifts them to the aligned clock: columns start, end, stream,
-    kind, name (string id), event, ctas, threads, regs, smem, dims
-    (grid x, y, z, block x, y, z; -1 when absent).  ``threads``: per thread
+    kind, name (string id), event, ctas, threads, regs, smem and lcode,
+    the rank's kernel identity code (``lkeys[lcode]``: name id, grid x, y,
+    z, block x, y, z with -1 when absent, 0).  ``threads``: per thread
     id, its CPU ops and runtime calls sorted by start, raw ns (start, end,
     name ids, longest duration).  ``steps``: ProfilerStep#N ops as (names,
     starts, ends), sorted by start.
@@ -188,12 +189,20 @@ class _Collector:
         kernels, self.gpu_parts, self.cpu_parts, self.kernels = self.kernels, None, None, None
         n_str = len(self.strings)
         names = np.array(self.strings + [""], dtype=object)
-        dims, regs, smem = _geometry(gpu["event"], kernels)
-        has = (dims[:, 0] >= 0) & (dims[:, 3] >= 0)
-        d64 = dims.astype(np.int64)   # products as int64, never int32 overflow
-        ctas = np.where(has, d64[:, 0] * d64[:, 1] * d64[:, 2], np.nan)
-        threads = np.where(has, d64[:, 3] * d64[:, 4] * d64[:, 5], np.nan)
-        del d64
+        for ids in (gpu["name"], cpu["name"]):
+            ids[ids == _native.NOSTR] = n_str     # the "" slot
+        # kernel identity rows (name, grid x y z, block x y z, 0) as int32, so
+        # that 4 int64 hold one row; the geometry is written straight into them
+        keys = np.empty((len(gpu["start"]), 8), dtype=np.int32)
+        keys[:, 0], keys[:, 7] = gpu["name"], 0
+        regs, smem = _geometry(gpu["event"], kernels, keys[:, 1:7])
+        has = (keys[:, 1] >= 0) & (keys[:, 4] >= 0)
+
+        def product(c):   # as int64: never an int32 overflow
+            return keys[:, c].astype(np.int64) * keys[:, c + 1] * keys[:, c + 2]
+
+        ctas = np.where(has, product(1), np.nan)
+        threads = np.where(has, product(4), np.nan)
         by_event = (gpu["event"], ctas)          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
@@ -201,18 +210,15 @@ class _Collector:
         def sort(a):
             return a if order is None else a[order]
 
-        for ids in (gpu["name"], cpu["name"]):
-            ids[ids == _native.NOSTR] = n_str     # the "" slot
+        keys = sort(keys)
         cols = {"start": sort(gpu["start"]), "end": sort(gpu["end"]), "stream": sort(gpu["stream"]),
                 "kind": sort(gpu["kind"]), "name": sort(gpu["name"]), "event": sort(gpu["event"]),
                 "device": sort(gpu["device"]), "ctas": sort(ctas), "threads": sort(threads), "regs": sort(regs),
-                "smem": sort(smem), "dims": sort(dims)}
+                "smem": sort(smem)}
         is_step = np.flatnonzero((self._name.take(cpu["name"], mode="clip") & S_STEP) != 0)
         is_step = is_step[np.argsort(cpu["start"][is_step], kind="stable")]
         steps = (names[cpu["name"][is_step]], cpu["start"][is_step], cpu["end"][is_step])
-        keys = np.empty((len(start), 7), dtype=np.int64)   # kernel identity: name, grid, block
-        keys[:, 0], keys[:, 1:] = cols["name"], cols["dims"]
-        cols["lcode"], first = _native.factorize_rows(keys)
+        cols["lcode"], first = _native.factorize_rows(keys.view(np.int64))
         tl = Timeline(self.rank, self.meta, names, cols, by_event, _threads(cpu), steps)
         tl.lkeys = keys[first]
         tl.nccl_name = (self._name.take(cols["name"], mode="clip") & S_NCCL) != 0
@@ -249,17 +255,18 @@ def _threads(cpu):
     return out
 
 
-def _geometry(events, kernel_parts):
+def _geometry(events, kernel_parts, dims):
     """Launch geometry joined to GPU rows by event index (rows in event order):
-    (dims n x 6 int32, -1 when absent; registers; shared memory).  Fields are
-    taken from the KERNELS records one at a time: a gather of whole
-    structured records is several times slower."""
+    fills dims (n x 6: grid x, y, z, block x, y, z; -1 when absent) and
+    returns (registers, shared memory).  Fields are taken from the KERNELS
+    records one at a time: a gather of whole structured records is several
+    times slower."""
     n = len(events)
-    dims = np.full((n, 6), -1, dtype=np.int32)
+    dims[:] = -1
     regs = np.full(n, np.nan)
     smem = np.full(n, np.nan)
     if not kernel_parts or not n:
-        return dims, regs, smem
+        return regs, smem
 
     def field(name):
         return np.concatenate([k[name] for k in kernel_parts])
@@ -278,7 +285,7 @@ def _geometry(events, kernel_parts):
     r, m = hits(field("registers_per_thread")), hits(field("shared_memory"))
     regs[rows] = np.where(r >= 0, r, np.nan)
     smem[rows] = np.where(m >= 0, m, np.nan)
-    return dims, regs, smem
+    return regs, smem
 
 
 def _dims_text(d):
