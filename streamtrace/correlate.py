@@ -86,15 +86,15 @@ class Timeline:
     until Inputs shifts them to the aligned clock: columns start, end, stream,
     kind, name (string id), event, ctas, threads, regs, smem and lcode,
     the rank's kernel identity code (``lkeys[lcode]``: name id, grid x, y,
-    z, block x, y, z with -1 when absent, 0).  ``threads``: per thread
-    id, its CPU ops and runtime calls sorted by start, raw ns (start, end,
-    name ids, longest duration).  ``steps``: ProfilerStep#N ops as (names,
+    z, block x, y, z with -1 when absent, 0).  ``cpu_parts``: the CPU ops and
+    runtime calls, per EVENTS frame in stream order, as (start, end, tid,
+    name id) arrays, raw ns.  ``steps``: ProfilerStep#N ops as (names,
     starts, ends), sorted by start.
     """
 
-    def __init__(self, rank, meta, names, gpu, by_event, threads, steps):
+    def __init__(self, rank, meta, names, gpu, by_event, cpu_parts, steps):
         self.rank, self.meta, self.names = rank, meta, names
-        self.gpu, self.by_event, self.threads, self.steps = gpu, by_event, threads, steps
+        self.gpu, self.by_event, self.cpu_parts, self.steps = gpu, by_event, cpu_parts, steps
         self.shift = 0          # ns to the aligned clock (set by Inputs)
         device = gpu.pop("device")
         self.device = _mode(device[device >= 0])   # the rank's GPU
@@ -181,16 +181,20 @@ class _Collector:
             ts, tid = records["ts"][c], records["tid"][c]
             # a string tid is a string id; negate to keep it apart from int tids
             tid = np.where(records["flags"][c] & _native.FLAGS["tid_str"], -1 - tid, tid)
+            # CPU ops are most events: 28 bytes each (an event record is 96)
             self.cpu_parts.append((ts, ts + records["dur"][c], tid, records["name"][c]))
 
     def finish(self):
         gpu = dict(zip([c for c, _ in _GPU_COLUMNS], _concat_columns(self.gpu_parts, _GPU_COLUMNS)))
-        cpu = dict(zip([c for c, _ in _CPU_COLUMNS], _concat_columns(self.cpu_parts, _CPU_COLUMNS)))
-        kernels, self.gpu_parts, self.cpu_parts, self.kernels = self.kernels, None, None, None
+        # CPU ops stay in their per-frame parts: only the host-gap queries
+        # read them, once, at the end (no concatenated or per-thread copies)
+        cpu_parts, kernels = self.cpu_parts, self.kernels
+        self.gpu_parts = self.cpu_parts = self.kernels = None
         n_str = len(self.strings)
         names = np.array(self.strings + [""], dtype=object)
-        for ids in (gpu["name"], cpu["name"]):
-            ids[ids == _native.NOSTR] = n_str     # the "" slot
+        gpu["name"][gpu["name"] == _native.NOSTR] = n_str     # the "" slot
+        for part in cpu_parts:
+            part[3][part[3] == _native.NOSTR] = n_str
         # kernel identity rows (name, grid x y z, block x y z, 0) as int32, so
         # that 4 int64 hold one row; the geometry is written straight into them
         keys = np.empty((len(gpu["start"]), 8), dtype=np.int32)
@@ -215,11 +219,14 @@ class _Collector:
                 "kind": sort(gpu["kind"]), "name": sort(gpu["name"]), "event": sort(gpu["event"]),
                 "device": sort(gpu["device"]), "ctas": sort(ctas), "threads": sort(threads), "regs": sort(regs),
                 "smem": sort(smem)}
-        is_step = np.flatnonzero((self._name.take(cpu["name"], mode="clip") & S_STEP) != 0)
-        is_step = is_step[np.argsort(cpu["start"][is_step], kind="stable")]
-        steps = (names[cpu["name"][is_step]], cpu["start"][is_step], cpu["end"][is_step])
+        step_rows = [(p[0][m], p[1][m], p[3][m]) for p in cpu_parts
+                     for m in [np.flatnonzero((self._name.take(p[3], mode="clip") & S_STEP) != 0)] if len(m)]
+        s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_rows)) if step_rows else \
+            (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
+        o = np.argsort(s_start, kind="stable")
+        steps = (names[s_name[o]], s_start[o], s_end[o])
         cols["lcode"], first = _native.factorize_rows(keys.view(np.int64))
-        tl = Timeline(self.rank, self.meta, names, cols, by_event, _threads(cpu), steps)
+        tl = Timeline(self.rank, self.meta, names, cols, by_event, cpu_parts, steps)
         tl.lkeys = keys[first]
         tl.nccl_name = (self._name.take(cols["name"], mode="clip") & S_NCCL) != 0
         return tl
@@ -227,32 +234,12 @@ class _Collector:
 
 _GPU_COLUMNS = (("event", np.int64), ("start", np.int64), ("end", np.int64), ("device", np.int64),
                 ("name", np.int64), ("stream", np.int64), ("kind", np.uint8))
-# CPU ops are most events: 28 bytes each (an event record is 96)
-_CPU_COLUMNS = (("start", np.int64), ("end", np.int64), ("tid", np.int64), ("name", np.uint32))
 
 
 def _concat_columns(parts, columns):
     """One array per column from per-frame tuples of column arrays."""
     return [np.concatenate([p[k] for p in parts]).astype(t, copy=False) if parts else np.zeros(0, dtype=t)
             for k, (_, t) in enumerate(columns)]
-
-
-def _threads(cpu):
-    """{tid: (start, end, name ids, longest duration)}, each thread's ops
-    sorted by start (stable), as views of one (tid, start)-ordered copy."""
-    order = np.argsort(cpu["tid"], kind="stable")
-    tid = cpu["tid"][order]
-    bounds = np.r_[np.flatnonzero(np.r_[True, tid[1:] != tid[:-1]]), len(tid)] if len(tid) else np.zeros(1, np.int64)
-    start = cpu["start"][order]
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        block = start[a:b]
-        if (block[1:] < block[:-1]).any():   # nested ops come out of order
-            order[a:b] = order[a:b][np.argsort(block, kind="stable")]
-    start, end, name = cpu["start"][order], cpu["end"][order], cpu["name"][order]
-    out = {}
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        out[int(tid[a])] = (start[a:b], end[a:b], name[a:b], int((end[a:b] - start[a:b]).max()))
-    return out
 
 
 def _geometry(events, kernel_parts, dims):
@@ -694,12 +681,12 @@ def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
     todo = np.flatnonzero(wanted)
     for r, tid in sorted(set(zip(ranks[todo].tolist(), tids[todo].tolist()))):
         tl = tls[r]
-        ops = tl.threads.get(tid)
-        if ops is None:
-            continue
         q = todo[(ranks[todo] == r) & (tids[todo] == tid)]
-        start, end, name_ids, max_dur = ops
-        q_lo, q_hi = lo[q] - tl.shift, hi[q] - tl.shift     # the thread's arrays are raw ns
+        q_lo, q_hi = lo[q] - tl.shift, hi[q] - tl.shift     # CPU ops are raw ns
+        start, end, name_ids = _thread_ops_meeting(tl.cpu_parts, tid, q_lo, q_hi)
+        if not len(start):
+            continue
+        max_dur = int((end - start).max())
         a = np.searchsorted(start, q_lo - max_dur, side="left")
         b = np.searchsorted(start, q_hi, side="left")
         qq, op, self_ns, first = _native.innermost_self(start, end, a, b, q_lo, q_hi)
@@ -709,6 +696,28 @@ def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
             name = tl.names[name_ids[o]]
             totals[name] = totals.get(name, 0) + t
     return {i: sorted(totals.items(), key=lambda kv: -kv[1]) for i, totals in out.items()}
+
+
+def _thread_ops_meeting(parts, tid, lo, hi):
+    """(start, end, name ids) of the ops on thread ``tid`` that meet any
+    window [lo, hi), sorted by start (stable: stream order on ties).  Every op
+    of any window's selection is among them, in the same relative order."""
+    w_start, w_end = _union(lo, hi)
+    picked = []
+    for start, end, t, name in parts:
+        m = np.flatnonzero(t == tid)
+        if not len(m):
+            continue
+        s, e = start[m], end[m]
+        j = np.searchsorted(w_end, s, side="right")    # the first window ending after the op starts
+        meets = (j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < e)
+        if meets.any():
+            picked.append((s[meets], e[meets], name[m[meets]]))
+    if not picked:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    s, e, n = (np.concatenate(c) for c in zip(*picked))
+    order = np.argsort(s, kind="stable")
+    return s[order], e[order], n[order]
 
 
 def _summarize_kernels(hits):
