@@ -676,48 +676,54 @@ def _windows(comp, ranks, lo, hi):
 def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
     """{instance: [(op name, self ns), ...]} of the CPU ops on the launching
     thread during [lo, hi), by self time within it (the innermost op at each
-    instant), largest first; one C sweep per (rank, thread)."""
+    instant), largest first; one pass over a rank's ops, then one C sweep per
+    (rank, thread)."""
     out = {}
     todo = np.flatnonzero(wanted)
-    for r, tid in sorted(set(zip(ranks[todo].tolist(), tids[todo].tolist()))):
+    for r in sorted(set(ranks[todo].tolist())):
         tl = tls[r]
-        q = todo[(ranks[todo] == r) & (tids[todo] == tid)]
-        q_lo, q_hi = lo[q] - tl.shift, hi[q] - tl.shift     # CPU ops are raw ns
-        start, end, name_ids = _thread_ops_meeting(tl.cpu_parts, tid, q_lo, q_hi)
-        if not len(start):
-            continue
-        max_dur = int((end - start).max())
-        a = np.searchsorted(start, q_lo - max_dur, side="left")
-        b = np.searchsorted(start, q_hi, side="left")
-        qq, op, self_ns, first = _native.innermost_self(start, end, a, b, q_lo, q_hi)
-        order = np.lexsort((first, qq))   # per query, names in order of first appearance
-        for k, o, t in zip(qq[order].tolist(), op[order].tolist(), self_ns[order].tolist()):
-            totals = out.setdefault(int(q[k]), {})
-            name = tl.names[name_ids[o]]
-            totals[name] = totals.get(name, 0) + t
+        mine = todo[ranks[todo] == r]
+        q_lo, q_hi = lo[mine] - tl.shift, hi[mine] - tl.shift     # CPU ops are raw ns
+        ops = _ops_meeting(tl.cpu_parts, tids[mine], q_lo, q_hi)
+        for tid, (start, end, name_ids) in ops.items():
+            on = tids[mine] == tid
+            q, w_lo, w_hi = mine[on], q_lo[on], q_hi[on]
+            max_dur = int((end - start).max())
+            a = np.searchsorted(start, w_lo - max_dur, side="left")
+            b = np.searchsorted(start, w_hi, side="left")
+            qq, op, self_ns, first = _native.innermost_self(start, end, a, b, w_lo, w_hi)
+            order = np.lexsort((first, qq))   # per query, names in order of first appearance
+            for k, o, t in zip(qq[order].tolist(), op[order].tolist(), self_ns[order].tolist()):
+                totals = out.setdefault(int(q[k]), {})
+                name = tl.names[name_ids[o]]
+                totals[name] = totals.get(name, 0) + t
     return {i: sorted(totals.items(), key=lambda kv: -kv[1]) for i, totals in out.items()}
 
 
-def _thread_ops_meeting(parts, tid, lo, hi):
-    """(start, end, name ids) of the ops on thread ``tid`` that meet any
-    window [lo, hi), sorted by start (stable: stream order on ties).  Every op
-    of any window's selection is among them, in the same relative order."""
+def _ops_meeting(parts, tids, lo, hi):
+    """{tid: (start, end, name ids)} of the ops on the threads ``tids`` that
+    meet any window [lo, hi), sorted by start (stable: stream order on ties):
+    every op of any window's selection is among them, in the same relative
+    order.  One pass over the rank's per-frame parts."""
     w_start, w_end = _union(lo, hi)
+    wanted = np.unique(tids)
     picked = []
     for start, end, t, name in parts:
-        m = np.flatnonzero(t == tid)
-        if not len(m):
-            continue
-        s, e = start[m], end[m]
-        j = np.searchsorted(w_end, s, side="right")    # the first window ending after the op starts
-        meets = (j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < e)
-        if meets.any():
-            picked.append((s[meets], e[meets], name[m[meets]]))
+        # windows first (few ops meet one), then the thread
+        j = np.searchsorted(w_end, start, side="right")    # the first window ending after the op starts
+        m = np.flatnonzero((j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < end))
+        m = m[np.isin(t[m], wanted)]
+        if len(m):
+            picked.append((start[m], end[m], t[m], name[m]))
     if not picked:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32)
-    s, e, n = (np.concatenate(c) for c in zip(*picked))
-    order = np.argsort(s, kind="stable")
-    return s[order], e[order], n[order]
+        return {}
+    s, e, t, n = (np.concatenate(c) for c in zip(*picked))
+    out = {}
+    for tid in np.unique(t).tolist():
+        on = np.flatnonzero(t == tid)
+        order = on[np.argsort(s[on], kind="stable")]
+        out[tid] = (s[order], e[order], n[order])
+    return out
 
 
 def _summarize_kernels(hits):
