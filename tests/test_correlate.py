@@ -257,3 +257,16 @@ def test_innermost_self_time_agrees_with_brute_force(ks, windows):
                 t, f = want.get((w, i), (0, x))
                 want[(w, i)] = (t + 1, f)
     assert got == want
+
+
+def test_a_rank_twice_is_refused(tmp_path):
+    """Frames of a rank after its metadata frame (the same rank given twice)
+    are refused, as align refuses them."""
+    from streamtrace.errors import StreamtraceError
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=2)
+    path = str(tmp_path / truth["files"]["0"])
+    frames = itertools.chain(extract_rank(path, 0), extract_rank(path, 0))
+    with pytest.raises(StreamtraceError, match="rank 0 appears twice"):
+        for _ in correlate_frames(frames):
+            pass
