@@ -1,5 +1,6 @@
 /* Interval sweeps.  See st_sweep.h. */
 #include "st_sweep.h"
+#include "st_lex.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -119,16 +120,6 @@ size_t st_pairs(const int64_t *a_starts, const int64_t *a_ends, size_t na,
 
 /* ------------------------------------------------------------ factorize */
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-}
-
 static int rows_equal(const int64_t *a, const int64_t *b, size_t width)
 {
     for (size_t w = 0; w < width; w++)
@@ -152,10 +143,7 @@ int st_factorize_rows(const int64_t *rows, size_t n, size_t width,
     size_t mask = table_cap - 1, m = 0;
     for (size_t i = 0; i < n; i++) {
         const int64_t *row = rows + i * width;
-        uint64_t h = 0x9e3779b97f4a7c15ULL;
-        for (size_t w = 0; w < width; w++)
-            h = mix64(h ^ (uint64_t)row[w]);
-        size_t s = (size_t)h & mask;
+        size_t s = (size_t)st_hash_bytes((const char *)row, width * sizeof *row, 0) & mask;
         for (;;) {
             int64_t at = table[s];
             if (at < 0) { /* new row: its code is the next one */
