@@ -13,6 +13,7 @@
 #include "st_tokenizer.h"
 #include "st_sweep.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,132 @@ static int check_sweeps(int rounds)
     return bad;
 }
 
+static int cmp_i64_asc(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* correlate's sweeps (st_factorize_rows, st_window_medians, st_innermost)
+ * against brute force.  Returns the number of mismatches. */
+static int check_correlate_sweeps(int rounds)
+{
+    enum { N = 48, Q = 6 };
+    int bad = 0;
+    for (int round = 0; round < rounds; round++) {
+        /* factorize: equal rows <=> equal codes, numbered by first appearance */
+        int64_t rows[N * 3], table[256], codes[N], first[N];
+        size_t n = (size_t)rnd(0, N), width = (size_t)rnd(1, 3), m;
+        for (size_t i = 0; i < n * width; i++)
+            rows[i] = rnd(-1, 2);
+        if (st_factorize_rows(rows, n, width, table, 256, codes, first, &m) != ST_SWEEP_OK)
+            bad++;
+        int64_t next = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (codes[i] == next)
+                bad += first[next++] != (int64_t)i;
+            else
+                bad += codes[i] > next || first[codes[i]] >= (int64_t)i;
+            for (size_t j = 0; j < i; j++)
+                bad += (memcmp(rows + i * width, rows + j * width, width * sizeof rows[0]) == 0)
+                       != (codes[i] == codes[j]);
+        }
+        bad += (size_t)next != m;
+
+        /* kernels sorted by start, with codes 0..3 */
+        int64_t ks[N], ke[N], kc[N];
+        size_t nk = (size_t)rnd(1, N);
+        for (size_t i = 0; i < nk; i++)
+            ks[i] = rnd(0, 300);
+        qsort(ks, nk, sizeof ks[0], cmp_i64_asc);
+        for (size_t i = 0; i < nk; i++) {
+            ke[i] = ks[i] + rnd(0, 60);
+            kc[i] = rnd(0, 3);
+        }
+        int64_t q_lo[Q], q_hi[Q], q_t[Q], ref_ptr[Q + 1], r_lo[Q * 3], r_hi[Q * 3], r_t[Q * 3];
+        size_t nq = (size_t)rnd(0, Q), nr = 0;
+        ref_ptr[0] = 0;
+        for (size_t q = 0; q < nq; q++) {
+            q_lo[q] = rnd(0, (int64_t)nk);
+            q_hi[q] = rnd(q_lo[q], (int64_t)nk);
+            q_t[q] = rnd(-10, 300);
+            for (int r = (int)rnd(0, 3); r > 0; r--, nr++) {
+                r_lo[nr] = rnd(0, (int64_t)nk);
+                r_hi[nr] = rnd(r_lo[nr], (int64_t)nk);
+                r_t[nr] = rnd(-10, 300);
+            }
+            ref_ptr[q + 1] = (int64_t)nr;
+        }
+        int64_t count[4] = {0}, slot[4], bucket[N * 3], touched[N], out_k[N * Q], out_ptr[Q + 1];
+        double med[4], out_m[N * Q];
+        if (st_window_medians(ks, ke, kc, nk, 4, q_lo, q_hi, q_t, nq, ref_ptr, r_lo, r_hi, r_t, nr, count, slot, med,
+                              bucket, N * 3, touched, N, out_k, out_m, N * Q, out_ptr) != ST_SWEEP_OK)
+            bad++;
+        else
+            for (size_t q = 0; q < nq; q++) {
+                int64_t k = out_ptr[q];
+                for (int64_t j = q_lo[q]; j < q_hi[q]; j++) {
+                    if (ke[j] <= q_t[q])
+                        continue;
+                    int64_t d[N * 3];
+                    size_t nd = 0;
+                    for (int64_t r = ref_ptr[q]; r < ref_ptr[q + 1]; r++)
+                        for (int64_t i = r_lo[r]; i < r_hi[r]; i++)
+                            if (ke[i] > r_t[r] && kc[i] == kc[j])
+                                d[nd++] = ke[i] - ks[i];
+                    qsort(d, nd, sizeof d[0], cmp_i64_asc);
+                    double want = nd == 0 ? NAN : nd % 2 ? (double)d[nd / 2]
+                                                         : ((double)d[nd / 2 - 1] + (double)d[nd / 2]) / 2.0;
+                    bad += out_k[k] != j || (nd ? out_m[k] != want : !isnan(out_m[k]));
+                    k++;
+                }
+                bad += k != out_ptr[q + 1];
+            }
+        for (int c = 0; c < 4; c++)
+            bad += count[c] != 0;
+
+        /* innermost self time: per window, each point to the covering interval
+         * of least (duration, index) */
+        int64_t qa[Q], qb[Q], lo[Q], hi[Q], sel[N], heap[N], acc[2 * N], cuts[2 * N + 2];
+        int64_t oq[N * Q], oi[N * Q], os[N * Q], of[N * Q];
+        size_t no;
+        for (size_t q = 0; q < nq; q++) {
+            qa[q] = rnd(0, (int64_t)nk);
+            qb[q] = rnd(qa[q], (int64_t)nk);
+            lo[q] = rnd(0, 300);
+            hi[q] = lo[q] + rnd(-5, 80);
+        }
+        if (st_innermost(ks, ke, nk, qa, qb, lo, hi, nq, sel, heap, acc, cuts, N, oq, oi, os, of, N * Q, &no)
+            != ST_SWEEP_OK) {
+            bad++;
+            continue;
+        }
+        for (size_t q = 0; q < nq; q++) {
+            int64_t self[N] = {0}, first_x[N];
+            for (int64_t x = lo[q]; x < hi[q]; x++) {
+                int64_t best = -1;
+                for (int64_t i = qa[q]; i < qb[q]; i++) {
+                    if (ke[i] <= lo[q] || !(ks[i] <= x && ke[i] > x))
+                        continue;
+                    if (best < 0 || ke[i] - ks[i] < ke[best] - ks[best])
+                        best = i;
+                }
+                if (best >= 0 && !self[best]++)
+                    first_x[best] = x;
+            }
+            for (size_t k = 0; k < no; k++)
+                if (oq[k] == (int64_t)q) {
+                    bad += os[k] != self[oi[k]] || of[k] != first_x[oi[k]];
+                    self[oi[k]] = 0;
+                }
+            for (size_t i = 0; i < nk; i++)
+                bad += self[i] != 0;
+        }
+    }
+    printf("correlate sweeps: %d rounds, %d mismatches\n", rounds, bad);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     size_t max_chunk = 1 << 16;
@@ -196,7 +323,10 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
             max_chunk = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc)
-            return check_sweeps(atoi(argv[++i])) ? 1 : 0;
+        {
+            int rounds = atoi(argv[++i]);
+            return check_sweeps(rounds) + check_correlate_sweeps(rounds) ? 1 : 0;
+        }
         else {
             fprintf(stderr, "usage: st_driver [-s SEED] [-c MAX_CHUNK] FILE... | st_driver -w ROUNDS\n");
             return 2;

@@ -419,3 +419,84 @@ class Fuser:
             lib.st_fuse_meta(self._f, i, key, klen, val, vlen)
             members.append((ffi.unpack(key[0], klen[0]), ffi.unpack(val[0], vlen[0])))
         return members
+
+
+# ---------------------------------------------------------------- correlate's sweeps
+
+def _check_rc(rc):
+    if rc == lib.ST_SWEEP_SMALL:
+        raise ValueError("a sweep buffer is too small (internal error)")
+    if rc == lib.ST_SWEEP_RANGE:
+        raise ValueError("a window or code is out of range")
+    _check_sweep(rc)
+
+
+def factorize_rows(rows):
+    """Codes for the rows of a 2-D integer array, numbered in order of first
+    appearance (as ``pandas.factorize``), and the index of each code's first
+    row: ``(codes, first)``."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    n = rows.shape[0]
+    width = rows.shape[1] if rows.ndim == 2 else 1
+    cap = 1 << max(1, (2 * n - 1).bit_length()) if n else 2
+    table = np.empty(cap, dtype=np.int64)
+    codes, first = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    m = ffi.new("size_t *")
+    _check_rc(lib.st_factorize_rows(_ptr(rows), n, width, _ptr(table), cap, _ptr(codes), _ptr(first), m))
+    return codes, first[: m[0]].copy()
+
+
+def window_medians(start, end, code, n_codes, q_lo, q_hi, q_t, ref_ptr, r_lo, r_hi, r_t):
+    """For each query window, its kernels and their baseline medians over the
+    query's reference windows (csrc/st_sweep.h, st_window_medians).
+
+    A window (lo, hi, t) is kernels lo..hi-1 with end > t.  Returns
+    ``(ptr, kernel, median)``: query q's kernels are ``kernel[ptr[q]:ptr[q+1]]``.
+    """
+    start, end, code = map(_i64, (start, end, code))
+    q_lo, q_hi, q_t, ref_ptr, r_lo, r_hi, r_t = map(_i64, (q_lo, q_hi, q_t, ref_ptr, r_lo, r_hi, r_t))
+    nq, n_refs = len(q_lo), len(r_lo)
+    if len(ref_ptr) != nq + 1:
+        raise ValueError("ref_ptr needs one entry per query plus one")
+    q_size = np.maximum(q_hi - q_lo, 0)
+    r_size = np.concatenate([[0], np.cumsum(np.maximum(r_hi - r_lo, 0))])
+    per_query = r_size[np.clip(ref_ptr[1:], 0, n_refs)] - r_size[np.clip(ref_ptr[:-1], 0, n_refs)]
+    bucket_cap = int(per_query.max()) if nq else 0
+    touched_cap = int(q_size.max()) if nq else 0
+    out_cap = int(q_size.sum())
+    count = np.zeros(max(n_codes, 1), dtype=np.int64)
+    slot = np.empty(max(n_codes, 1), dtype=np.int64)
+    code_median = np.empty(max(n_codes, 1), dtype=np.float64)
+    bucket = np.empty(max(bucket_cap, 1), dtype=np.int64)
+    touched = np.empty(max(touched_cap, 1), dtype=np.int64)
+    kernel = np.empty(max(out_cap, 1), dtype=np.int64)
+    median = np.empty(max(out_cap, 1), dtype=np.float64)
+    ptr = np.empty(nq + 1, dtype=np.int64)
+    rc = lib.st_window_medians(_ptr(start), _ptr(end), _ptr(code), len(start), n_codes,
+                               _ptr(q_lo), _ptr(q_hi), _ptr(q_t), nq, _ptr(ref_ptr), _ptr(r_lo), _ptr(r_hi),
+                               _ptr(r_t), n_refs, _ptr(count), _ptr(slot),
+                               ffi.cast("double *", ffi.from_buffer(code_median)), _ptr(bucket), bucket_cap,
+                               _ptr(touched), touched_cap, _ptr(kernel),
+                               ffi.cast("double *", ffi.from_buffer(median)), out_cap, _ptr(ptr))
+    _check_rc(rc)
+    return ptr, kernel[: ptr[-1]], median[: ptr[-1]]
+
+
+def innermost_self(start, end, q_a, q_b, q_lo, q_hi):
+    """Self time of the innermost interval in windows over intervals sorted by
+    start (csrc/st_sweep.h, st_innermost): query q is intervals q_a..q_b-1
+    with end > q_lo, window [q_lo, q_hi).  Returns ``(q, i, self_ns,
+    first_x)`` for every interval with a non-zero total, by query then index."""
+    start, end = _i64(start), _i64(end)
+    q_a, q_b, q_lo, q_hi = map(_i64, (q_a, q_b, q_lo, q_hi))
+    width = np.maximum(q_b - q_a, 0)
+    cap = int(width.max()) if len(width) else 0
+    total = int(width.sum())
+    sel, heap = np.empty(max(cap, 1), dtype=np.int64), np.empty(max(cap, 1), dtype=np.int64)
+    acc, cuts = np.empty(max(2 * cap, 1), dtype=np.int64), np.empty(2 * cap + 2, dtype=np.int64)
+    out = [np.empty(max(total, 1), dtype=np.int64) for _ in range(4)]
+    n = ffi.new("size_t *")
+    _check_rc(lib.st_innermost(_ptr(start), _ptr(end), len(start), _ptr(q_a), _ptr(q_b), _ptr(q_lo), _ptr(q_hi),
+                               len(q_a), _ptr(sel), _ptr(heap), _ptr(acc), _ptr(cuts), cap,
+                               *(_ptr(o) for o in out), total, n))
+    return tuple(o[: n[0]] for o in out)

@@ -18,8 +18,14 @@ activity collected from the stream plus align's matched collectives:
    an HTA-style temporal breakdown.
 
 All interval arithmetic runs in the C sweeps (``_native``) over numpy arrays;
-Python loops run per collective instance, never per kernel.  Times are
-integer ns on the aligned timeline; sheets show µs.
+Python loops run per collective instance or output row, never per kernel.
+Times are integer ns on the aligned timeline; sheets show µs.
+
+Memory: per rank, the GPU activities (about 100 bytes each with launch
+geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
+thread, name), filtered out of each EVENTS frame with numpy as it streams
+past; a rank is compacted at its META frame.  Nothing else of the trace is
+kept.
 """
 import logging
 import math
@@ -30,6 +36,7 @@ import pandas as pd
 
 from . import _native
 from .collectives import is_collective_kernel_name, size_bucket
+from .errors import StreamtraceError
 
 log = logging.getLogger("streamtrace")
 
@@ -67,16 +74,30 @@ def _cat_kind(cat):
 
 # ====================================================================== timelines
 
-class Timeline:
-    """What correlate keeps of one rank: GPU activities, CPU ops, steps.
+# per-string classes, computed once per string of a rank's table
+S_NCCL, S_STEP = 1, 2   # collective kernel name; ProfilerStep#N annotation
+_PH_X = ord("X")
 
-    ``gpu`` columns: event, start, end (raw ns), stream, device, name, kind,
-    grid, block (tuples as text), ctas, threads, regs, smem, identity.
-    ``cpu`` columns: event, start, end, pid, tid, name, kind, correlation.
+
+class Timeline:
+    """What correlate keeps of one rank, as numpy arrays.
+
+    ``gpu``: GPU activities (kernels, memcpy, memset) sorted by start, raw ns
+    until Inputs shifts them to the aligned clock: columns start, end, stream,
+    kind, name (string id), event, ctas, threads, regs, smem and lcode,
+    the rank's kernel identity code (``lkeys[lcode]``: name id, grid x, y,
+    z, block x, y, z with -1 when absent, 0).  ``cpu_parts``: the CPU ops and
+    runtime calls, per EVENTS frame in stream order, as (start, end, tid,
+    name id) arrays, raw ns.  ``steps``: ProfilerStep#N ops as (names,
+    starts, ends), sorted by start.
     """
 
-    def __init__(self, rank, meta, gpu, cpu):
-        self.rank, self.meta, self.gpu, self.cpu = rank, meta, gpu, cpu
+    def __init__(self, rank, meta, names, gpu, by_event, cpu_parts, steps):
+        self.rank, self.meta, self.names = rank, meta, names
+        self.gpu, self.by_event, self.cpu_parts, self.steps = gpu, by_event, cpu_parts, steps
+        self.shift = 0          # ns to the aligned clock (set by Inputs)
+        device = gpu.pop("device")
+        self.device = _mode(device[device >= 0])   # the rank's GPU
 
     @property
     def base_ns(self):
@@ -86,130 +107,193 @@ class Timeline:
         props = self.meta.get("trace", {}).get("deviceProperties")
         if not isinstance(props, list) or not props:
             return None
-        devices = self.gpu["device"][self.gpu["device"] >= 0]
-        want = int(devices.mode().iloc[0]) if len(devices) else None
+        want = self.device
         for p in props:
             if isinstance(p, dict) and p.get("id") == want:
                 return p
         return props[0] if isinstance(props[0], dict) else None
 
+    def ctas_of_events(self, events):
+        """NCCL-kernel CTAs (float, NaN when unknown) for event indices."""
+        ev, ctas = self.by_event
+        events = np.asarray(events, dtype=np.int64)
+        if not len(ev):
+            return np.full(len(events), np.nan)
+        at = np.clip(np.searchsorted(ev, events), 0, len(ev) - 1)
+        return np.where(ev[at] == events, ctas[at], np.nan)
+
+
+def _mode(values):
+    """The most frequent value, the lowest on ties; None for no values."""
+    if not len(values):
+        return None
+    if (values == values[0]).all():   # the usual case: one device per rank
+        return int(values[0])
+    uniq, counts = np.unique(values, return_counts=True)
+    return int(uniq[np.argmax(counts)])
+
 
 class _Collector:
-    """Keeps, per rank, the X events correlate needs, as numpy arrays, while
-    frames stream past (vectorised filter per EVENTS frame)."""
+    """Keeps, per rank, the X events correlate needs, as compact numpy arrays,
+    while frames stream past: one vectorised filter per EVENTS frame, with
+    category and name classes looked up once per string."""
 
     def __init__(self, rank):
         self.rank = rank
         self.strings = []
-        self.cat_kind = np.zeros(0, dtype=np.int8)
-        self.parts = []        # (event index offset, filtered records)
-        self.kernels = []
+        # slot len(strings) is always 0: NOSTR and ids not yet defined
+        self._kind = np.zeros(1024, dtype=np.uint8)
+        self._name = np.zeros(1024, dtype=np.uint8)
+        self.gpu_parts, self.cpu_parts, self.kernels = [], [], []
         self.n_events = 0
         self.meta = {}
 
     def add_strings(self, strings):
+        n0 = len(self.strings)
+        need = n0 + len(strings) + 1
+        if need > len(self._kind):
+            size = max(need, 2 * len(self._kind))
+            self._kind = np.concatenate([self._kind[:n0], np.zeros(size - n0, dtype=np.uint8)])
+            self._name = np.concatenate([self._name[:n0], np.zeros(size - n0, dtype=np.uint8)])
+        self._kind[n0:n0 + len(strings)] = [_cat_kind(s) for s in strings]
+        self._name[n0:n0 + len(strings)] = [(S_NCCL if is_collective_kernel_name(s) else 0)
+                                            | (S_STEP if s.startswith("ProfilerStep#") else 0) for s in strings]
         self.strings.extend(strings)
-        self.cat_kind = np.concatenate([self.cat_kind, np.array([_cat_kind(s) for s in strings], dtype=np.int8)])
 
     def add_events(self, records):
-        cats = records["cat"].astype(np.int64)
-        kind = np.zeros(len(records), dtype=np.int8)
-        known = cats < len(self.cat_kind)
-        kind[known] = self.cat_kind[cats[known]]
-        flags = records["flags"]
-        keep = (records["ph"] == ord("X")) & (kind != KIND_NONE) & ((flags & _native.FLAGS["has_ts"]) != 0)
-        idx = np.nonzero(keep)[0]
-        if len(idx):
-            self.parts.append((idx + self.n_events, records[idx].copy(), kind[idx]))
+        base = self.n_events
         self.n_events += len(records)
+        if not len(records):
+            return
+        # whole-frame lookups, then per-field gathers of the kept rows (a
+        # gather of whole structured records is several times slower)
+        kind = self._kind.take(records["cat"], mode="clip")   # the last slot is always 0
+        ok = (records["ph"] == _PH_X) & ((records["flags"] & _native.FLAGS["has_ts"]) != 0)
+        g = np.flatnonzero(ok & (kind >= KIND_KERNEL) & (kind <= KIND_MEMSET))
+        c = np.flatnonzero(ok & (kind >= KIND_CPU))
+        if len(g):
+            ts, flags, device = records["ts"][g], records["flags"][g], records["device"][g]
+            self.gpu_parts.append((
+                g + base, ts, ts + records["dur"][g],
+                np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, records["pid"][g])),
+                records["name"][g], records["stream"][g], kind[g]))
+        if len(c):
+            ts, tid = records["ts"][c], records["tid"][c]
+            # a string tid is a string id; negate to keep it apart from int tids
+            tid = np.where(records["flags"][c] & _native.FLAGS["tid_str"], -1 - tid, tid)
+            # CPU ops are most events: 28 bytes each (an event record is 96)
+            self.cpu_parts.append((ts, ts + records["dur"][c], tid, records["name"][c]))
 
     def finish(self):
-        if self.parts:
-            events = np.concatenate([p[0] for p in self.parts])
-            rec = np.concatenate([p[1] for p in self.parts])
-            kind = np.concatenate([p[2] for p in self.parts])
-        else:
-            events = np.zeros(0, dtype=np.int64)
-            rec = np.zeros(0, dtype=_native.EVENT_DTYPE)
-            kind = np.zeros(0, dtype=np.int8)
+        gpu = dict(zip([c for c, _ in _GPU_COLUMNS], _concat_columns(self.gpu_parts, _GPU_COLUMNS)))
+        # CPU ops stay in their per-frame parts: only the host-gap queries
+        # read them, once, at the end (no concatenated or per-thread copies)
+        cpu_parts, kernels = self.cpu_parts, self.kernels
+        self.gpu_parts = self.cpu_parts = self.kernels = None
+        n_str = len(self.strings)
         names = np.array(self.strings + [""], dtype=object)
-        name_ids = rec["name"].astype(np.int64)
-        name_ids = np.where(name_ids == _native.NOSTR, len(self.strings), name_ids)
-        start = rec["ts"].astype(np.int64)
-        end = start + rec["dur"].astype(np.int64)
-        gpu_mask = np.isin(kind, (KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET))
-        gpu = pd.DataFrame({
-            "event": events[gpu_mask], "start": start[gpu_mask], "end": end[gpu_mask],
-            "stream": rec["stream"][gpu_mask].astype(np.int64),
-            "device": np.where(rec["device"][gpu_mask] >= 0, rec["device"][gpu_mask],
-                               np.where(rec["flags"][gpu_mask] & _native.FLAGS["pid_str"], -1,
-                                        rec["pid"][gpu_mask])).astype(np.int64),
-            "name": names[name_ids[gpu_mask]],
-            "kind": kind[gpu_mask],
-        })
-        tid_str = (rec["flags"] & _native.FLAGS["tid_str"]) != 0
-        cpu_mask = np.isin(kind, (KIND_CPU, KIND_RUNTIME))
-        cpu = pd.DataFrame({
-            "event": events[cpu_mask], "start": start[cpu_mask], "end": end[cpu_mask],
-            "pid": rec["pid"][cpu_mask].astype(np.int64),
-            # a string tid is a string id; negate to keep it apart from int tids
-            "tid": np.where(tid_str[cpu_mask], -1 - rec["tid"][cpu_mask], rec["tid"][cpu_mask]).astype(np.int64),
-            "name": names[name_ids[cpu_mask]],
-            "kind": kind[cpu_mask],
-            "correlation": rec["correlation"][cpu_mask].astype(np.int64),
-        })
-        gpu = _add_geometry(gpu, self.kernels, name_ids[gpu_mask], names)
-        return Timeline(self.rank, self.meta, gpu.sort_values("start", kind="stable").reset_index(drop=True),
-                        cpu.sort_values("start", kind="stable").reset_index(drop=True))
+        gpu["name"][gpu["name"] == _native.NOSTR] = n_str     # the "" slot
+        for part in cpu_parts:
+            part[3][part[3] == _native.NOSTR] = n_str
+        # kernel identity rows (name, grid x y z, block x y z, 0) as int32, so
+        # that 4 int64 hold one row; the geometry is written straight into them
+        keys = np.empty((len(gpu["start"]), 8), dtype=np.int32)
+        keys[:, 0], keys[:, 7] = gpu["name"], 0
+        regs, smem = _geometry(gpu["event"], kernels, keys[:, 1:7])
+        has = (keys[:, 1] >= 0) & (keys[:, 4] >= 0)
+
+        def product(c):   # as int64: never an int32 overflow
+            return keys[:, c].astype(np.int64) * keys[:, c + 1] * keys[:, c + 2]
+
+        ctas = np.where(has, product(1), np.nan)
+        threads = np.where(has, product(4), np.nan)
+        by_event = (gpu["event"], ctas)          # rows are in stream (event) order
+        start = gpu["start"]
+        order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
+
+        def sort(a):
+            return a if order is None else a[order]
+
+        keys = sort(keys)
+        cols = {"start": sort(gpu["start"]), "end": sort(gpu["end"]), "stream": sort(gpu["stream"]),
+                "kind": sort(gpu["kind"]), "name": sort(gpu["name"]), "event": sort(gpu["event"]),
+                "device": sort(gpu["device"]), "ctas": sort(ctas), "threads": sort(threads), "regs": sort(regs),
+                "smem": sort(smem)}
+        step_rows = [(p[0][m], p[1][m], p[3][m]) for p in cpu_parts
+                     for m in [np.flatnonzero((self._name.take(p[3], mode="clip") & S_STEP) != 0)] if len(m)]
+        s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_rows)) if step_rows else \
+            (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
+        o = np.argsort(s_start, kind="stable")
+        steps = (names[s_name[o]], s_start[o], s_end[o])
+        cols["lcode"], first = _native.factorize_rows(keys.view(np.int64))
+        tl = Timeline(self.rank, self.meta, names, cols, by_event, cpu_parts, steps)
+        tl.lkeys = keys[first]
+        tl.nccl_name = (self._name.take(cols["name"], mode="clip") & S_NCCL) != 0
+        return tl
 
 
-def _add_geometry(gpu, kernel_parts, name_ids, names):
-    """Join launch geometry (by event index) and build the text columns grid,
-    block and identity once per distinct (name, grid, block)."""
-    k = np.concatenate(kernel_parts) if kernel_parts else np.zeros(0, dtype=_native.KERNEL_DTYPE)
-    n = len(gpu)
-    dims = np.full((n, 6), -1, dtype=np.int64)
+_GPU_COLUMNS = (("event", np.int64), ("start", np.int64), ("end", np.int64), ("device", np.int64),
+                ("name", np.int64), ("stream", np.int64), ("kind", np.uint8))
+
+
+def _concat_columns(parts, columns):
+    """One array per column from per-frame tuples of column arrays."""
+    return [np.concatenate([p[k] for p in parts]).astype(t, copy=False) if parts else np.zeros(0, dtype=t)
+            for k, (_, t) in enumerate(columns)]
+
+
+def _geometry(events, kernel_parts, dims):
+    """Launch geometry joined to GPU rows by event index (rows in event order):
+    fills dims (n x 6: grid x, y, z, block x, y, z; -1 when absent) and
+    returns (registers, shared memory).  Fields are taken from the KERNELS
+    records one at a time: a gather of whole structured records is several
+    times slower."""
+    n = len(events)
+    dims[:] = -1
     regs = np.full(n, np.nan)
     smem = np.full(n, np.nan)
-    if len(k) and n:
-        events = gpu["event"].to_numpy()  # ascending: rows are in stream order
-        at = np.clip(np.searchsorted(events, k["event"].astype(np.int64)), 0, n - 1)
-        hit = events[at] == k["event"]
-        rows = at[hit]
-        dims[rows, 0:3] = k["grid"][hit]
-        dims[rows, 3:6] = k["block"][hit]
-        regs[rows] = np.where(k["registers_per_thread"][hit] >= 0, k["registers_per_thread"][hit], np.nan)
-        smem[rows] = np.where(k["shared_memory"][hit] >= 0, k["shared_memory"][hit], np.nan)
-    has = (dims[:, 0] >= 0) & (dims[:, 3] >= 0)
-    gpu["ctas"] = np.where(has, dims[:, 0] * dims[:, 1] * dims[:, 2], np.nan)
-    gpu["threads"] = np.where(has, dims[:, 3] * dims[:, 4] * dims[:, 5], np.nan)
-    gpu["regs"], gpu["smem"] = regs, smem
-    key = np.column_stack([name_ids, dims]) if n else np.zeros((0, 7), dtype=np.int64)
-    uniq, inverse = np.unique(key, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
+    if not kernel_parts or not n:
+        return regs, smem
 
-    def text(cols):
-        return np.array(["[" + ",".join(str(int(x)) for x in row) + "]" if row[0] >= 0 else "" for row in cols],
-                        dtype=object)
+    def field(name):
+        return np.concatenate([k[name] for k in kernel_parts])
 
-    grid, block = text(uniq[:, 1:4]), text(uniq[:, 4:7])
-    u_names = names[uniq[:, 0]] if len(uniq) else np.zeros(0, dtype=object)
-    identity = np.array([f"{a} {b} {c}" for a, b, c in zip(u_names, grid, block)], dtype=object)
-    gpu["grid"], gpu["block"], gpu["identity"] = grid[inverse], block[inverse], identity[inverse]
-    return gpu
+    k_event = field("event").astype(np.int64)
+    at = np.clip(np.searchsorted(events, k_event), 0, n - 1)
+    hit = events[at] == k_event
+    everything = bool(hit.all())
+
+    def hits(values):
+        return values if everything else values[hit]
+
+    rows = hits(at)
+    dims[rows, 0:3] = hits(field("grid"))
+    dims[rows, 3:6] = hits(field("block"))
+    r, m = hits(field("registers_per_thread")), hits(field("shared_memory"))
+    regs[rows] = np.where(r >= 0, r, np.nan)
+    smem[rows] = np.where(m >= 0, m, np.nan)
+    return regs, smem
+
+
+def _dims_text(d):
+    return "[" + ",".join(str(int(x)) for x in d) + "]" if d[0] >= 0 else ""
 
 
 class StreamCollector:
-    """Feeds frames to per-rank collectors and keeps the TABLE frames."""
+    """Feeds frames to per-rank collectors and keeps the TABLE frames.  A
+    rank is finished (compacted into its Timeline) at its META frame, which
+    extract writes after the rank's events."""
 
     def __init__(self):
-        self.collectors, self.tables = {}, {}
+        self.collectors, self.done, self.tables = {}, {}, {}
 
     def add(self, frame):
         from .stream import Kind, decode_strings
 
         kind = frame.kind
         if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META):
+            if frame.rank in self.done:
+                raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
             c = self.collectors.get(frame.rank)
             if c is None:
                 c = self.collectors[frame.rank] = _Collector(frame.rank)
@@ -218,16 +302,20 @@ class StreamCollector:
             elif kind == Kind.EVENTS:
                 c.add_events(frame.records())
             elif kind == Kind.KERNELS:
-                c.kernels.append(frame.records().copy())
+                c.kernels.append(frame.records())   # a view: the payload is exactly the records
             else:
                 c.meta = frame.json()
+                self.done[frame.rank] = self.collectors.pop(frame.rank).finish()
         elif kind == Kind.TABLE:
             name, df = frame.table()
             self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
 
     def finish(self):
         """({rank: Timeline}, {table name: DataFrame})"""
-        return {r: c.finish() for r, c in sorted(self.collectors.items())}, self.tables
+        for r, c in self.collectors.items():   # ranks whose section has no META frame
+            self.done[r] = c.finish()
+        self.collectors = {}
+        return dict(sorted(self.done.items())), self.tables
 
 
 def collect(frames):
@@ -328,24 +416,59 @@ def _union(starts, ends):
     return _native.interval_union(np.asarray(starts)[order], np.asarray(ends)[order])
 
 
-def _union_len(u):
-    return int((u[1] - u[0]).sum())
-
-
-def _intersect_len(a, b):
-    """|A ∩ B| for two disjoint sorted unions."""
-    if not len(a[0]) or not len(b[0]):
-        return 0
-    return int(_native.overlap_with_union(a[0], a[1], b[0], b[1]).sum())
-
-
-def _clip_union(u, lo, hi):
-    s, e = np.maximum(u[0], lo), np.minimum(u[1], hi)
-    keep = e > s
-    return s[keep], e[keep]
-
-
 # ====================================================================== the analysis
+
+class _Compute:
+    """Every rank's compute kernels K, concatenated in rank order, each rank's
+    block sorted by start, with identity codes shared by all ranks:
+    ``ident`` by identity text (name grid block) and ``key`` by the
+    (name, grid, block) triple, both numbered in order of first appearance.
+    Other columns are read from the rank's timeline with ``column``."""
+
+    def __init__(self, timelines):
+        self.timelines = timelines
+        self.offset, self.max_dur = {}, {}
+        parts = {c: [] for c in ("start", "end", "ident", "key")}
+        self.texts, self.triples = [], []        # by ident / by key
+        text_code, triple_code = {}, {}
+        pos = 0
+        for r, tl in timelines.items():
+            g, rows = tl.gpu, tl.compute_rows
+            # the rank's identities in order of first appearance among its compute kernels
+            local, first = _native.factorize_rows(g["lcode"][rows])
+            l_ident = np.empty(len(first), dtype=np.int64)
+            l_key = np.empty(len(first), dtype=np.int64)
+            for i, code in enumerate(g["lcode"][rows][first].tolist()):   # once per distinct identity
+                d = tl.lkeys[code]
+                triple = (tl.names[d[0]], _dims_text(d[1:4]), _dims_text(d[4:7]))
+                text = f"{triple[0]} {triple[1]} {triple[2]}"
+                l_ident[i] = text_code.setdefault(text, len(text_code))
+                if l_ident[i] == len(self.texts):
+                    self.texts.append(text)
+                l_key[i] = triple_code.setdefault(triple, len(triple_code))
+                if l_key[i] == len(self.triples):
+                    self.triples.append(triple)
+            parts["start"].append(g["start"][rows])
+            parts["end"].append(g["end"][rows])
+            parts["ident"].append(l_ident[local])
+            parts["key"].append(l_key[local])
+            self.offset[r] = pos
+            self.max_dur[r] = int((parts["end"][-1] - parts["start"][-1]).max()) if len(rows) else 0
+            pos += len(rows)
+        for c, p in parts.items():
+            setattr(self, c, np.concatenate(p) if p else np.zeros(0, dtype=np.int64))
+        self.offset_end = {r: self.offset[r] + len(timelines[r].compute_rows) for r in timelines}
+        self.n_ident = len(self.texts)
+
+    def rank_slice(self, r):
+        return slice(self.offset[r], self.offset_end[r])
+
+    def column(self, r, name, j):
+        """Timeline column ``name`` of compute kernels j (indices into this
+        table) of rank r."""
+        tl = self.timelines[r]
+        return tl.gpu[name][tl.compute_rows[np.asarray(j) - self.offset[r]]]
+
 
 class Inputs:
     """Normalised inputs: per-rank timelines on the aligned clock, plus the
@@ -357,27 +480,30 @@ class Inputs:
         self.instances = instances.copy()
         # aligned clock: raw + base + offset (offsets from align; 0 when absent)
         for r, tl in timelines.items():
-            shift = tl.base_ns + int(offsets.get(r, 0))
-            tl.gpu = tl.gpu.assign(start=tl.gpu["start"] + shift, end=tl.gpu["end"] + shift)
-            tl.cpu = tl.cpu.assign(start=tl.cpu["start"] + shift, end=tl.cpu["end"] + shift)
+            tl.shift = tl.base_ns + int(offsets.get(r, 0))
+            tl.gpu["start"] = tl.gpu["start"] + tl.shift
+            tl.gpu["end"] = tl.gpu["end"] + tl.shift
+            tl.steps = (tl.steps[0], tl.steps[1] + tl.shift, tl.steps[2] + tl.shift)
         self._classify()
+        self.compute = _Compute(timelines)
 
     def _classify(self):
         """Comm activities C (collective kernels + memcpy on their streams)
         and compute kernels K, per rank."""
         inst = self.instances
         for r, tl in self.timelines.items():
-            gpu = tl.gpu
-            coll_events = set(inst.loc[inst["rank"] == r, "event"].tolist())
-            names = pd.unique(gpu["name"])
-            nccl_names = [n for n in names if is_collective_kernel_name(n)]
-            is_coll = gpu["event"].isin(coll_events) | ((gpu["kind"] == KIND_KERNEL) & gpu["name"].isin(nccl_names))
-            coll_streams = set(gpu.loc[is_coll, "stream"].tolist())
-            is_comm = is_coll | ((gpu["kind"] == KIND_MEMCPY) & gpu["stream"].isin(coll_streams))
-            gpu["comm"] = is_comm
-            gpu["compute"] = (gpu["kind"] == KIND_KERNEL) & ~is_comm
-            tl.gpu = gpu
-            tl.compute_union = _union(gpu.loc[gpu["compute"], "start"].to_numpy(), gpu.loc[gpu["compute"], "end"].to_numpy())
+            g = tl.gpu
+            coll_events = inst.loc[inst["rank"] == r, "event"].to_numpy(np.int64)
+            # a lookup table over the events' range, not a pass per collective
+            linked = np.isin(g["event"], coll_events, kind="table") if len(coll_events) else np.zeros(len(g["event"]), bool)
+            is_coll = linked | ((g["kind"] == KIND_KERNEL) & tl.nccl_name)
+            coll_streams = np.unique(g["stream"][is_coll])
+            comm = is_coll | ((g["kind"] == KIND_MEMCPY) & np.isin(g["stream"], coll_streams))
+            g["comm"] = comm
+            g["compute"] = (g["kind"] == KIND_KERNEL) & ~comm
+            tl.compute_rows = np.flatnonzero(g["compute"])
+            rows = tl.compute_rows   # already sorted by start
+            tl.compute_union = _native.interval_union(g["start"][rows], g["end"][rows])
 
 
 def analyze(inputs):
@@ -411,200 +537,193 @@ BLOCKING_HOST_COLUMNS = ["op", "total_blocking_us", "instances_delayed", "ranks"
                          "max_self_us_in_gap"]
 
 
-class _ComputeArrays:
-    """One rank's compute kernels as plain arrays sorted by start (window
-    queries by binary search), with identity codes shared by all ranks."""
-
-    def __init__(self, comp, codes):
-        self.start = comp["start"].to_numpy(np.int64)
-        self.end = comp["end"].to_numpy(np.int64)
-        self.stream = comp["stream"].to_numpy(np.int64)
-        self.code = codes
-        self.max_dur = int((self.end - self.start).max()) if len(self.start) else 0
-
-    def window(self, lo, hi):
-        """Indices of kernels intersecting [lo, hi)."""
-        a = np.searchsorted(self.start, lo - self.max_dur, side="left")
-        b = np.searchsorted(self.start, hi, side="left")
-        idx = np.arange(a, b)
-        return idx[self.end[a:b] > lo]
-
-
-class _CpuArrays:
-    """One rank's CPU ops per thread, sorted by start."""
-
-    def __init__(self, cpu):
-        self.by_tid = {}
-        for tid, g in cpu.groupby("tid", sort=False):
-            g = g.sort_values("start", kind="stable")
-            self.by_tid[int(tid)] = (g["start"].to_numpy(np.int64), g["end"].to_numpy(np.int64),
-                                     g["name"].to_numpy(object), int((g["end"] - g["start"]).max()))
-
-
 def _late_rank_analysis(inputs):
     inst = inputs.instances
     # every matched multi-rank collective makes ranks wait for the last one;
     # point-to-point send/recv only pair two ranks and are left out
     sync = inst[~inst["collective_name"].isin(P2P_NAMES)].sort_values(["instance", "start", "rank"], kind="stable")
-    # compute kernels of every rank, identity codes shared across ranks
-    comps = {r: _compute_table(tl) for r, tl in inputs.timelines.items()}
-    all_ids = pd.concat([c["identity"] for c in comps.values()], ignore_index=True) if comps else pd.Series(dtype=object)
-    codes, idents = pd.factorize(all_ids)
-    arrays, pos = {}, 0
-    for r, c in comps.items():
-        arrays[r] = _ComputeArrays(c, codes[pos:pos + len(c)])
-        pos += len(c)
-    cpus = {}
-    coll_ends = {r: np.sort(g["end"].to_numpy()) for r, g in inst.groupby("rank")}
+    comp, tls = inputs.compute, inputs.timelines
+    coll_ends = {int(r): np.sort(g["end"].to_numpy()) for r, g in inst.groupby("rank")}
 
-    rows, kernel_hits, host_hits = [], [], []
     inst_ids = sync["instance"].to_numpy()
     ranks, starts = sync["rank"].to_numpy(np.int64), sync["start"].to_numpy(np.int64)
     launch_end, launch_tid = sync["launch_end"].to_numpy(float), sync["launch_tid"].to_numpy(float)
     pgs, names = sync["pg_name"].to_numpy(object), sync["collective_name"].to_numpy(object)
     bounds = np.flatnonzero(np.r_[True, inst_ids[1:] != inst_ids[:-1], True])
-    for lo_i, hi_i in zip(bounds[:-1], bounds[1:]):
-        if hi_i - lo_i < 2:
-            continue
-        cid = inst_ids[lo_i]
-        last, first = hi_i - 1, lo_i
-        L, R = int(ranks[last]), int(ranks[first])
-        a_L, a_R = int(starts[last]), int(starts[first])
-        delta = a_L - a_R
-        blame = a_L - int(starts[last - 1])
-        if L not in inputs.timelines:
-            continue
-        tl = inputs.timelines[L]
-        if np.isnan(launch_end[last]):
-            host = 0
-            if delta > 0:
-                inputs.quality.append(("no launch record", L, f"collective {cid}: the late rank's kernel has no launch "
-                                                              "record; host lateness counted as 0"))
-        else:
-            host = int(min(max(int(launch_end[last]) - a_R, 0), delta))
-        g0 = a_R + host   # from here the kernel was launched and the GPU side waited
-        backlog = min(_union_len(_clip_union(tl.compute_union, g0, a_L)), delta - host)
-        dependency = delta - host - backlog
-        parts = {"host launch lateness": host, "GPU dependency wait": dependency, "GPU backlog": backlog}
-        cause = max(parts, key=parts.get) if delta > 0 else "none"
+    lo_i, hi_i = bounds[:-1], bounds[1:]
+    # instances with at least two ranks whose late rank has a timeline
+    keep = hi_i - lo_i >= 2
+    lo_i, last = lo_i[keep], hi_i[keep] - 1
+    keep = np.isin(ranks[last], list(tls))
+    lo_i, last = lo_i[keep], last[keep]
+    n = len(lo_i)
+    L, R = ranks[last], ranks[lo_i]
+    a_L, a_R = starts[last], starts[lo_i]
+    delta = a_L - a_R
+    blame = a_L - starts[np.maximum(last - 1, 0)]
+    no_launch = np.isnan(launch_end[last])
+    le = np.where(no_launch, 0, launch_end[last]).astype(np.int64)
+    host = np.where(no_launch, 0, np.minimum(np.maximum(le - a_R, 0), delta))
+    g0 = a_R + host   # from here the kernel was launched and the GPU side waited
+    gap_busy = np.zeros(n, dtype=np.int64)
+    prev_L = np.zeros(n, dtype=np.int64)
+    for r in np.unique(L):
+        q = np.flatnonzero(L == r)
+        gap_busy[q] = _native.overlap_with_union(g0[q], a_L[q], *tls[int(r)].compute_union)
+        prev_L[q] = _previous_ends(coll_ends.get(int(r)), a_L[q])
+    backlog = np.minimum(gap_busy, delta - host)
+    dependency = delta - host - backlog
 
-        # kernels that ran on L between its previous collective's end and a_L,
-        # against the same kernels on the other ranks in their own windows
-        ca = arrays[L]
-        idx = ca.window(_previous_end(coll_ends.get(L), a_L), a_L)
+    # kernels that ran on L between its previous collective's end and a_L,
+    # against the same kernels on the other ranks in their own windows
+    q_lo, q_hi = _windows(comp, L, prev_L, a_L)
+    others = np.concatenate([np.arange(a, b) for a, b in zip(lo_i, last)]) if n else np.zeros(0, dtype=np.int64)
+    owner = np.repeat(np.arange(n), last - lo_i)
+    present = np.isin(ranks[others], list(tls))
+    others, owner = others[present], owner[present]
+    prev_o = np.zeros(len(others), dtype=np.int64)
+    for r in np.unique(ranks[others]):
+        q = np.flatnonzero(ranks[others] == r)
+        prev_o[q] = _previous_ends(coll_ends.get(int(r)), starts[others[q]])
+    r_lo, r_hi = _windows(comp, ranks[others], prev_o, starts[others])
+    ref_ptr = np.searchsorted(owner, np.arange(n + 1), side="left")
+    ptr, kern, baseline = _native.window_medians(comp.start, comp.end, comp.ident, comp.n_ident, q_lo, q_hi, prev_L,
+                                                 ref_ptr, r_lo, r_hi, prev_o)
+    q_of = np.repeat(np.arange(n), np.diff(ptr))
+    k_start, k_end = comp.start[kern], comp.end[kern]
+    dur = k_end - k_start
+    excess = dur - baseline
+    in_gap = np.clip(np.minimum(k_end, a_L[q_of]) - np.maximum(k_start, g0[q_of]), 0, None)
+    # a kernel blocks by at most its time in the gap, and only by what it
+    # took beyond its usual duration elsewhere (when that is known);
+    # an excess within timing noise is no excess
+    significant = np.nan_to_num(excess) > np.maximum(NOISE_FRACTION * np.nan_to_num(baseline), NOISE_NS)
+    attributed = np.where(np.isnan(excess), in_gap,
+                          np.where(significant, np.minimum(in_gap, np.clip(np.nan_to_num(excess), 0, None)), 0))
+    hit = np.flatnonzero(attributed > 0)
+    hit = hit[np.lexsort((-attributed[hit], q_of[hit]))]   # per instance, largest first (stable)
+    hit_ptr = np.searchsorted(q_of[hit], np.arange(n + 1), side="left")
+
+    has_tid = ~np.isnan(launch_tid[last])
+    host_ops = _host_ops_in_gaps(tls, L, np.where(has_tid, launch_tid[last], -1).astype(np.int64),
+                                 a_R, a_R + host, (host > 0) & has_tid)
+
+    rows, kernel_hits, host_hits = [], [], []
+    for i in range(n):
+        cid = inst_ids[lo_i[i]]
+        Li = int(L[i])
+        d, h, bl, dep = int(delta[i]), int(host[i]), int(backlog[i]), int(dependency[i])
+        if no_launch[i] and d > 0:
+            inputs.quality.append(("no launch record", Li, f"collective {cid}: the late rank's kernel has no launch "
+                                                           "record; host lateness counted as 0"))
+        parts = {"host launch lateness": h, "GPU dependency wait": dep, "GPU backlog": bl}
+        cause = max(parts, key=parts.get) if d > 0 else "none"
         top = []
-        if len(idx):
-            k_start, k_end, k_code = ca.start[idx], ca.end[idx], ca.code[idx]
-            dur = k_end - k_start
-            baseline = _baselines(arrays, coll_ends, ranks[lo_i:last], starts[lo_i:last], k_code)
-            excess = dur - baseline
-            in_gap = np.clip(np.minimum(k_end, a_L) - np.maximum(k_start, g0), 0, None)
-            # a kernel blocks by at most its time in the gap, and only by what it
-            # took beyond its usual duration elsewhere (when that is known);
-            # an excess within timing noise is no excess
-            significant = np.nan_to_num(excess) > np.maximum(NOISE_FRACTION * np.nan_to_num(baseline), NOISE_NS)
-            attributed = np.where(np.isnan(excess), in_gap,
-                                  np.where(significant, np.minimum(in_gap, np.clip(np.nan_to_num(excess), 0, None)), 0))
-            hit = np.flatnonzero(attributed > 0)
-            for j in hit[np.argsort(-attributed[hit], kind="stable")]:
-                name, grid, block = _identity_parts(comps[L], idx[j])
-                kernel_hits.append((name, grid, block, int(attributed[j]), cid, L, excess[j], int(dur[j]), baseline[j]))
-                top.append((name, int(ca.stream[idx[j]]), excess[j], int(attributed[j])))
+        for k in hit[hit_ptr[i]:hit_ptr[i + 1]]:
+            j = kern[k]
+            name, grid, block = comp.triples[comp.key[j]]
+            kernel_hits.append((name, grid, block, int(attributed[k]), cid, Li, excess[k], int(dur[k]), baseline[k]))
+            top.append((name, int(comp.column(Li, "stream", j)), excess[k], int(attributed[k])))
 
-        host_top = []
-        if host > 0 and not np.isnan(launch_tid[last]):
-            if L not in cpus:
-                cpus[L] = _CpuArrays(tl.cpu)
-            ops = _host_ops_in_gap(cpus[L], int(launch_tid[last]), a_R, a_R + host)
-            host_hits.extend((n, t, cid, L) for n, t in ops)
-            host_top = ops[:TOP_N]
+        ops = host_ops.get(i, [])
+        host_hits.extend((name, t, cid, Li) for name, t in ops)
+        host_top = ops[:TOP_N]
 
         row = {
-            "collective_id": cid, "Process Group Name": pgs[last], "Collective name": names[last],
-            "late_rank": L, "reference_rank": R, "delta_us": delta / NS_PER_US, "blame_us": blame / NS_PER_US,
-            "host_launch_lateness_us": host / NS_PER_US, "gpu_dependency_wait_us": dependency / NS_PER_US,
-            "gpu_backlog_us": backlog / NS_PER_US, "dominant_cause": cause,
+            "collective_id": cid, "Process Group Name": pgs[last[i]], "Collective name": names[last[i]],
+            "late_rank": Li, "reference_rank": int(R[i]), "delta_us": d / NS_PER_US, "blame_us": int(blame[i]) / NS_PER_US,
+            "host_launch_lateness_us": h / NS_PER_US, "gpu_dependency_wait_us": dep / NS_PER_US,
+            "gpu_backlog_us": bl / NS_PER_US, "dominant_cause": cause,
         }
         if cause == "host launch lateness" and host_top:
-            row["top_blockers"] = "; ".join(f"{n} ({t / NS_PER_US:.1f} us)" for n, t in host_top)
+            row["top_blockers"] = "; ".join(f"{name} ({t / NS_PER_US:.1f} us)" for name, t in host_top)
         else:
-            row["top_blockers"] = "; ".join(f"{n} ({a / NS_PER_US:.1f} us)" for n, _, _, a in top[:TOP_N])
-        for i, (name, stream, exc, _) in enumerate(top[:TOP_N], 1):
-            row[f"blocker_{i}"] = name
-            row[f"blocker_{i}_stream"] = stream
-            row[f"blocker_{i}_excess_us"] = None if np.isnan(exc) else exc / NS_PER_US
+            row["top_blockers"] = "; ".join(f"{name} ({a / NS_PER_US:.1f} us)" for name, _, _, a in top[:TOP_N])
+        for b, (name, stream, exc, _) in enumerate(top[:TOP_N], 1):
+            row[f"blocker_{b}"] = name
+            row[f"blocker_{b}_stream"] = stream
+            row[f"blocker_{b}_excess_us"] = None if np.isnan(exc) else exc / NS_PER_US
         rows.append(row)
 
     blockers_df = pd.DataFrame(rows).reindex(columns=BLOCKER_COLUMNS)
     return blockers_df, _summarize_kernels(kernel_hits), _summarize_host(host_hits)
 
 
-def _identity_parts(comp, i):
-    row = comp.iloc[int(i)]
-    return row["name"], row["grid"], row["block"]
-
-
-def _baselines(arrays, coll_ends, other_ranks, other_starts, codes):
-    """Median duration of each kernel identity in ``codes`` over the other
-    ranks' windows (previous collective end .. arrival); NaN when unseen."""
-    parts_code, parts_dur = [], []
-    for r, a in zip(other_ranks, other_starts):
-        ca = arrays.get(int(r))
-        if ca is None:
-            continue
-        idx = ca.window(_previous_end(coll_ends.get(int(r)), int(a)), int(a))
-        parts_code.append(ca.code[idx])
-        parts_dur.append(ca.end[idx] - ca.start[idx])
-    out = np.full(len(codes), np.nan)
-    if not parts_code:
-        return out
-    oc, od = np.concatenate(parts_code), np.concatenate(parts_dur)
-    order = np.lexsort((od, oc))
-    oc, od = oc[order], od[order]
-    for code in np.unique(codes):
-        a, b = np.searchsorted(oc, code, "left"), np.searchsorted(oc, code, "right")
-        if b > a:
-            out[codes == code] = np.median(od[a:b])
-    return out
-
-
-def _previous_end(ends, t):
+def _previous_ends(ends, t):
+    """Per time in t, the latest collective end on the rank at or before it
+    (-2**62 when none)."""
+    t = np.asarray(t, dtype=np.int64)
     if ends is None or not len(ends):
-        return -(1 << 62)
+        return np.full(len(t), -(1 << 62), dtype=np.int64)
     i = np.searchsorted(ends, t, side="right")
-    return int(ends[i - 1]) if i else -(1 << 62)
+    return np.where(i > 0, ends[np.maximum(i - 1, 0)], -(1 << 62)).astype(np.int64)
 
 
-def _compute_table(tl):
-    """The rank's compute kernels sorted by start; cached on the timeline."""
-    comp = getattr(tl, "_compute_sorted", None)
-    if comp is None:
-        comp = tl.gpu.loc[tl.gpu["compute"], ["start", "end", "stream", "name", "grid", "block", "identity"]] \
-            .sort_values("start", kind="stable").reset_index(drop=True)
-        tl._compute_sorted = comp
-    return comp
+def _windows(comp, ranks, lo, hi):
+    """Index ranges [a, b) into comp of the kernels that may meet [lo, hi) on
+    each rank (those also need end > lo): binary search on start."""
+    a = np.zeros(len(ranks), dtype=np.int64)
+    b = np.zeros(len(ranks), dtype=np.int64)
+    for r in np.unique(ranks):
+        q = np.flatnonzero(ranks == r)
+        s = comp.start[comp.rank_slice(int(r))]
+        off = comp.offset[int(r)]
+        a[q] = off + np.searchsorted(s, lo[q] - comp.max_dur[int(r)], side="left")
+        b[q] = off + np.searchsorted(s, hi[q], side="left")
+    return a, b
 
 
-def _host_ops_in_gap(cpu, tid, lo, hi):
-    """CPU ops on the launching thread during [lo, hi), by self time within it
-    (the innermost op at each instant), largest first."""
-    if tid not in cpu.by_tid:
-        return []
-    start, end, name, max_dur = cpu.by_tid[tid]
-    a = np.searchsorted(start, lo - max_dur, side="left")
-    b = np.searchsorted(start, hi, side="left")
-    sel = np.arange(a, b)[end[a:b] > lo]
-    if not len(sel):
-        return []
-    starts, ends = start[sel], end[sel]
-    cuts = np.unique(np.clip(np.concatenate([starts, ends, [lo, hi]]), lo, hi))
-    totals = {}
-    for x, y in zip(cuts[:-1], cuts[1:]):  # a handful of ops per gap
-        covering = np.flatnonzero((starts <= x) & (ends >= y))
-        if len(covering):
-            inner = covering[np.argmin(ends[covering] - starts[covering])]
-            totals[name[sel[inner]]] = totals.get(name[sel[inner]], 0) + int(y - x)
-    return sorted(totals.items(), key=lambda kv: -kv[1])
+def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
+    """{instance: [(op name, self ns), ...]} of the CPU ops on the launching
+    thread during [lo, hi), by self time within it (the innermost op at each
+    instant), largest first; one pass over a rank's ops, then one C sweep per
+    (rank, thread)."""
+    out = {}
+    todo = np.flatnonzero(wanted)
+    for r in sorted(set(ranks[todo].tolist())):
+        tl = tls[r]
+        mine = todo[ranks[todo] == r]
+        q_lo, q_hi = lo[mine] - tl.shift, hi[mine] - tl.shift     # CPU ops are raw ns
+        ops = _ops_meeting(tl.cpu_parts, tids[mine], q_lo, q_hi)
+        for tid, (start, end, name_ids) in ops.items():
+            on = tids[mine] == tid
+            q, w_lo, w_hi = mine[on], q_lo[on], q_hi[on]
+            max_dur = int((end - start).max())
+            a = np.searchsorted(start, w_lo - max_dur, side="left")
+            b = np.searchsorted(start, w_hi, side="left")
+            qq, op, self_ns, first = _native.innermost_self(start, end, a, b, w_lo, w_hi)
+            order = np.lexsort((first, qq))   # per query, names in order of first appearance
+            for k, o, t in zip(qq[order].tolist(), op[order].tolist(), self_ns[order].tolist()):
+                totals = out.setdefault(int(q[k]), {})
+                name = tl.names[name_ids[o]]
+                totals[name] = totals.get(name, 0) + t
+    return {i: sorted(totals.items(), key=lambda kv: -kv[1]) for i, totals in out.items()}
+
+
+def _ops_meeting(parts, tids, lo, hi):
+    """{tid: (start, end, name ids)} of the ops on the threads ``tids`` that
+    meet any window [lo, hi), sorted by start (stable: stream order on ties):
+    every op of any window's selection is among them, in the same relative
+    order.  One pass over the rank's per-frame parts."""
+    w_start, w_end = _union(lo, hi)
+    wanted = np.unique(tids)
+    picked = []
+    for start, end, t, name in parts:
+        # windows first (few ops meet one), then the thread
+        j = np.searchsorted(w_end, start, side="right")    # the first window ending after the op starts
+        m = np.flatnonzero((j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < end))
+        m = m[np.isin(t[m], wanted)]
+        if len(m):
+            picked.append((start[m], end[m], t[m], name[m]))
+    if not picked:
+        return {}
+    s, e, t, n = (np.concatenate(c) for c in zip(*picked))
+    out = {}
+    for tid in np.unique(t).tolist():
+        on = np.flatnonzero(t == tid)
+        order = on[np.argsort(s[on], kind="stable")]
+        out[tid] = (s[order], e[order], n[order])
+    return out
 
 
 def _summarize_kernels(hits):
@@ -708,13 +827,14 @@ def wave_risk(blocks, bpsm, num_sms, nccl_ctas):
 def _overlap_analysis(inputs):
     """collective_overlap (per NCCL kernel per rank) and contention_pairs;
     vectorised per rank, Python only per output row."""
-    frames, pair_frames = [], []
+    frames, pair_parts = [], []
     inst = inputs.instances
+    comp = inputs.compute
+    sig_cache = {}
     for r, tl in inputs.timelines.items():
         mine = inst[inst["rank"] == r].reset_index(drop=True)
         if not len(mine):
             continue
-        gpu = tl.gpu
         props = tl.device_props()
         num_sms = props.get("numSms") if props else None
         if props is None:
@@ -722,12 +842,10 @@ def _overlap_analysis(inputs):
         starts, ends = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
         dur = ends - starts
         overlap = _native.overlap_with_union(starts, ends, *tl.compute_union)
-        # NCCL kernel CTAs by event index
-        ev_sorted = gpu[["event", "ctas"]].sort_values("event")
-        at = np.clip(np.searchsorted(ev_sorted["event"].to_numpy(), mine["event"].to_numpy()), 0, max(len(ev_sorted) - 1, 0))
-        ctas = ev_sorted["ctas"].to_numpy(float)[at] if len(ev_sorted) else np.full(len(mine), np.nan)
-        ctas = np.where(ev_sorted["event"].to_numpy()[at] == mine["event"].to_numpy(), ctas, np.nan) if len(ev_sorted) else ctas
-        sig = np.array([_signature(row) for row in mine.to_dict("records")], dtype=object)
+        ctas = tl.ctas_of_events(mine["event"].to_numpy())   # the NCCL kernels' CTAs
+        sig = np.array([_cached_signature(sig_cache, row) for row in zip(
+            mine["collective_name"], mine["pg_name"], mine["dtype"], mine["nbytes"], mine["group_size"],
+            mine["kernel_name"])], dtype=object)
         out = pd.DataFrame({
             "collective_id": mine["instance"], "rank": r, "Collective name": mine["collective_name"],
             "Process Group Name": mine["pg_name"], "signature": sig, "stream": mine["stream"],
@@ -737,68 +855,105 @@ def _overlap_analysis(inputs):
             "nccl_ctas": pd.arrays.IntegerArray(np.nan_to_num(ctas).astype(np.int64), np.isnan(ctas)),
             "sm_share": ctas / num_sms if num_sms else np.nan,
         })
-        comp = _compute_table(tl)
-        ia, ib, il = _native.intersecting_pairs(starts, ends, comp["start"].to_numpy(), comp["end"].to_numpy())
+        cs = comp.rank_slice(r)
+        ia, jb, il = _native.intersecting_pairs(starts, ends, comp.start[cs], comp.end[cs])
         if len(ia):
-            pairs = pd.DataFrame({"i": ia, "j": ib, "len": il, "identity": comp["identity"].to_numpy()[ib]})
+            jb = jb + cs.start    # into comp
             out.loc[:, "overlapping_kernels"] = np.bincount(ia, minlength=len(mine))
-            per = pairs.groupby(["i", "identity"], sort=False)["len"].sum().reset_index() \
-                .sort_values(["i", "len"], ascending=[True, False])
-            text = per.groupby("i", sort=False).head(TOP_N).assign(
-                t=lambda d: d["identity"].astype(str) + " (" + (d["len"] / NS_PER_US).round(1).astype(str) + " us)") \
-                .groupby("i", sort=False)["t"].agg("; ".join)
-            out.loc[text.index, "top_overlapping"] = text.to_numpy()
-            best = pairs.loc[pairs.groupby("i", sort=False)["len"].idxmax()]
-            full = _full_compute(tl)
-            bj = best["j"].to_numpy()
-            rows_i = best["i"].to_numpy()
-            out.loc[rows_i, "top_kernel"] = comp["name"].to_numpy()[bj]
-            out.loc[rows_i, "top_kernel_overlap_us"] = best["len"].to_numpy() / NS_PER_US
-            out.loc[rows_i, "top_kernel_stream"] = comp["stream"].to_numpy()[bj]
-            out.loc[rows_i, "top_kernel_grid"] = comp["grid"].to_numpy()[bj]
+            i_top, text = _top_overlapping(ia, comp.ident[jb], il, comp.texts)
+            out.loc[i_top, "top_overlapping"] = np.array(text, dtype=object)
+            # the pair of largest overlap per NCCL kernel (the first on ties)
+            seg = np.flatnonzero(np.r_[True, ia[1:] != ia[:-1]])
+            is_max = il == np.repeat(np.maximum.reduceat(il, seg), np.diff(np.r_[seg, len(ia)]))
+            best = np.flatnonzero(is_max)
+            best = best[np.r_[True, ia[best][1:] != ia[best][:-1]]]
+            rows_i, bj = ia[best], jb[best]
+            out.loc[rows_i, "top_kernel"] = np.array([comp.triples[k][0] for k in comp.key[bj]], dtype=object)
+            out.loc[rows_i, "top_kernel_overlap_us"] = il[best] / NS_PER_US
+            out.loc[rows_i, "top_kernel_stream"] = comp.column(r, "stream", bj)
+            out.loc[rows_i, "top_kernel_grid"] = np.array([comp.triples[k][1] for k in comp.key[bj]], dtype=object)
             waves = []
-            for i, j in zip(rows_i, bj):
-                bpsm = resident_blocks_per_sm(full["threads"][j], full["regs"][j], full["smem"][j], props)
-                waves.append((bpsm, *wave_risk(full["ctas"][j], bpsm, num_sms, None if np.isnan(ctas[i]) else ctas[i])))
+            geo = [comp.column(r, c, bj) for c in ("threads", "regs", "smem", "ctas")]
+            for i, th, rg, sm, ct in zip(rows_i, *geo):
+                bpsm = resident_blocks_per_sm(th, rg, sm, props)
+                waves.append((bpsm, *wave_risk(ct, bpsm, num_sms, None if np.isnan(ctas[i]) else ctas[i])))
             for k, col in enumerate(("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk")):
                 values = np.full(len(out), None, dtype=object)
                 values[rows_i] = [w[k] for w in waves]
                 out[col] = values
-            pair_frames.append(pd.DataFrame({
-                "compute_kernel": comp["name"].to_numpy()[ib], "grid": comp["grid"].to_numpy()[ib],
-                "block": comp["block"].to_numpy()[ib], "signature": sig[ia], "len": il, "rank": r,
-                "blocks": full["ctas"][ib], "threads": full["threads"][ib], "regs": full["regs"][ib],
-                "smem": full["smem"][ib], "nccl_ctas": ctas[ia], "num_sms": num_sms}).assign(props=[props] * len(ia)))
+            pair_parts.append((comp.key[jb], sig[ia], il, r, jb, ctas[ia], num_sms, props))
         frames.append(out)
     overlap_df = pd.concat(frames, ignore_index=True).reindex(columns=OVERLAP_COLUMNS) if frames \
         else pd.DataFrame(columns=OVERLAP_COLUMNS)
-    return overlap_df, _pairs(pd.concat(pair_frames, ignore_index=True) if pair_frames else None)
+    return overlap_df, _pairs(comp, pair_parts)
 
 
-def _full_compute(tl):
-    """Geometry arrays aligned with _compute_table's rows."""
-    full = getattr(tl, "_compute_geometry", None)
-    if full is None:
-        g = tl.gpu.loc[tl.gpu["compute"], ["start", "ctas", "threads", "regs", "smem"]] \
-            .sort_values("start", kind="stable").reset_index(drop=True)
-        full = {c: g[c].to_numpy(float) for c in ("ctas", "threads", "regs", "smem")}
-        tl._compute_geometry = full
-    return full
+def _cached_signature(cache, values):
+    key = tuple(values)
+    try:
+        return cache[key]
+    except (KeyError, TypeError):
+        pass
+    names = ("collective_name", "pg_name", "dtype", "nbytes", "group_size", "kernel_name")
+    sig = _signature(dict(zip(names, values)))
+    try:
+        cache[key] = sig
+    except TypeError:
+        pass
+    return sig
 
 
-def _pairs(df):
-    if df is None or not len(df):
+def _top_overlapping(ia, ident, il, texts):
+    """Per NCCL kernel (ia), the TOP_N compute kernel identities with the most
+    intersection, as text: (NCCL kernel rows, texts)."""
+    codes, first = _native.factorize_rows(np.column_stack([ia, ident]))   # (i, identity) in first-appearance order
+    order = np.argsort(codes, kind="stable")
+    seg = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+    total = np.add.reduceat(il[order], seg) if len(order) else il[:0]
+    gi, gid = ia[first], ident[first]
+    rank_order = np.lexsort((-total, gi))       # by NCCL kernel, largest first, stable
+    gi, gid, total = gi[rank_order], gid[rank_order], total[rank_order]
+    start = np.r_[True, gi[1:] != gi[:-1]]
+    place = np.arange(len(gi)) - np.maximum.accumulate(np.where(start, np.arange(len(gi)), 0))
+    keep = place < TOP_N
+    gi, gid, total = gi[keep], gid[keep], total[keep]
+    us = np.round(total / NS_PER_US, 1)
+    by_i = {}
+    for i, c, u in zip(gi.tolist(), gid.tolist(), us.tolist()):
+        by_i.setdefault(i, []).append(f"{texts[c]} ({u} us)")
+    rows = np.array(list(by_i), dtype=np.int64)
+    return rows, ["; ".join(v) for v in by_i.values()]
+
+
+def _pairs(comp, parts):
+    if not parts:
         return pd.DataFrame(columns=PAIR_COLUMNS)
+    key = np.concatenate([p[0] for p in parts])
+    sig = np.concatenate([p[1] for p in parts])
+    length = np.concatenate([p[2] for p in parts])
+    rank = np.concatenate([np.full(len(p[0]), p[3], dtype=np.int64) for p in parts])
+    j = np.concatenate([p[4] for p in parts])
+    nccl_ctas = np.concatenate([p[5] for p in parts])
+    part_of = np.concatenate([np.full(len(p[0]), k, dtype=np.int64) for k, p in enumerate(parts)])
+    sig_codes, sig_values = pd.factorize(sig)
+    codes, first = _native.factorize_rows(np.column_stack([key, sig_codes]))
+    order = np.argsort(codes, kind="stable")
+    seg = np.r_[np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0]), len(order)]
     out = []
-    for key, g in df.groupby(["compute_kernel", "grid", "block", "signature"], sort=False):
-        first = g.iloc[0]
-        bpsm = resident_blocks_per_sm(first["threads"], first["regs"], first["smem"], first["props"])
-        ctas = g["nccl_ctas"].max() if g["nccl_ctas"].notna().any() else None
-        alone, with_nccl, risk = wave_risk(first["blocks"], bpsm, first["num_sms"], ctas)
-        out.append({"compute_kernel": key[0], "grid": key[1], "block": key[2], "signature": key[3],
-                    "overlap_us": g["len"].sum() / NS_PER_US, "occurrences": len(g),
-                    "ranks": ",".join(str(r) for r in sorted(set(g["rank"]))),
-                    "nccl_ctas": ctas, "sm_share": (ctas / first["num_sms"]) if ctas and first["num_sms"] else None,
+    for g in range(len(first)):
+        rows = order[seg[g]:seg[g + 1]]
+        f = first[g]
+        name, grid, block = comp.triples[key[f]]
+        _, _, _, r, _, _, num_sms, props = parts[part_of[f]]
+        threads, regs, smem, blocks = (comp.column(r, c, j[f]) for c in ("threads", "regs", "smem", "ctas"))
+        bpsm = resident_blocks_per_sm(threads, regs, smem, props)
+        c = nccl_ctas[rows]
+        ctas = c[~np.isnan(c)].max() if (~np.isnan(c)).any() else None
+        alone, with_nccl, risk = wave_risk(blocks, bpsm, num_sms, ctas)
+        out.append({"compute_kernel": name, "grid": grid, "block": block, "signature": sig_values[sig_codes[f]],
+                    "overlap_us": length[rows].sum() / NS_PER_US, "occurrences": len(rows),
+                    "ranks": ",".join(str(r) for r in sorted(set(rank[rows].tolist()))),
+                    "nccl_ctas": ctas, "sm_share": (ctas / num_sms) if ctas and num_sms else None,
                     "blocks_per_sm": bpsm, "waves_alone": alone, "waves_with_nccl": with_nccl,
                     "tail_effect_risk": risk})
     return pd.DataFrame(out).sort_values(["overlap_us", "compute_kernel"], ascending=[False, True]) \
@@ -848,40 +1003,50 @@ def _align_to(overlap, inst, values):
 def _compute_inflation(inputs):
     """Per compute kernel identity: median duration when ≥ 50 % of it overlaps
     comm vs when < 5 % does."""
-    parts = []
+    comp = inputs.compute
+    fracs = []
     for r, tl in inputs.timelines.items():
-        gpu = tl.gpu
-        comp = gpu[gpu["compute"]]
-        comm = gpu[gpu["comm"]]
-        if not len(comp):
-            continue
-        u = _union(comm["start"].to_numpy(), comm["end"].to_numpy())
-        ov = _native.overlap_with_union(comp["start"].to_numpy(), comp["end"].to_numpy(), *u) if len(u[0]) \
-            else np.zeros(len(comp), dtype=np.int64)
-        dur = (comp["end"] - comp["start"]).to_numpy()
-        parts.append(pd.DataFrame({"kernel": comp["name"].to_numpy(), "grid": comp["grid"].to_numpy(),
-                                   "block": comp["block"].to_numpy(), "dur": dur,
-                                   "frac": np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)}))
-    if not parts:
+        g, cs = tl.gpu, comp.rank_slice(r)
+        start, end = comp.start[cs], comp.end[cs]
+        u = _native.interval_union(g["start"][g["comm"]], g["end"][g["comm"]])   # rows sorted by start
+        ov = _native.overlap_with_union(start, end, *u) if len(u[0]) else np.zeros(len(start), dtype=np.int64)
+        dur = end - start
+        fracs.append(np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0))
+    if not len(comp.start):
         return pd.DataFrame(columns=COMPUTE_INFLATION_COLUMNS)
-    df = pd.concat(parts, ignore_index=True)
+    frac = np.concatenate(fracs)
+    dur = comp.end - comp.start
+    hi_all, lo_all = frac >= HIGH_OVERLAP, frac < LOW_OVERLAP
+    n_keys = len(comp.triples)
+    wanted = np.flatnonzero(np.bincount(comp.key[hi_all], minlength=n_keys) > 0)   # never overlapped: nothing to say
+    members = _members(comp.key, wanted)
     rows = []
-    for key, g in df.groupby(["kernel", "grid", "block"], sort=False):
-        hi, lo = g[g["frac"] >= HIGH_OVERLAP], g[g["frac"] < LOW_OVERLAP]
-        if not len(hi):
-            continue  # never overlapped: nothing to say
-        row = {"kernel": key[0], "grid": key[1], "block": key[2], "occurrences": len(g),
-               "overlapped_n": len(hi), "isolated_n": len(lo)}
-        if len(hi) >= MIN_SAMPLES and len(lo) >= MIN_SAMPLES:
-            mh, ml = float(np.median(hi["dur"])), float(np.median(lo["dur"]))
+    for key in wanted.tolist():   # in order of first appearance, as a groupby
+        m = members[key]
+        d, hi, lo = dur[m], hi_all[m], lo_all[m]
+        name, grid, block = comp.triples[key]
+        row = {"kernel": name, "grid": grid, "block": block, "occurrences": len(m),
+               "overlapped_n": int(hi.sum()), "isolated_n": int(lo.sum())}
+        if row["overlapped_n"] >= MIN_SAMPLES and row["isolated_n"] >= MIN_SAMPLES:
+            mh, ml = float(np.median(d[hi])), float(np.median(d[lo]))
             row.update({"median_overlapped_us": mh / NS_PER_US, "median_isolated_us": ml / NS_PER_US,
                         "inflation": (mh / ml - 1.0) if ml > 0 else None,
-                        "time_lost_us": float(np.clip(hi["dur"] - ml, 0, None).sum()) / NS_PER_US, "note": ""})
+                        "time_lost_us": float(np.clip(d[hi] - ml, 0, None).sum()) / NS_PER_US, "note": ""})
         else:
             row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
         rows.append(row)
     out = pd.DataFrame(rows).reindex(columns=COMPUTE_INFLATION_COLUMNS)
     return out.sort_values(["time_lost_us", "kernel"], ascending=[False, True], na_position="last").reset_index(drop=True)
+
+
+def _members(codes, wanted):
+    """{code: indices of its rows, ascending} for the wanted codes."""
+    if len(wanted) <= 16:  # a few: one pass each
+        return {c: np.flatnonzero(codes == c) for c in wanted.tolist()}
+    sel = np.flatnonzero(np.isin(codes, wanted))
+    sel = sel[np.argsort(codes[sel], kind="stable")]
+    seg = np.r_[np.flatnonzero(np.r_[True, np.diff(codes[sel]) != 0]), len(sel)]
+    return {int(codes[sel[seg[k]]]): sel[seg[k]:seg[k + 1]] for k in range(len(seg) - 1)}
 
 
 # ---------------------------------------------------------------------- part 3
@@ -891,42 +1056,44 @@ EXPOSED_COLUMNS = ["rank", "step", "window_us", "comm_us", "hidden_us", "exposed
 
 
 def _exposed_comm(inputs):
+    """Per rank and window (the whole GPU span, then each ProfilerStep#N):
+    every length is |W ∩ U| for one union U, so each is one sweep over all
+    the rank's windows (intersections of unions are unions)."""
     rows = []
     inst = inputs.instances
     last_arrival = inst.groupby("instance")["start"].transform("max") if len(inst) else pd.Series(dtype=np.int64)
     for r, tl in inputs.timelines.items():
-        gpu = tl.gpu
-        mine = inst["rank"] == r
+        g = tl.gpu
+        mine = (inst["rank"] == r).to_numpy()
         wait_s = inst.loc[mine, "start"].to_numpy()
         wait_e = np.minimum(last_arrival[mine].to_numpy(), inst.loc[mine, "end"].to_numpy())
         waiting = _union(wait_s, np.maximum(wait_e, wait_s))
-        windows = [("all", int(gpu["start"].min()) if len(gpu) else 0, int(gpu["end"].max()) if len(gpu) else 0)]
-        step_names = [n for n in pd.unique(tl.cpu["name"]) if isinstance(n, str) and n.startswith("ProfilerStep#")]
-        steps = tl.cpu[tl.cpu["name"].isin(step_names)]
-        windows += [(name, int(s), int(e)) for name, s, e in zip(steps["name"], steps["start"], steps["end"])]
-        comm_all = _union(gpu.loc[gpu["comm"], "start"].to_numpy(), gpu.loc[gpu["comm"], "end"].to_numpy())
-        copy_all = _union(gpu.loc[gpu["kind"] != KIND_KERNEL, "start"].to_numpy(),
-                          gpu.loc[gpu["kind"] != KIND_KERNEL, "end"].to_numpy())
-        busy_all = _union(gpu["start"].to_numpy(), gpu["end"].to_numpy())
-        for step, lo, hi in windows:
-            comm = _clip_union(comm_all, lo, hi)
-            comp = _clip_union(tl.compute_union, lo, hi)
-            c = _union_len(comm)
-            hidden = _intersect_len(comm, comp)
-            wait_part = _clip_union(waiting, lo, hi)
-            wait_in_comm = _intersect_len(wait_part, comm)
-            wait_hidden = _intersect_len(_intersect(wait_part, comm), comp)
+        names = ["all"] + list(tl.steps[0])
+        lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
+        hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
+        # rows are sorted by start: the unions need no sort
+        comm = _native.interval_union(g["start"][g["comm"]], g["end"][g["comm"]])
+        copy = g["kind"] != KIND_KERNEL
+        wait_comm = _intersect(waiting, comm)
+        unions = {"comm": comm, "hidden": _intersect(comm, tl.compute_union), "wait_in_comm": wait_comm,
+                  "wait_hidden": _intersect(wait_comm, tl.compute_union), "compute": tl.compute_union,
+                  "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
+                  "busy": _native.interval_union(g["start"], g["end"])}
+        length = {k: _native.overlap_with_union(lo, hi, *u).tolist() if len(u[0]) else [0] * len(lo)
+                  for k, u in unions.items()}
+        for w, step in enumerate(names):
+            c, hidden, busy = length["comm"][w], length["hidden"][w], length["busy"][w]
             exposed = c - hidden
-            exposed_wait = wait_in_comm - wait_hidden
-            busy = _union_len(_clip_union(busy_all, lo, hi))
+            exposed_wait = length["wait_in_comm"][w] - length["wait_hidden"][w]
+            span = int(hi[w]) - int(lo[w])
             rows.append({
-                "rank": r, "step": step, "window_us": (hi - lo) / NS_PER_US, "comm_us": c / NS_PER_US,
+                "rank": r, "step": step, "window_us": span / NS_PER_US, "comm_us": c / NS_PER_US,
                 "hidden_us": hidden / NS_PER_US, "exposed_us": exposed / NS_PER_US,
                 "exposed_waiting_us": exposed_wait / NS_PER_US, "exposed_transfer_us": (exposed - exposed_wait) / NS_PER_US,
                 "comp_comm_overlap_pct": (100.0 * hidden / c) if c else 0.0,
-                "compute_us": _union_len(comp) / NS_PER_US,
-                "memcpy_memset_us": _union_len(_clip_union(copy_all, lo, hi)) / NS_PER_US,
-                "idle_us": max(hi - lo - busy, 0) / NS_PER_US,
+                "compute_us": length["compute"][w] / NS_PER_US,
+                "memcpy_memset_us": length["copy"][w] / NS_PER_US,
+                "idle_us": max(span - busy, 0) / NS_PER_US,
                 "note": "" if c else "no communication on this rank in this window",
             })
     return pd.DataFrame(rows).reindex(columns=EXPOSED_COLUMNS)

@@ -199,3 +199,74 @@ def test_without_align_tables_says_so(tmp_path):
     tables = {f.table()[0]: f.table()[1] for f in correlate_frames(frames) if f.kind == 7}
     assert len(tables[TABLE_PREFIX + "collective_blockers"]) == 0
     assert "no align tables" in set(tables[TABLE_PREFIX + "correlate_quality"]["check"])
+
+
+# --------------------------------------------------------------- correlate's own sweeps
+
+kernels = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 60), st.integers(0, 3)), min_size=1, max_size=40).map(
+    lambda xs: sorted(xs, key=lambda x: x[0]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 2), st.integers(-1, 2)), max_size=40))
+def test_factorize_rows_numbers_by_first_appearance(rows):
+    arr = np.array(rows, dtype=np.int64).reshape(-1, 2)
+    codes, first = _native.factorize_rows(arr)
+    seen = {}
+    want = [seen.setdefault(tuple(r), len(seen)) for r in rows]
+    assert codes.tolist() == want
+    assert first.tolist() == [rows.index(r) for r in seen]
+
+
+@settings(max_examples=200, deadline=None)
+@given(kernels, st.data())
+def test_window_medians_agree_with_numpy(ks, data):
+    s = np.array([k[0] for k in ks]); e = s + np.array([k[1] for k in ks]); c = np.array([k[2] for k in ks])
+    n = len(ks)
+    win = st.tuples(st.integers(0, n), st.integers(0, n), st.integers(-10, 300)).map(
+        lambda w: (min(w[0], w[1]), max(w[0], w[1]), w[2]))
+    queries = data.draw(st.lists(st.tuples(win, st.lists(win, max_size=3)), max_size=5))
+    q = np.array([w for w, _ in queries], dtype=np.int64).reshape(-1, 3)
+    refs = [r for _, rs in queries for r in rs]
+    r = np.array(refs, dtype=np.int64).reshape(-1, 3)
+    ref_ptr = np.r_[0, np.cumsum([len(rs) for _, rs in queries])]
+    ptr, kern, med = _native.window_medians(s, e, c, 4, q[:, 0], q[:, 1], q[:, 2], ref_ptr, r[:, 0], r[:, 1], r[:, 2])
+    for i, ((lo, hi, t), rs) in enumerate(queries):
+        mine = [j for j in range(lo, hi) if e[j] > t]
+        assert kern[ptr[i]:ptr[i + 1]].tolist() == mine
+        for j, m in zip(mine, med[ptr[i]:ptr[i + 1]]):
+            d = [e[x] - s[x] for a, b, tt in rs for x in range(a, b) if e[x] > tt and c[x] == c[j]]
+            assert (np.isnan(m) and not d) or m == np.median(d)
+
+
+@settings(max_examples=200, deadline=None)
+@given(kernels, st.lists(st.tuples(st.integers(0, 300), st.integers(-5, 80)), max_size=4))
+def test_innermost_self_time_agrees_with_brute_force(ks, windows):
+    s = np.array([k[0] for k in ks]); e = s + np.array([k[1] for k in ks])
+    lo = np.array([w[0] for w in windows], dtype=np.int64)
+    hi = lo + np.array([w[1] for w in windows], dtype=np.int64)
+    a = np.zeros(len(windows), dtype=np.int64); b = np.full(len(windows), len(ks), dtype=np.int64)
+    q, idx, self_ns, first = _native.innermost_self(s, e, a, b, lo, hi)
+    got = {(int(x), int(i)): (int(t), int(f)) for x, i, t, f in zip(q, idx, self_ns, first)}
+    want = {}
+    for w in range(len(windows)):
+        for x in range(lo[w], hi[w]):
+            cover = [i for i in range(len(ks)) if e[i] > lo[w] and s[i] <= x < e[i]]
+            if cover:
+                i = min(cover, key=lambda i: (e[i] - s[i], i))
+                t, f = want.get((w, i), (0, x))
+                want[(w, i)] = (t + 1, f)
+    assert got == want
+
+
+def test_a_rank_twice_is_refused(tmp_path):
+    """Frames of a rank after its metadata frame (the same rank given twice)
+    are refused, as align refuses them."""
+    from streamtrace.errors import StreamtraceError
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=2)
+    path = str(tmp_path / truth["files"]["0"])
+    frames = itertools.chain(extract_rank(path, 0), extract_rank(path, 0))
+    with pytest.raises(StreamtraceError, match="rank 0 appears twice"):
+        for _ in correlate_frames(frames):
+            pass
