@@ -1,8 +1,8 @@
 /*
  * Lexing helpers shared by the tokenizer (st_tokenizer.c) and the fuse
  * rewriter (st_fuse.c): whitespace skipping, the bytes a bare JSON scalar may
- * contain, powers of ten, and the string hash.  Header-only (static inline),
- * no state.
+ * contain, powers of ten, and the byte hash (also used by st_sweep.c to
+ * number kernel identities).  Header-only (static inline), no state.
  */
 #ifndef ST_LEX_H
 #define ST_LEX_H
