@@ -288,6 +288,16 @@ def _finding(severity, category, message, rank=None, pg=None, collective_id=None
             "collective_id": collective_id, "count": count, "message": message}
 
 
+def _member(values, pool):
+    """Boolean mask: which of ``values`` occur in ``pool`` (sort the pool once,
+    binary-search each value: cheap when the pool is small)."""
+    if not len(values) or not len(pool):
+        return np.zeros(len(values), dtype=bool)
+    sp = np.sort(pool)
+    pos = np.minimum(np.searchsorted(sp, values), len(sp) - 1)
+    return sp[pos] == values
+
+
 def _join_sorted(keys, queries, valid=None):
     """Index into ``keys`` of each query's first equal key (-1 if none)."""
     out = np.full(len(queries), -1, dtype=np.int64)
@@ -367,6 +377,23 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         return _empty_rank_rows(), quality
     name_match = (lookup(K["name"]) & S_NCCL_NAME) != 0
 
+    # Only a few of a rank's kernels can be collective kernels: NCCL/RCCL
+    # names, kernels with comm args of their own, kernels whose External id
+    # names a collective op (new traces) and, in old traces, every launched
+    # kernel (only the time-containment test below can tell).  Narrowing the
+    # kernels, and the launches to theirs, first keeps every join below
+    # proportional to the collectives rather than to the trace; the others
+    # could never be selected.
+    new_regime = (K["ext"] != NONE) & (K["ext"] != K["corr"])
+    maybe = (name_match | ~new_regime | _member(K["event"], C["event"].astype(np.int64))
+             | (new_regime & _member(K["ext"], O["ext"])))
+    if not maybe.all():
+        K, name_match, new_regime = K[maybe], name_match[maybe], new_regime[maybe]
+        nK = len(K)
+        if not nK:
+            return _empty_rank_rows(), quality
+        L = L[_member(L["corr"], K["corr"])]
+
     # kernel -> launch, by correlation
     launch = _join_sorted(L["corr"], K["corr"], valid=K["corr"] != NONE)
     has_launch = launch >= 0
@@ -375,7 +402,6 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     lts = np.where(has_launch, L["ts"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
 
     # kernel -> CPU ops: External id (new traces), else containment of the launch
-    new_regime = (K["ext"] != NONE) & (K["ext"] != K["corr"])
     ops = {}
     any_ext = np.zeros(nK, dtype=bool)
     any_time = np.zeros(nK, dtype=bool)
