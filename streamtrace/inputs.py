@@ -245,14 +245,22 @@ class MappedChunks:
         n = min(self.WINDOW, self._size - self._offset)
         if n <= 0:
             return b"", 0
-        window = mmap.mmap(self._fd, n, flags=self._flags, prot=mmap.PROT_READ, offset=self._offset)
-        self._offset += n
-        return window, n
+        if self._flags is not None:
+            try:
+                window = mmap.mmap(self._fd, n, flags=self._flags, prot=mmap.PROT_READ, offset=self._offset)
+                self._offset += n
+                return window, n
+            except (OSError, ValueError):  # a file system without mmap: plain reads from here on
+                self._flags = None
+        data = os.pread(self._fd, n, self._offset)
+        self._offset += len(data)
+        return data, len(data)
 
     def release(self, window):
-        if isinstance(window, mmap.mmap):
+        close = getattr(window, "close", None)  # a map (reads give bytes)
+        if close is not None:
             try:
-                window.close()
+                close()
             except BufferError:  # still exported somewhere: unmapped when collected
                 pass
 

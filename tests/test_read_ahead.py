@@ -109,3 +109,19 @@ def test_early_close_stops_the_thread(tmp_path, monkeypatch):
     frames.close()  # the consumer gives up mid-file
     left = [t for t in threading.enumerate() if t.ident not in before and t.name == "streamtrace-read-ahead"]
     assert left == []
+
+
+def test_mapping_failure_falls_back_to_reads(tmp_path, monkeypatch):
+    """A file system that refuses mmap still extracts, identically."""
+    import mmap as mmap_module
+
+    path = tmp_path / "t.json"
+    path.write_bytes(SAMPLE)
+    expected = _payloads(path, monkeypatch, False, None)
+
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap_module, "mmap", refuse)
+    assert _payloads(path, monkeypatch, True, None) == expected
+    assert _payloads(path, monkeypatch, False, 5000) == expected
