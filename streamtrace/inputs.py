@@ -14,6 +14,7 @@ import stat
 import sys
 
 from . import _native
+from .background import prefetched
 from .errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -277,69 +278,52 @@ def _mappable(source):
 
 
 class ReadAhead:
-    """Runs a producer in a background thread, a few chunks ahead.
+    """Runs a producer in a background thread, a few chunks ahead
+    (``background.prefetched``).
 
     File reads, memory mapping and decompression (ISA-L, zstandard, the C
     core's zlib) release the GIL, as does the tokenizer, so producing chunk
     k+1 overlaps tokenizing chunk k: on two cores a ``.json.gz`` extracts at
     the speed of the slower of the two instead of their sum.  A chunk belongs
-    to one side at a time (handed over through the queues, never resized);
+    to one side at a time (handed over through the queue, never resized);
     ``close()`` stops and joins the thread before the caller closes the
     source.  Errors raised while producing are re-raised in the consumer.
     """
 
-    def __init__(self, producer, depth=2):
-        import queue
-        import threading
+    def __init__(self, producer, depth=1):
+        """``depth`` chunks wait in the queue; with the one being made and the
+        one being tokenized, depth + 2 are in memory at most."""
+        import collections
 
         self._producer = producer
-        self._tokens = queue.Queue()  # one per chunk that may be in flight
-        self._full = queue.Queue()
-        for _ in range(depth + 1):
-            self._tokens.put(True)
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="streamtrace-read-ahead", daemon=True)
-        self._thread.start()
-
-    def _run(self):
-        try:
-            while True:
-                token = self._tokens.get()
-                if token is False or self._stopped:  # close() asked us to stop
-                    if token is not False and token is not True:
-                        self._producer.release(token)
-                    return
-                if token is not True:  # a chunk handed back: released here, off the tokenizer's thread
-                    self._producer.release(token)
-                chunk, n = self._producer.produce()
-                self._full.put((chunk, n, None))
-                if n == 0:
-                    return
-        except BaseException as exc:  # handed to the consumer, raised there
-            self._full.put((None, 0, exc))
+        self._returned = collections.deque()  # append/popleft are atomic: two threads use it
+        self._chunks = prefetched(_produced(producer, self._returned), depth=depth,
+                                  name="streamtrace-read-ahead")
 
     def next_chunk(self):
-        chunk, n, exc = self._full.get()
-        if exc is not None:
-            raise exc
-        return chunk, n
+        return next(self._chunks)
 
     def recycle(self, chunk):
-        """Give a chunk back once the tokenizer is done with it (it doubles
-        as the token that lets the thread make one more)."""
-        self._tokens.put(chunk)
+        """Give a chunk back once the tokenizer is done with it; the thread
+        releases it (unmapping costs time better spent off the tokenizer's)."""
+        self._returned.append(chunk)
 
     def close(self):
-        if not self._stopped:
-            self._stopped = True
-            self._tokens.put(False)
-            self._thread.join()
-            for q in (self._tokens, self._full):  # chunks handed back or made but never consumed
-                while not q.empty():
-                    item = q.get()
-                    chunk = item[0] if isinstance(item, tuple) else item
-                    if chunk is not None and chunk is not True and chunk is not False:
-                        self._producer.release(chunk)
+        self._chunks.close()
+        while self._returned:
+            self._producer.release(self._returned.popleft())
+
+
+def _produced(producer, returned):
+    """A producer's chunks, up to and including the empty one at the end,
+    releasing the chunks handed back before making each next one."""
+    while True:
+        while returned:
+            producer.release(returned.popleft())
+        chunk, n = producer.produce()
+        yield chunk, n
+        if n == 0:
+            return
 
 
 class ReadInline:

@@ -5,9 +5,8 @@ stages run in-process, generator to generator, with no serialisation between
 them.
 """
 import itertools
-import queue
-import threading
 
+from .background import prefetched
 from .errors import StreamtraceError
 from .stream import MAGIC, Kind, iter_frames
 
@@ -39,7 +38,7 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
     if jobs <= 1 or len(inputs) <= 1:
         frames = itertools.chain.from_iterable(
             extract_rank(i.path, i.rank, world_size, keep_pyfunc, i.position) for i in inputs)
-        return prefetched(frames) if prefetch else frames
+        return prefetched(frames, depth=PREFETCH_FRAMES, name="streamtrace-extract") if prefetch else frames
     import os
     import tempfile
 
@@ -52,78 +51,6 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
         tmp.close()
         os.unlink(tmp.name)
         raise
-
-
-class prefetched:
-    """An iterator over ``frames`` whose items are produced in a background
-    thread, started at once and at most ``depth`` items ahead.  An exception
-    of the producer is raised by ``next`` after the items before it;
-    ``close()`` (also on garbage collection) stops the producer, which then
-    closes ``frames``."""
-
-    def __init__(self, frames, depth=PREFETCH_FRAMES):
-        self._queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._done = False
-        # the thread holds no reference to self, so dropping the iterator stops it
-        self._thread = threading.Thread(target=_produce, args=(frames, self._queue, self._stop),
-                                        name="streamtrace-extract", daemon=True)
-        self._thread.start()
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._done:
-            raise StopIteration
-        frame, exc = self._queue.get()
-        if exc is not None or frame is _END:
-            self.close()
-            if exc is not None:
-                raise exc
-            raise StopIteration
-        return frame
-
-    def close(self):
-        self._done = True
-        self._stop.set()
-        while self._thread.is_alive():  # a producer blocked on a full queue sees the stop
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                self._thread.join(0.05)
-
-    def __del__(self):
-        self.close()
-
-
-_END = object()
-
-
-def _produce(frames, q, stop):
-    """The producer of ``prefetched``: (item, None) per item, then (_END, None),
-    or (None, exception)."""
-
-    def put(item):
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    try:
-        for frame in frames:
-            if not put((frame, None)):
-                return
-        put((_END, None))
-    except BaseException as exc:  # re-raised in the consumer
-        put((None, exc))
-    finally:
-        close = getattr(frames, "close", None)
-        if close is not None:
-            close()
 
 
 def _frames_then_delete(path):

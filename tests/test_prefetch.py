@@ -1,4 +1,4 @@
-"""pipeline.prefetched: order, producer exceptions, early close, garbage collection."""
+"""background.prefetched (used by pipeline.trace_frames): order, producer exceptions, early close, garbage collection."""
 import gc
 import threading
 import time
