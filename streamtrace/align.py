@@ -1195,7 +1195,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     if simplified:
         df["collective_id"] = _prefixed("", df["index_in_group"].to_numpy())
     else:
-        df["collective_id"] = _joined(df["pg_key"].to_numpy(dtype=object), "_", df["index_in_group"].to_numpy())
+        df["collective_id"] = _prefixed(df["pg_key"].to_numpy(dtype=object) + "_", df["index_in_group"].to_numpy())
     df = df.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
 
     # ---- flags and findings
@@ -1235,18 +1235,14 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
 
 
 def _prefixed(prefix, values):
-    """Object array of ``prefix + str(value)``."""
+    """Object array of ``prefix + str(value)``; ``prefix`` is one str or one per value."""
+    values = np.asarray(values)
     if StringDType is not None:
-        return np.strings.add(prefix, np.asarray(values).astype(StringDType())).astype(object)
-    return np.array([f"{prefix}{v}" for v in np.asarray(values).tolist()], dtype=object)
-
-
-def _joined(texts, sep, values):
-    """Object array of ``text + sep + str(value)``."""
-    if StringDType is not None:
-        head = np.strings.add(np.asarray(texts).astype(StringDType()), sep)
-        return np.strings.add(head, np.asarray(values).astype(StringDType())).astype(object)
-    return np.array([f"{t}{sep}{v}" for t, v in zip(texts, np.asarray(values).tolist())], dtype=object)
+        if not isinstance(prefix, str):
+            prefix = np.asarray(prefix, dtype=object).astype(StringDType())
+        return np.strings.add(prefix, values.astype(StringDType())).astype(object)
+    prefixes = [prefix] * len(values) if isinstance(prefix, str) else list(prefix)
+    return np.array([f"{p}{v}" for p, v in zip(prefixes, values.tolist())], dtype=object)
 
 
 def _world_size(results):
