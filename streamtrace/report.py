@@ -221,17 +221,8 @@ class _Nodes:
         return value
 
     def spans(self, pg_ranks, pg_names):
-        if len(pg_ranks) < 64:
-            return [self.span(r, n) for r, n in zip(pg_ranks, pg_names)]
-        # once per distinct (ranks, name) pair: a handful of groups in 100k rows
-        r = np.asarray(pg_ranks, dtype=object)
-        n = np.asarray(pg_names, dtype=object)
-        a = pd.factorize(r, use_na_sentinel=False)[0].astype(np.int64)
-        b = pd.factorize(n, use_na_sentinel=False)[0].astype(np.int64)
-        codes, pairs = pd.factorize(a * (int(b.max()) + 1) + b)
-        first = np.unique(codes, return_index=True)[1]  # a row of each pair, to pass its own values (None stays None)
-        values = [self.span(r[i], n[i]) for i in first.tolist()]
-        return np.array(values, dtype=object)[codes].tolist()
+        cache = self._cache  # a handful of groups in 100k rows: mostly one dict lookup each
+        return [cache[k] if k in cache else self.span(*k) for k in zip(pg_ranks, pg_names)]
 
 
 def _check_align_options(tables, align_clocks):
