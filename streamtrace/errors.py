@@ -15,10 +15,17 @@ class TraceError(StreamtraceError):
         where = f" at byte {offset}" if offset is not None else ""
         super().__init__(f"{self.path}{where}: {problem}")
 
+    def __reduce__(self):  # picklable: raised in `-j` worker processes, reported by the parent
+        return type(self), (self.path, self.problem, self.offset)
+
 
 class StreamFormatError(StreamtraceError):
     """An event stream is corrupt, truncated or of an unknown version."""
 
     def __init__(self, source, problem):
         self.source = str(source)
+        self.problem = problem
         super().__init__(f"{self.source}: {problem}")
+
+    def __reduce__(self):
+        return type(self), (self.source, self.problem)

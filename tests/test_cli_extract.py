@@ -93,6 +93,17 @@ def test_bad_input_leaves_no_output(tmp_path):
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".streamtrace")]
 
 
+def test_bad_input_in_a_parallel_worker_is_one_line(traces, tmp_path):
+    """-j: the worker process's TraceError crosses back to the parent intact."""
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"traceEvents": [{"ph": "X"} {"ph": "X"}]}')
+    out = tmp_path / "o.stev"
+    result = run("extract", "-j", 2, traces / "rank0_trace.json", bad, "-o", out)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {bad} at byte 29:") and result.output.count("\n") == 1
+    assert not out.exists()
+
+
 def test_usage_errors_exit_2(traces):
     assert run("extract", "--trace_dir", traces, "--world_size", 0).exit_code == 2
     assert run("extract", "--no-such-flag").exit_code == 2
