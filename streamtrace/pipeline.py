@@ -26,9 +26,10 @@ def is_stream(path):
 PREFETCH_FRAMES = 8
 
 
-def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True):
+def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None):
     """Frames of every RankInput, extracted in-process (``jobs`` > 1: in
-    parallel processes, written to temporary streams and read back in order).
+    parallel processes, written to temporary streams and read back in order;
+    ``progress`` is then not called).
 
     In-process extraction runs in a background thread ``PREFETCH_FRAMES``
     frames ahead (``prefetch``): the C tokenizer releases the GIL, so the
@@ -37,14 +38,15 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
 
     if jobs <= 1 or len(inputs) <= 1:
         frames = itertools.chain.from_iterable(
-            extract_rank(i.path, i.rank, world_size, keep_pyfunc, i.position) for i in inputs)
+            extract_rank(i.path, i.rank, world_size, keep_pyfunc, i.position, progress=progress, strict=strict)
+            for i in inputs)
         return prefetched(frames, depth=PREFETCH_FRAMES, name="streamtrace-extract") if prefetch else frames
     import os
     import tempfile
 
     tmp = tempfile.NamedTemporaryFile(prefix="streamtrace-", suffix=".stev", delete=False)
     try:
-        extract(inputs, tmp, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs)
+        extract(inputs, tmp, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs, strict=strict)
         tmp.close()
         return _frames_then_delete(tmp.name)
     except BaseException:

@@ -1447,15 +1447,9 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     """extract -> align -> correlate in-process (``jobs`` > 1: ranks extracted
     in parallel processes first): ``{name: DataFrame}``."""
     from .correlate import correlate_frames
-    from .extract import extract_rank
     from .pipeline import trace_frames
 
-    if jobs > 1 and len(inputs) > 1:
-        frames = trace_frames(inputs, world_size=world_size, jobs=jobs)
-    else:
-        frames = itertools.chain.from_iterable(
-            extract_rank(inp.path, inp.rank, world_size, False, inp.position, progress=progress, strict=strict)
-            for inp in inputs)
+    frames = trace_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress)
     return collect_tables(correlate_frames(align_frames(frames, align_clocks=align_clocks,
                                                         gpus_per_node=gpus_per_node)))
 
