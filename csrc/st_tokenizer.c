@@ -822,7 +822,6 @@ static int read_arg_float(st_tok *t, const char *base, const char *p, const char
     return skip_value(t, base, p, end, next);
 }
 
-/* [a, b, c] of ints into dims; anything else is skipped and left absent. */
 /* The common "[a, b, c]" of small non-negative ints, read in one pass.
  * Returns 1 when it handled the value (dims and *next set). */
 static int dim3_fast(const char *p, const char *end, int32_t dims[3], const char **next)
@@ -848,6 +847,7 @@ static int dim3_fast(const char *p, const char *end, int32_t dims[3], const char
     return 1;
 }
 
+/* [a, b, c] of ints into dims; anything else is skipped and left absent. */
 static int read_dim3(st_tok *t, const char *base, const char *p, const char *end,
                      int32_t dims[3], const char **next)
 {

@@ -78,8 +78,8 @@ class Tokenizer:
         self.strings_sent = 0
 
     def feed(self, data, length=None, eof=False, start=0):
-        """Tokenize ``data[start:start + length]`` (bytes or bytearray; not a
-        memoryview slice, whose export cffi could outlive).
+        """Tokenize ``data[start:start + length]`` (bytes, bytearray or mmap;
+        not a memoryview slice, whose export cffi could outlive).
 
         Returns ``(status, consumed)``; raises NativeError on bad input.
         """
