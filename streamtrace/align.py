@@ -168,7 +168,7 @@ class RankCollector:
         elif kind == Kind.COMMS:
             recs = frame.records()
             if len(recs):
-                self._comms.append(recs.copy())
+                self._comms.append(recs)  # a view: the payload is exactly the records
         elif kind == Kind.META:
             if self.meta is not None:
                 raise StreamtraceError(f"rank {self.rank}: two metadata frames (the same rank appears twice in the input)")
@@ -225,13 +225,12 @@ class RankCollector:
             self._launches.append(launch)
         if omask is not None and omask.any():
             idx = np.flatnonzero(omask)
-            s = recs[idx]
-            nc = self._lookup(s["name"])
-            o = np.empty(len(s), _O_DTYPE)
+            nc = namec[idx]
+            o = np.empty(len(idx), _O_DTYPE)
             o["event"] = base + idx
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
                              ("name", "name")):
-                o[dst] = s[src]
+                o[dst] = recs[src][idx]
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self._ops.append(o)
 
@@ -321,19 +320,24 @@ def _containing(O, kind, pid, tid, t):
     sel = np.flatnonzero(O["kind"] == kind)
     if not len(sel) or not len(t):
         return out
+    ts, dur, opid, otid = (O[f][sel] for f in ("ts", "dur", "pid", "tid"))
     # group by thread; within a thread by start, outer (longer) first at equal
-    # starts, so the last start <= t is the innermost candidate
-    ops = O[sel]
-    order = np.lexsort((-ops["dur"], ops["ts"], ops["tid"], ops["pid"]))
-    ops, sel = ops[order], sel[order]
-    change = np.flatnonzero((np.diff(ops["pid"]) != 0) | (np.diff(ops["tid"]) != 0)) + 1
-    bounds = np.r_[0, change, len(ops)]
+    # starts, so the last start <= t is the innermost candidate.  Sort keys
+    # that cannot change the order are left out: ops are often in start
+    # order already, on one or two threads of one process.
+    keys = [] if (ts[1:] > ts[:-1]).all() else [-dur, ts]
+    keys += [k for k in (otid, opid) if (k != k[0]).any()]
+    if keys:
+        order = np.lexsort(keys)
+        ts, dur, opid, otid, sel = ts[order], dur[order], opid[order], otid[order], sel[order]
+    change = np.flatnonzero((opid[1:] != opid[:-1]) | (otid[1:] != otid[:-1])) + 1
+    bounds = np.r_[0, change, len(sel)]
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
-        q = np.flatnonzero((pid == ops["pid"][a]) & (tid == ops["tid"][a]))
+        q = np.flatnonzero((pid == opid[a]) & (tid == otid[a]))
         if not len(q):
             continue
-        starts = ops["ts"][a:b]
-        ends = starts + ops["dur"][a:b]
+        starts = ts[a:b]
+        ends = starts + dur[a:b]
         tq = t[q]
         j = np.searchsorted(starts, tq, side="right") - 1
         for back in (0, 1, 2):  # tolerate a little nesting of the same kind
