@@ -1,0 +1,123 @@
+"""forked.split_in_two: work split between this process and a forked child,
+and write_csvs on that path giving the same bytes as the serial one."""
+import os
+import threading
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from streamtrace import report
+from streamtrace.errors import StreamtraceError
+from streamtrace.forked import _balanced, can_fork, split_in_two
+
+
+def _writer(path):
+    def task():
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    return task
+
+
+def _require_fork():
+    assert can_fork(), f"threads left running by an earlier test: {threading.enumerate()}"
+
+
+def test_every_task_runs_once_and_both_processes_work(tmp_path):
+    _require_fork()
+    paths = [tmp_path / f"t{i}" for i in range(5)]
+    split_in_two([_writer(p) for p in paths], [5, 4, 3, 2, 1])
+    pids = {p.read_text() for p in paths}
+    assert len(pids) == 2 and str(os.getpid()) in pids
+
+
+def test_failure_in_the_child_is_raised_here(tmp_path):
+    _require_fork()
+    done = tmp_path / "parent"
+
+    def fail():
+        raise StreamtraceError("sheet x: disk full")
+
+    # the heavier task goes to this process, the failing one to the child
+    with pytest.raises(StreamtraceError, match="sheet x: disk full"):
+        split_in_two([_writer(done), fail], [10, 1])
+    assert done.read_text() == str(os.getpid())
+
+
+def test_failure_here_stops_and_reaps_the_child(tmp_path):
+    _require_fork()
+    started = tmp_path / "child"
+
+    def slow_child():
+        started.write_text("x")
+        import time
+        time.sleep(30)
+
+    def fail():
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        split_in_two([fail, slow_child], [10, 1])
+    with pytest.raises(ChildProcessError):  # no child left to reap
+        os.waitpid(-1, os.WNOHANG)
+
+
+def test_no_fork_while_another_thread_runs(tmp_path):
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert not can_fork()
+        paths = [tmp_path / "a", tmp_path / "b"]
+        split_in_two([_writer(p) for p in paths], [1, 1])
+        assert {p.read_text() for p in paths} == {str(os.getpid())}
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_balanced_groups():
+    weight = {"a": 10, "b": 1, "c": 1, "d": 1, "e": 9}
+    mine, theirs = _balanced(list(weight), list(weight.values()))
+    assert sorted(mine + theirs) == sorted(weight)
+    assert sum(weight[x] for x in mine) == sum(weight[x] for x in theirs) == 11
+
+
+def _sheets():
+    rng = np.random.default_rng(3)
+    n = 30_000
+    big = pd.DataFrame({"ts": rng.integers(0, 10**9, n) / 1000.0, "name": rng.choice(["=a", "b,c", 'q"'], n),
+                        "k": pd.array(rng.integers(0, 5, n), dtype="Int64")})
+    return {"big": big, "other": big.iloc[::-1].reset_index(drop=True), "small": big.head(3),
+            "empty": big.head(0)}
+
+
+def test_write_csvs_forked_equals_serial(tmp_path, monkeypatch):
+    _require_fork()
+    sheets = _sheets()
+    monkeypatch.setattr(report, "available_cpus", lambda: 1)
+    report.write_csvs(sheets, tmp_path / "serial")
+    monkeypatch.setattr(report, "available_cpus", lambda: 2)
+    monkeypatch.setattr(report, "_PARALLEL_MIN_CELLS", 0)
+    report.write_csvs(sheets, tmp_path / "forked")
+    for name in sheets:
+        assert (tmp_path / "forked" / f"{name}.csv").read_bytes() == (tmp_path / "serial" / f"{name}.csv").read_bytes()
+
+
+def test_write_csvs_child_failure_leaves_no_output(tmp_path, monkeypatch):
+    _require_fork()
+    sheets = _sheets()
+    real = report._write_csv
+
+    def failing(df, path):
+        if path.endswith("other.csv"):
+            raise StreamtraceError(f"{path}: No space left on device")
+        real(df, path)
+
+    monkeypatch.setattr(report, "_write_csv", failing)
+    monkeypatch.setattr(report, "available_cpus", lambda: 2)
+    monkeypatch.setattr(report, "_PARALLEL_MIN_CELLS", 0)
+    with pytest.raises(StreamtraceError, match="No space left on device"):
+        report.write_csvs(sheets, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".streamtrace-csv-")]
