@@ -560,7 +560,7 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
             out_n[i] = _out_nelems(cname[i], in_n[i], group_size[i], c_dims[i], c_type[i], parsed)
 
     no_ids = (Ks["corr"] == NONE) & (Ks["ext"] == NONE)
-    rows = pd.DataFrame({
+    columns = {
         "event": Ks["event"], "ts": Ks["ts"], "dur": Ks["dur"], "pid": Ks["pid"], "stream": Ks["stream"].astype(np.int64),
         "device": Ks["device"].astype(np.int64), "correlation": Ks["corr"], "external_id": Ks["ext"],
         "kernel_name": kernel_names, "kernel_kind": kinds_tok, "selected_by": sel_by,
@@ -578,10 +578,10 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         "group_size": group_size, "group_size_source": gs_source,
         "pg_name": pg_name, "pg_desc": pg_desc, "pg_ranks": pg_ranks, "in_split": in_split, "out_split": out_split,
         "seq": seq, "no_ids": no_ids,
-    })
-    for col in rows.columns:
-        if rows[col].dtype.kind not in "iufb":
-            rows[col] = pd.Series(rows[col].to_numpy(dtype=object), dtype=object)
+    }
+    # text stays plain object dtype (pandas would otherwise infer its str dtype)
+    rows = pd.DataFrame({k: pd.Series(v, dtype=object) if v.dtype.kind not in "iufb" else v
+                         for k, v in columns.items()})
     rows["cpu_op_event"] = np.where(rows["rpc_event"] >= 0, rows["rpc_event"],
                                     np.where(rows["annotation_event"] >= 0, rows["annotation_event"], rows["c10d_event"]))
     rows["cpu_op_name"] = pd.Series(np.where(rows["rpc_event"] >= 0, rows["rpc_name"],
