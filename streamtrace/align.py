@@ -1026,15 +1026,29 @@ class _Text:
         out[-1] = missing
         return out
 
-    def lookup(self, fn, missing=None):
-        """Per row: ``fn(value)``, ``missing`` where the value is missing."""
-        return self.table(fn, missing)[self.codes]
+    def lookup(self, fn, missing=None, dtype=object):
+        """Per row: ``fn(value)``, ``missing`` where the value is missing (as ``dtype``)."""
+        return self.table(fn, missing).astype(dtype)[self.codes]
 
     def take(self, idx):
         return _Text(self.codes[idx], self.uniques)
 
+    def assign(self, mask, value):
+        """A copy with ``value`` in the rows of ``mask``."""
+        codes = self.codes.copy()
+        codes[mask] = len(self.uniques)
+        uniques = np.empty(len(self.uniques) + 1, dtype=object)
+        uniques[:-1] = self.uniques
+        uniques[-1] = value
+        return _Text(codes, uniques)
+
+    def at(self, i):
+        """The value of row ``i`` (None if missing)."""
+        c = self.codes[i]
+        return None if c < 0 else self.uniques[c]
+
     def isin(self, values):
-        return self.lookup(lambda u: u in values, False).astype(bool)
+        return self.lookup(lambda u: u in values, False, bool)
 
     def objects(self):
         """Per row: the value, None where missing (the output form of text columns)."""
@@ -1087,7 +1101,8 @@ def _occurrence(ids):
 
 def _joined_labels(checks, sep):
     """Per row: the names of ``checks`` (name, mask) that hold, joined by
-    ``sep`` in check order ('' when none); text built once per combination."""
+    ``sep`` in check order ('' when none), as a _Text: the text is built
+    once per combination."""
     n = len(checks[0][1]) if checks else 0
     bits = np.zeros(n, dtype=np.int64)
     for j, (_, mask) in enumerate(checks):
@@ -1096,7 +1111,7 @@ def _joined_labels(checks, sep):
     table = np.empty(len(combos), dtype=object)
     for i, b in enumerate(combos.tolist()):
         table[i] = sep.join(name for j, (name, _) in enumerate(checks) if b >> j & 1)
-    return table[codes]
+    return _Text(codes.astype(np.int64), table)
 
 
 def _combined_rows(results):
@@ -1242,24 +1257,24 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     d = _combined_rows(results)
     n = len(d["rank"])
     rank = d["rank"]
-    abs_ts = d["base_ns"] + d["ts"].astype(np.int64)
-    abs_end = abs_ts + d["dur"].astype(np.int64)
+    abs_ts = d["base_ns"] + d["ts"].astype(np.int64, copy=False)
+    abs_end = abs_ts + d["dur"].astype(np.int64, copy=False)
     text = {col: _Text.of(v) for col, v in d.items() if v.dtype.kind not in "iufb"}
     cname, dtype = text["collective_name"], text["dtype"]
 
     # ---- process groups
     pg, pg_key, simplified = _process_groups(d, quality)
     category = cname.recode(coll.CATEGORY.get, coll.CATEGORY.get(None))
-    a2av = category.lookup(lambda u: u == "alltoallv", False).astype(bool)
-    sig = _signatures(cname, text["kernel_kind"], dtype, a2av, d["in_nelems"].astype(np.int64),
-                      d["out_nelems"].astype(np.int64))
+    a2av = category.lookup(lambda u: u == "alltoallv", False, bool)
+    sig = _signatures(cname, text["kernel_kind"], dtype, a2av, d["in_nelems"].astype(np.int64, copy=False),
+                      d["out_nelems"].astype(np.int64, copy=False))
 
     # ---- slots within each process group
     slot = np.full(n, -1, dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
     method = np.full(n, M_ORDINAL, dtype=np.int8)
     mkey = np.empty(n, dtype=object)
-    seq = d["seq"].astype(np.int64)
+    seq = d["seq"].astype(np.int64, copy=False)
     by_key = np.argsort(pg_key.codes, kind="stable")
     bounds = np.r_[0, np.cumsum(np.bincount(pg_key.codes, minlength=len(pg_key.uniques)))]
     for c in sorted(range(len(pg_key.uniques)), key=lambda c: pg_key.uniques[c]):
@@ -1309,18 +1324,18 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
     implicit_sync = category.isin(coll.IMPLICIT_SYNC)
     bytes_per_elem = dtype.lookup(lambda u: float(coll.DTYPE_BYTES[u]) if u in coll.DTYPE_BYTES else np.nan,
-                                  np.nan).astype(np.float64)
+                                  np.nan, np.float64)
     # group size from the instance when no arg or pg_config gives it
     world = _world_size(results)
-    gs = d["group_size"].astype(np.int64).copy()
-    gsrc = text["group_size_source"].objects()
+    gs = d["group_size"].astype(np.int64, copy=False).copy()
+    gsrc = text["group_size_source"]
     infer = (gs == NONE) & pg.isin(("Unknown_Group", "all"))
     if infer.any() and world:
         full = infer & (participants == world)
         gs[full] = world
-        gsrc[full] = "world_size"
+        gsrc = gsrc.assign(full, "world_size")
     # output sizes of all-gather / reduce-scatter that needed the group size
-    inn, out = d["in_nelems"].astype(np.int64), d["out_nelems"].astype(np.int64).copy()
+    inn, out = d["in_nelems"].astype(np.int64, copy=False), d["out_nelems"].astype(np.int64, copy=False).copy()
     fix = (out == NONE) & (inn != NONE) & (gs != NONE) & (gs > 0)
     ag, rs = fix & kind.isin(("allgather",)), fix & kind.isin(("reducescatter",))
     out[ag] = inn[ag] * gs[ag]
@@ -1339,8 +1354,8 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
             bad &= ~a2av_row
         checks.append((label, bad))
     mismatch_fields = _joined_labels(checks, ",")
-    metadata_mismatch = mismatch_fields != ""
-    stream_mismatch = _disagree(d["stream"].astype(np.int64), inst, n_inst)
+    metadata_mismatch = mismatch_fields.lookup(lambda u: u != "", False, bool)
+    stream_mismatch = _disagree(d["stream"].astype(np.int64, copy=False), inst, n_inst)
 
     # ---- clocks
     sync = implicit_sync & (participants > 1)
@@ -1385,47 +1400,53 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     prefixes = [""] * len(pg_key.uniques) if simplified else [f"{u}_" for u in pg_key.uniques.tolist()]
     for i, (p, ix) in enumerate(zip(inst_pg.tolist(), inst_ix.tolist())):
         inst_ids[i] = f"{prefixes[p]}{ix}"
-    collective_id = inst_ids[inst]
+    collective_id = _Text(inst, inst_ids)
 
-    # ---- rows in (instance, rank) order
+    # ---- rows in (instance, rank) order: one take per column (text columns
+    # as codes: the objects are looked up after the take, from a few values)
     order = np.lexsort((rank, instance))
     cols = {"instance": instance, "collective_id": collective_id, "index_in_group": index_in_group,
-            "pg": pg.objects(), "pg_key": pg_key.objects(), "match_method": METHODS[method], "match_key": mkey,
+            "pg": pg, "pg_key": pg_key, "match_key": mkey,
             "clock_offset_ns": applied_off, "ts_aligned_ns": ts_aligned, "dur_aligned_ns": d["dur"],
             "ts_ns": d["ts"], "dur_ns": d["dur"], "launch_ts_ns": d["launch_ts"], "launch_dur_ns": d["launch_dur"],
-            "category": category.objects(), "kind": kind.objects(), "implicit_sync": implicit_sync,
+            "category": category, "kind": kind, "implicit_sync": implicit_sync,
             "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
             "participants": participants, "metadata_mismatch": metadata_mismatch,
             "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
     for col in COLLECTIVE_COLUMNS:
-        if col not in cols and col not in ("in_bytes", "out_bytes", "flags"):  # those three come below
-            cols[col] = text[col].objects() if col in text else d[col]
+        if col not in cols and col not in ("match_method", "in_bytes", "out_bytes", "flags"):  # those come below
+            cols[col] = text.get(col, d[col])
     cols["no_ids"] = d["no_ids"]
-    cols = {col: v[order] for col, v in cols.items()}
+    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or _Text.take
+    method = method[order]
+    cols["match_method"] = _Text(method.astype(np.int64, copy=False), METHODS)
 
     # ---- flags and findings
-    method = method[order]
     cols["flags"] = _flags(cols, method, cname.missing()[order])
-    quality += _instance_findings(cols, method, text["pg_ranks"].take(order), pg_key.take(order), present)
+    quality += _instance_findings(cols, method, present)
     bpe = cols["bytes_per_elem"]
     for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
-        v = cols[src].astype(np.int64)
+        v = cols[src]
         ok = (v != NONE) & ~np.isnan(bpe)
         vals = np.zeros(n, dtype=np.int64)
-        vals[ok] = v[ok] * bpe[ok].astype(np.int64)
+        vals[ok] = v[ok] * bpe[ok].astype(np.int64, copy=False)
         cols[dst] = pd.arrays.IntegerArray(vals, ~ok)
+    # nullable integers (the arrays are this function's own: no copy needed)
     for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
                 "correlation", "external_id"):
-        v = cols[col].astype(np.int64)
-        cols[col] = pd.arrays.IntegerArray(v.copy(), v == NONE)
+        v = cols[col].astype(np.int64, copy=False)
+        cols[col] = pd.arrays.IntegerArray(v, v == NONE)
     for col in ("stream", "device"):
-        v = cols[col].astype(np.int64)
-        cols[col] = pd.arrays.IntegerArray(v.copy(), v == -1)
+        v = cols[col].astype(np.int64, copy=False)
+        cols[col] = pd.arrays.IntegerArray(v, v == -1)
     columns = {}
     for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
         v = cols[col]
-        columns[col] = pd.Series(v, dtype=object) if isinstance(v, np.ndarray) and v.dtype == object else v
-    out_df = pd.DataFrame(columns)
+        if isinstance(v, _Text):
+            v = v.objects()
+        columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
+    # copy=False: one block per column instead of copying them into 2-D blocks
+    out_df = pd.DataFrame(columns, copy=False)
     return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
             "align.quality": _quality_table(quality)}
 
@@ -1439,14 +1460,15 @@ def _flags(cols, method, name_missing):
     return _joined_labels(checks, ";")
 
 
-def _instance_findings(cols, method, pg_ranks, pg_key, present):
+def _instance_findings(cols, method, present):
     """Findings over the output rows (sorted by instance, then rank)."""
     out = []
+    pg_ranks, pg_key = cols["pg_ranks"], cols["pg_key"]
     inst = cols["instance"]
     firsts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])  # first row of each instance
     mm = firsts[cols["metadata_mismatch"][firsts]]
     if len(mm):
-        first_id, first_fields = cols["collective_id"][mm[0]], cols["mismatch_fields"][mm[0]]
+        first_id, first_fields = cols["collective_id"].at(mm[0]), cols["mismatch_fields"].at(mm[0])
         out.append(_finding("warning", "metadata_mismatch", f"{len(mm)} collective instance(s) whose participants "
                             f"disagree on metadata (first: {first_id}: {first_fields});"
                             " rows are flagged, not dropped", collective_id=first_id, count=len(mm)))
@@ -1468,10 +1490,10 @@ def _instance_findings(cols, method, pg_ranks, pg_key, present):
         ranks, truncated = coll.parse_rank_list(text)
         return len([r for r in ranks if r in present_set]) if ranks is not None and not truncated else np.nan
 
-    exp = pg_ranks.take(firsts).lookup(expected, np.nan).astype(np.float64)
+    exp = pg_ranks.take(firsts).lookup(expected, np.nan, np.float64)
     partial = firsts[~np.isnan(exp) & (cols["participants"][firsts] < np.nan_to_num(exp, nan=0.0))]
     if len(partial):
-        first = cols["collective_id"][partial[0]]
+        first = cols["collective_id"].at(partial[0])
         out.append(_finding("warning", "partial_instances", f"{len(partial)} collective instance(s) have fewer "
                             f"participants than their process group's ranks present in the input (first: {first})",
                             collective_id=first, count=len(partial)))
