@@ -56,11 +56,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-try:  # numpy >= 2: vectorised string building
-    from numpy.dtypes import StringDType
-except ImportError:  # pragma: no cover - numpy 1.x
-    StringDType = None
-
 from . import collectives as coll
 from ._native import COMM_DTYPE, NONE, NOSTR
 from .errors import StreamtraceError
@@ -760,17 +755,6 @@ def _rank_key(text, cache):
     return cache[text]
 
 
-def _signatures(df):
-    """Integer signature per row: collective name (or kernel token), dtype,
-    and sizes except for all_to_allv (whose sizes differ per rank)."""
-    name = df["collective_name"].where(df["collective_name"].notna(), "~" + df["kernel_kind"].fillna("?").astype(str))
-    a2av = (df["collective_name"].map(coll.CATEGORY) == "alltoallv").to_numpy(dtype=bool)
-    inn = np.where(a2av, -2, df["in_nelems"].to_numpy(dtype=np.int64))
-    out = np.where(a2av, -2, df["out_nelems"].to_numpy(dtype=np.int64))
-    key = pd.DataFrame({"n": name.astype(str), "d": df["dtype"].fillna("?").astype(str), "i": inn, "o": out})
-    return key.groupby(["n", "d", "i", "o"], sort=False).ngroup().to_numpy(dtype=np.int64)
-
-
 def _median(x):
     return float(np.median(x)) if len(x) else 0.0
 
@@ -1009,9 +993,249 @@ def _nodes(results, gpus_per_node):
     return None
 
 
+def _world_size(results):
+    sizes = [res.meta.get("world_size") for res in results if res.meta.get("world_size")]
+    return max(sizes) if sizes else (len(results) if results else None)
+
+
+#: fields that must agree across participants (A5.3; for all_to_allv A5.5 without stream)
+MISMATCH_FIELDS = (("pg", "Process Group Name"), ("pg_ranks", "Process Group Ranks"),
+                   ("collective_name", "Collective name"), ("group_size", "Group size"), ("dtype", "dtype"),
+                   ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"))
+
+
+class _Text:
+    """A text column as integer codes into its distinct values (code -1:
+    missing).  Maps, string building and comparisons run once per distinct
+    value; rows are handled as integers; text objects are built only for
+    the output (``objects``)."""
+
+    def __init__(self, codes, uniques):
+        self.codes = codes
+        self.uniques = uniques
+
+    @classmethod
+    def of(cls, values):
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        return cls(codes.astype(np.int64), np.asarray(uniques, dtype=object))
+
+    def missing(self):
+        return self.codes < 0
+
+    def table(self, fn, missing=None):
+        """``fn`` of every distinct value, plus ``missing`` last (so that code -1 picks it)."""
+        out = np.empty(len(self.uniques) + 1, dtype=object)
+        for i, u in enumerate(self.uniques.tolist()):
+            out[i] = fn(u)
+        out[-1] = missing
+        return out
+
+    def lookup(self, fn, missing=None, dtype=object):
+        """Per row: ``fn(value)``, ``missing`` where the value is missing (as ``dtype``)."""
+        return self.table(fn, missing).astype(dtype)[self.codes]
+
+    def take(self, idx):
+        return _Text(self.codes[idx], self.uniques)
+
+    def assign(self, mask, value):
+        """A copy with ``value`` in the rows of ``mask``."""
+        codes = self.codes.copy()
+        codes[mask] = len(self.uniques)
+        uniques = np.empty(len(self.uniques) + 1, dtype=object)
+        uniques[:-1] = self.uniques
+        uniques[-1] = value
+        return _Text(codes, uniques)
+
+    def at(self, i):
+        """The value of row ``i`` (None if missing)."""
+        c = self.codes[i]
+        return None if c < 0 else self.uniques[c]
+
+    def isin(self, values):
+        return self.lookup(lambda u: u in values, False, bool)
+
+    def objects(self):
+        """Per row: the value, None where missing (the output form of text columns)."""
+        return self.lookup(lambda u: u)
+
+    def recode(self, fn, missing=None):
+        """A _Text of ``fn(value)`` (``missing`` for missing rows; None stays missing);
+        values that become equal share a code."""
+        codes, uniques = pd.factorize(self.table(fn, missing), use_na_sentinel=True)
+        return _Text(codes.astype(np.int64)[self.codes], np.asarray(uniques, dtype=object))
+
+    def sort_rank(self):
+        """Per code: its value's position in sorted order (as a sort by the text would order rows)."""
+        out = np.empty(len(self.uniques), dtype=np.int64)
+        out[sorted(range(len(self.uniques)), key=lambda c: self.uniques[c])] = np.arange(len(self.uniques))
+        return out
+
+
+def _group_ids(*keys):
+    """Dense group ids of rows keyed by several integer arrays, numbered in
+    order of first appearance (as ``groupby(keys, sort=False).ngroup()``)."""
+    ids = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:
+        codes, uniques = pd.factorize(key)
+        ids = pd.factorize(ids * len(uniques) + codes)[0].astype(np.int64)  # both < n: no overflow
+    return ids
+
+
+def _dense_rank(primary, secondary):
+    """Per row: the rank of (primary, secondary) among the distinct pairs in
+    lexicographic order (as ``groupby([primary, secondary], sort=True).ngroup()``)."""
+    order = np.lexsort((secondary, primary))
+    p, s = primary[order], secondary[order]
+    new = np.r_[True, (p[1:] != p[:-1]) | (s[1:] != s[:-1])] if len(order) else np.empty(0, dtype=bool)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.cumsum(new) - 1
+    return out
+
+
+def _occurrence(ids):
+    """Per row: how many earlier rows have the same id (as ``groupby(...).cumcount()``)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    run_start = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    counts = np.diff(np.r_[run_start, len(ids)])
+    out = np.empty(len(ids), dtype=np.int64)
+    out[order] = np.arange(len(ids)) - np.repeat(run_start, counts)
+    return out
+
+
+def _joined_labels(checks, sep):
+    """Per row: the names of ``checks`` (name, mask) that hold, joined by
+    ``sep`` in check order ('' when none), as a _Text: the text is built
+    once per combination."""
+    n = len(checks[0][1]) if checks else 0
+    bits = np.zeros(n, dtype=np.int64)
+    for j, (_, mask) in enumerate(checks):
+        bits |= np.asarray(mask, dtype=bool).astype(np.int64) << j
+    codes, combos = pd.factorize(bits)
+    table = np.empty(len(combos), dtype=object)
+    for i, b in enumerate(combos.tolist()):
+        table[i] = sep.join(name for j, (name, _) in enumerate(checks) if b >> j & 1)
+    return _Text(codes.astype(np.int64), table)
+
+
+def _combined_rows(results):
+    """The collective rows of every rank as ``{column: numpy array}``, sorted
+    by rank, time and event, with ``rank`` and ``base_ns`` columns."""
+    parts = [res for res in results if len(res.rows)]
+    lengths = [len(res.rows) for res in parts]
+    d = {col: np.concatenate([res.rows[col].to_numpy() for res in parts]) for col in parts[0].rows.columns}
+    d["rank"] = np.repeat(np.array([res.rank for res in parts], dtype=np.int64), lengths)
+    d["base_ns"] = np.repeat(np.array([res.meta.get("base_ns") or 0 for res in parts], dtype=np.int64), lengths)
+    order = np.lexsort((d["event"], d["ts"], d["rank"]))
+    if (order != np.arange(len(order))).any():  # each rank's rows come sorted: usually nothing to do
+        d = {col: v[order] for col, v in d.items()}
+    return d
+
+
+def _process_groups(d, quality):
+    """(pg, pg_key, simplified): the group name of each row (its pg_name, else
+    "all" in simplified mode or "Unknown_Group"), and the matching key: the
+    name, tagged with the lowest rank when disjoint rank sets share it."""
+    name = _Text.of(d["pg_name"])
+    stream, rank = d["stream"], d["rank"]
+    rank_starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    one_stream = (np.minimum.reduceat(stream, rank_starts) == np.maximum.reduceat(stream, rank_starts)).all()
+    simplified = bool(name.missing().all() and one_stream)
+    pg = name.recode(str, "all" if simplified else "Unknown_Group")
+    cache = {}
+    rkey = _Text.of(d["pg_ranks"]).recode(lambda t: _rank_key(t, cache)[0], _rank_key(None, cache)[0])
+    nk = len(rkey.uniques)
+    rk = rkey.codes.copy()
+    # rows of a named group without a rank list join the group's only list
+    empty = [k for k, u in enumerate(rkey.uniques.tolist()) if u == ""]
+    if empty:
+        for p, ks in _lists_by_group(pg.codes, rk, nk).items():
+            others = [k for k in ks if k != empty[0]]
+            if empty[0] in ks and len(others) == 1:
+                rk[(pg.codes == p) & (rk == empty[0])] = others[0]
+    # one key per (name, rank list); a name with several rank lists is split
+    lists = _lists_by_group(pg.codes, rk, nk)
+    label = {}
+    for p in sorted(lists, key=lambda p: pg.uniques[p]):
+        name_p, ks = pg.uniques[p], lists[p]
+        if len(ks) == 1:
+            label[(p, ks[0])] = name_p
+            continue
+        for k in ks:
+            key = rkey.uniques[k]
+            ranks_k = [int(x) for x in key.split(",") if x.lstrip("-").isdigit()]
+            tag = f"@r{min(ranks_k)}" if ranks_k else f"@{key or '?'}"
+            label[(p, k)] = name_p + tag
+        quality.append(_finding("warning", "shared_pg_name", f"process group name {name_p!r} is used by "
+                                f"{len(ks)} disjoint rank sets; they are told apart by their rank lists "
+                                "(TraceLens merges them and aborts with 'Metadata mismatch')", pg=name_p))
+    pair_of_row = pg.codes * nk + rk
+    pairs = np.unique(pair_of_row)
+    labels = np.empty(len(pairs), dtype=object)
+    for i, pair in enumerate(pairs.tolist()):
+        labels[i] = label[divmod(pair, nk)]
+    pair_codes, uniques = pd.factorize(labels)  # equal labels share a code
+    pg_key = _Text(pair_codes.astype(np.int64)[np.searchsorted(pairs, pair_of_row)], np.asarray(uniques, dtype=object))
+    return pg, pg_key, simplified
+
+
+def _lists_by_group(pg, rk, nk):
+    """``{pg code: [rank-list codes]}`` of the (pg, rank list) pairs present."""
+    lists = {}
+    for pair in np.unique(pg * nk + rk).tolist():
+        p, k = divmod(pair, nk)
+        lists.setdefault(p, []).append(k)
+    return lists
+
+
+def _signatures(cname, kernel_kind, dtype, a2av, inn, out):
+    """Integer signature per row: collective name (or kernel token), dtype,
+    and sizes except for all_to_allv (whose sizes differ per rank).  Only
+    equality of signatures matters."""
+    texts = np.array([str(u) for u in cname.uniques.tolist()] + ["~" + str(u) for u in kernel_kind.uniques.tolist()]
+                     + ["~?"], dtype=object)
+    token = np.where(kernel_kind.codes >= 0, kernel_kind.codes, len(kernel_kind.uniques))
+    name_code = pd.factorize(texts)[0][np.where(cname.codes >= 0, cname.codes, len(cname.uniques) + token)]
+    dtype_code = dtype.recode(str, "?").codes
+    return _group_ids(name_code, dtype_code, np.where(a2av, -2, inn), np.where(a2av, -2, out))
+
+
+def _disagree(values, inst, n_inst):
+    """Per row: do the rows of its instance hold different ``values``
+    (integers: codes or numbers)?"""
+    lo = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n_inst, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, inst, values)
+    np.maximum.at(hi, inst, values)
+    return (lo != hi)[inst]
+
+
+def _seq_slots(g_rank, g_seq, key, quality):
+    """Slots of one process group whose rows all carry Seq: (slot, match keys)."""
+    occ = _occurrence(_group_ids(g_rank, g_seq))
+    slot = _dense_rank(g_seq, occ)
+    seq_values, seq_inv = np.unique(g_seq, return_inverse=True)
+    keys = np.array([f"seq={v}" for v in seq_values.tolist()], dtype=object)[seq_inv]
+    dup = np.flatnonzero(occ > 0)
+    if len(dup):
+        keys[dup] = [f"{k}#{o}" for k, o in zip(keys[dup], occ[dup].tolist())]
+    for r in np.unique(g_rank[dup]).tolist():
+        quality.append(_finding("warning", "duplicate_seq", f"rank {int(r)}: Seq values repeat in "
+                                f"process group {key}", rank=int(r), pg=key))
+    return slot, keys
+
+
+#: match_method values, by code
+METHODS = np.array(["seq", "ordinal", "aligned", "unmatched"], dtype=object)
+M_SEQ, M_ORDINAL, M_ALIGNED, M_UNMATCHED = 0, 1, 2, 3
+
+
 def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
     """Match the collective rows of every rank; return the ``align.*`` tables
-    (except ``align.options``) as ``{name: DataFrame}``."""
+    (except ``align.options``) as ``{name: DataFrame}``.
+
+    Rows are numpy arrays throughout; text columns are ``_Text`` codes, so
+    each step costs a few integer passes over the rows."""
     results = sorted(results, key=lambda r: r.rank)
     quality = []
     for res in results:
@@ -1019,17 +1243,10 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     present = [res.rank for res in results]
     quality += _rank_findings(results)
     ranks_table = _ranks_table(results)
-    parts = []
-    for res in results:
-        if len(res.rows):
-            df = res.rows.copy()
-            df.insert(0, "rank", res.rank)
-            df["base_ns"] = res.meta.get("base_ns") or 0
-            parts.append(df)
     G = _nodes(results, gpus_per_node)
     multi_node = G is not None and len({r // G for r in present}) > 1
     apply = bool(align_clocks) if align_clocks is not None else multi_node
-    if not parts:
+    if not any(len(res.rows) for res in results):
         quality.append(_finding("warning", "no_collectives",
                                 f"no collective kernels in {len(results)} rank(s): the report is empty"))
         clocks = pd.DataFrame({"rank": pd.Series(present, dtype="int64"),
@@ -1041,70 +1258,46 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                                "applied": np.full(len(present), apply), "method": ["none"] * len(present)})
         return {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
                 "align.clocks": clocks, "align.quality": _quality_table(quality)}
-    df = pd.concat(parts, ignore_index=True)
-    df = df.sort_values(["rank", "ts", "event"], kind="stable").reset_index(drop=True)
-    df["abs_ts"] = df["base_ns"].to_numpy(dtype=np.int64) + df["ts"].to_numpy(dtype=np.int64)
-    df["abs_end"] = df["abs_ts"] + df["dur"].to_numpy(dtype=np.int64)
+    d = _combined_rows(results)
+    n = len(d["rank"])
+    rank = d["rank"]
+    abs_ts = d["base_ns"] + d["ts"].astype(np.int64, copy=False)
+    abs_end = abs_ts + d["dur"].astype(np.int64, copy=False)
+    text = {col: _Text.of(v) for col, v in d.items() if v.dtype.kind not in "iufb"}
+    cname, dtype = text["collective_name"], text["dtype"]
 
     # ---- process groups
-    simplified = df["pg_name"].isna().all() and (df.groupby("rank")["stream"].nunique() <= 1).all()
-    pg = df["pg_name"].where(df["pg_name"].notna(), "all" if simplified else "Unknown_Group").astype(str)
-    cache = {}
-    codes, uniq = pd.factorize(df["pg_ranks"].astype(object).to_numpy(), use_na_sentinel=False)
-    ukeys = np.array([_rank_key(None if (t is None or t != t) else t, cache)[0] for t in uniq] + [""], dtype=object)
-    rkey = pd.Series(ukeys[codes], index=df.index, dtype=object)
-    # rows of a named group without a rank list join the group's only list
-    for name in pg[rkey == ""].unique():
-        lists = rkey[(pg == name) & (rkey != "")].unique()
-        if len(lists) == 1:
-            rkey[(pg == name) & (rkey == "")] = lists[0]
-    shared = rkey.groupby(pg).nunique()
-    label = pg.copy()
-    for name in shared[shared > 1].index:
-        for k in rkey[pg == name].unique():
-            ranks_k = [int(x) for x in k.split(",") if x.lstrip("-").isdigit()]
-            tag = f"@r{min(ranks_k)}" if ranks_k else f"@{k or '?'}"
-            label[(pg == name) & (rkey == k)] = name + tag
-        quality.append(_finding("warning", "shared_pg_name", f"process group name {name!r} is used by "
-                                f"{int(shared[name])} disjoint rank sets; they are told apart by their rank lists "
-                                "(TraceLens merges them and aborts with 'Metadata mismatch')", pg=name))
-    df["pg"] = pg
-    df["pg_key"] = label
-    sig = _signatures(df)
-    df["_sig"] = sig
+    pg, pg_key, simplified = _process_groups(d, quality)
+    category = cname.recode(coll.CATEGORY.get, coll.CATEGORY.get(None))
+    a2av = category.lookup(lambda u: u == "alltoallv", False, bool)
+    sig = _signatures(cname, text["kernel_kind"], dtype, a2av, d["in_nelems"].astype(np.int64, copy=False),
+                      d["out_nelems"].astype(np.int64, copy=False))
 
     # ---- slots within each process group
-    slot = np.full(len(df), -1, dtype=np.int64)
-    position = np.full(len(df), -1, dtype=np.int64)
-    method = np.empty(len(df), dtype=object)
-    mkey = np.empty(len(df), dtype=object)
-    seq = df["seq"].to_numpy(dtype=np.int64)
-    for key, idx in df.groupby("pg_key", sort=True).indices.items():
-        idx = np.sort(idx)
-        g_rank = df["rank"].to_numpy()[idx]
+    slot = np.full(n, -1, dtype=np.int64)
+    position = np.full(n, -1, dtype=np.int64)
+    method = np.full(n, M_ORDINAL, dtype=np.int8)
+    mkey = np.empty(n, dtype=object)
+    seq = d["seq"].astype(np.int64, copy=False)
+    by_key = np.argsort(pg_key.codes, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(pg_key.codes, minlength=len(pg_key.uniques)))]
+    for c in sorted(range(len(pg_key.uniques)), key=lambda c: pg_key.uniques[c]):
+        key = pg_key.uniques[c]
+        idx = by_key[bounds[c]:bounds[c + 1]]  # ascending: the argsort is stable
+        g_rank = rank[idx]
         if (seq[idx] != NONE).all():
-            occ = pd.DataFrame({"rank": g_rank, "seq": seq[idx]}).groupby(["rank", "seq"]).cumcount().to_numpy()
-            pairs = pd.DataFrame({"s": seq[idx], "o": occ})
-            codes = pairs.groupby(["s", "o"], sort=True).ngroup().to_numpy()
-            slot[idx] = codes
-            position[idx] = codes
-            method[idx] = "seq"
-            keys = _prefixed("seq=", seq[idx])
-            dup = np.flatnonzero(occ > 0)
-            keys[dup] = [f"{k}#{o}" for k, o in zip(keys[dup], occ[dup])]
+            s, keys = _seq_slots(g_rank, seq[idx], key, quality)
+            slot[idx] = s
+            position[idx] = s
+            method[idx] = M_SEQ
             mkey[idx] = keys
-            for r in np.unique(g_rank):
-                rr = idx[g_rank == r]
-                s_r = seq[rr]
-                if len(np.unique(s_r)) != len(s_r):
-                    quality.append(_finding("warning", "duplicate_seq", f"rank {int(r)}: Seq values repeat in "
-                                            f"process group {key}", rank=int(r), pg=key))
             continue
-        s, pos_of_slot, info, ref = _match_ordinal(g_rank, sig[idx], df["abs_end"].to_numpy()[idx], tolerance_ns)
+        s, pos_of_slot, info, ref = _match_ordinal(g_rank, sig[idx], abs_end[idx], tolerance_ns)
         slot[idx] = s
         position[idx] = pos_of_slot[s]
-        meth = np.array([info[int(r)][0] for r in g_rank], dtype=object)
-        method[idx] = meth
+        ranks_g, inv = np.unique(g_rank, return_inverse=True)
+        method[idx] = np.array([M_ALIGNED if info[r][0] == "aligned" else M_ORDINAL for r in ranks_g.tolist()],
+                               dtype=np.int8)[inv]
         for r, (how, unmatched) in info.items():
             if how == "aligned":
                 quality.append(_finding("info", "sequence_aligned", f"rank {r}: its collectives in process group {key} "
@@ -1112,62 +1305,70 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                                         "starts or ends at another collective, or one is missing); aligned by "
                                         f"signature and end time, {unmatched} without a counterpart",
                                         rank=r, pg=key, count=unmatched))
-    df["_slot"] = slot
-    df["index_in_group"] = position
-    # ordinal index per pg: compact the positions to 0..n-1
-    df["index_in_group"] = df.groupby("pg_key")["index_in_group"].rank(method="dense").astype(np.int64) - 1
-    df["match_method"] = method
-    is_seq = df["match_method"] == "seq"
-    ordinal = _prefixed("ordinal=", df["index_in_group"].to_numpy())
-    df["match_key"] = np.where(is_seq.to_numpy(), mkey, ordinal)
-    inst_codes = df.groupby(["pg_key", "_slot"], sort=False).ngroup().to_numpy()
-    df["_inst"] = inst_codes
-    participants = np.bincount(inst_codes)[inst_codes]
-    df["participants"] = participants
-    single = (participants == 1) & (df["match_method"] != "seq")
-    df.loc[single & (df.groupby("pg_key")["rank"].transform("nunique") > 1), "match_method"] = "unmatched"
+    # ordinal index per pg: the positions compacted to 0..n-1
+    dense = _dense_rank(pg_key.codes, position)
+    group_first = np.full(len(pg_key.uniques), np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(group_first, pg_key.codes, dense)
+    index_in_group = dense - group_first[pg_key.codes]
+    is_seq = method == M_SEQ
+    if not is_seq.all():
+        ix_values, ix_inv = np.unique(index_in_group[~is_seq], return_inverse=True)
+        mkey[~is_seq] = np.array([f"ordinal={v}" for v in ix_values.tolist()], dtype=object)[ix_inv]
+    inst = _group_ids(pg_key.codes, slot)
+    n_inst = int(inst.max()) + 1
+    participants = np.bincount(inst)[inst]
+    # a row alone in its instance, in a group that other ranks take part in
+    pairs = _group_ids(pg_key.codes, rank)
+    _, first_of_pair = np.unique(pairs, return_index=True)
+    ranks_per_group = np.bincount(pg_key.codes[first_of_pair], minlength=len(pg_key.uniques))
+    single = (participants == 1) & ~is_seq
+    method[single & (ranks_per_group[pg_key.codes] > 1)] = M_UNMATCHED
 
     # ---- names, categories, sizes
-    names = df["collective_name"].to_numpy(dtype=object)
-    df["category"] = pd.Series([coll.CATEGORY.get(x) for x in names], dtype=object, index=df.index)
-    df["kind"] = pd.Series([coll.KIND.get(x) for x in names], dtype=object, index=df.index)
-    df["implicit_sync"] = df["category"].isin(coll.IMPLICIT_SYNC)
-    df["bytes_per_elem"] = df["dtype"].map(coll.DTYPE_BYTES).astype(np.float64)
+    kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
+    implicit_sync = category.isin(coll.IMPLICIT_SYNC)
+    bytes_per_elem = dtype.lookup(lambda u: float(coll.DTYPE_BYTES[u]) if u in coll.DTYPE_BYTES else np.nan,
+                                  np.nan, np.float64)
     # group size from the instance when no arg or pg_config gives it
     world = _world_size(results)
-    gs = df["group_size"].to_numpy(dtype=np.int64).copy()
-    gsrc = df["group_size_source"].to_numpy(dtype=object).copy()
-    infer = (gs == NONE) & (df["pg"].isin(["Unknown_Group", "all"]).to_numpy())
+    gs = d["group_size"].astype(np.int64, copy=False).copy()
+    gsrc = text["group_size_source"]
+    infer = (gs == NONE) & pg.isin(("Unknown_Group", "all"))
     if infer.any() and world:
         full = infer & (participants == world)
         gs[full] = world
-        gsrc[full] = "world_size"
-    df["group_size"] = gs
-    df["group_size_source"] = gsrc
+        gsrc = gsrc.assign(full, "world_size")
     # output sizes of all-gather / reduce-scatter that needed the group size
-    inn, out = df["in_nelems"].to_numpy(dtype=np.int64), df["out_nelems"].to_numpy(dtype=np.int64).copy()
-    kinds = df["collective_name"].map(coll.KIND).to_numpy(dtype=object)
+    inn, out = d["in_nelems"].astype(np.int64, copy=False), d["out_nelems"].astype(np.int64, copy=False).copy()
     fix = (out == NONE) & (inn != NONE) & (gs != NONE) & (gs > 0)
-    ag, rs = fix & (kinds == "allgather"), fix & (kinds == "reducescatter")
+    ag, rs = fix & kind.isin(("allgather",)), fix & kind.isin(("reducescatter",))
     out[ag] = inn[ag] * gs[ag]
     out[rs] = inn[rs] // np.maximum(gs[rs], 1)
-    df["out_nelems"] = out
 
     # ---- checks per instance
-    mism = _mismatch(df)
-    df["mismatch_fields"] = mism
-    df["metadata_mismatch"] = mism != ""
-    df["stream_mismatch"] = _disagree(df["stream"].to_numpy(), inst_codes)
+    a2av_inst = np.zeros(n_inst, dtype=bool)
+    a2av_inst[inst[a2av]] = True
+    a2av_row = a2av_inst[inst]
+    values = {"pg": pg.codes, "pg_ranks": text["pg_ranks"].codes, "collective_name": cname.codes, "group_size": gs,
+              "dtype": dtype.codes, "in_nelems": inn, "out_nelems": out}
+    checks = []
+    for col, label in MISMATCH_FIELDS:
+        bad = _disagree(values[col], inst, n_inst)
+        if col in ("in_nelems", "out_nelems"):
+            bad &= ~a2av_row
+        checks.append((label, bad))
+    mismatch_fields = _joined_labels(checks, ",")
+    metadata_mismatch = mismatch_fields.lookup(lambda u: u != "", False, bool)
+    stream_mismatch = _disagree(d["stream"].astype(np.int64, copy=False), inst, n_inst)
 
     # ---- clocks
-    sync = df["implicit_sync"].to_numpy() & (participants > 1)
+    sync = implicit_sync & (participants > 1)
     if not sync.any():
         sync = participants > 1
         clock_method = "all_collectives"
     else:
         clock_method = "implicit_sync_ends"
-    est = estimate_clock_offsets(df["_inst"].to_numpy()[sync], df["rank"].to_numpy()[sync],
-                                 df["abs_end"].to_numpy()[sync])
+    est = estimate_clock_offsets(inst[sync], rank[sync], abs_end[sync])
     clock_rows = []
     for r in present:
         e = est.get(r)
@@ -1180,127 +1381,126 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     clocks = clocks.astype({"rank": "int64", "offset_ns": "int64", "collectives": "int64", "reference_rank": "int64",
                             "applied": bool, "residual_ns": "float64", "max_residual_ns": "float64"})
     quality += _clock_findings(clocks, apply, multi_node, G)
-    offs = dict(zip(clocks["rank"], clocks["offset_ns"]))
-    applied_off = df["rank"].map(offs).to_numpy(dtype=np.int64) if apply else np.zeros(len(df), dtype=np.int64)
-    df["clock_offset_ns"] = applied_off
-    df["ts_aligned_ns"] = df["abs_ts"].to_numpy(dtype=np.int64) - applied_off
-    df["dur_aligned_ns"] = df["dur"].to_numpy(dtype=np.int64)
-
-    # ---- instance order, ids, collective_id
-    ts_al = df["ts_aligned_ns"].to_numpy(dtype=np.int64)
-    first_ts = np.full(inst_codes.max() + 1, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_ts, inst_codes, ts_al)
-    inst_time = first_ts[inst_codes]
-    order_df = pd.DataFrame({"t": inst_time, "pg": df["pg_key"], "ix": df["index_in_group"], "i": df["_inst"]})
-    firsts = order_df.drop_duplicates("i").sort_values(["t", "pg", "ix"], kind="stable")
-    new_id = np.empty(len(firsts), dtype=np.int64)
-    new_id[firsts["i"].to_numpy()] = np.arange(len(firsts))
-    df["instance"] = new_id[df["_inst"].to_numpy()]
-    if simplified:
-        df["collective_id"] = _prefixed("", df["index_in_group"].to_numpy())
+    if apply:
+        offs = dict(zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist()))
+        ranks_u, rank_inv = np.unique(rank, return_inverse=True)
+        applied_off = np.array([offs[r] for r in ranks_u.tolist()], dtype=np.int64)[rank_inv]
     else:
-        df["collective_id"] = _prefixed(df["pg_key"].to_numpy(dtype=object) + "_", df["index_in_group"].to_numpy())
-    df = df.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
+        applied_off = np.zeros(n, dtype=np.int64)
+    ts_aligned = abs_ts - applied_off
+
+    # ---- instance order (by first start, process group, index), ids, collective_id
+    first_ts = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_ts, inst, ts_aligned)
+    inst_pg = np.empty(n_inst, dtype=np.int64)
+    inst_pg[inst] = pg_key.codes
+    inst_ix = np.empty(n_inst, dtype=np.int64)
+    inst_ix[inst] = index_in_group
+    by_time = np.lexsort((inst_ix, pg_key.sort_rank()[inst_pg], first_ts))
+    new_id = np.empty(n_inst, dtype=np.int64)
+    new_id[by_time] = np.arange(n_inst)
+    instance = new_id[inst]
+    inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code
+    prefixes = [""] * len(pg_key.uniques) if simplified else [f"{u}_" for u in pg_key.uniques.tolist()]
+    for i, (p, ix) in enumerate(zip(inst_pg.tolist(), inst_ix.tolist())):
+        inst_ids[i] = f"{prefixes[p]}{ix}"
+    collective_id = _Text(inst, inst_ids)
+
+    # ---- rows in (instance, rank) order: one take per column (text columns
+    # as codes: the objects are looked up after the take, from a few values)
+    order = np.lexsort((rank, instance))
+    cols = {"instance": instance, "collective_id": collective_id, "index_in_group": index_in_group,
+            "pg": pg, "pg_key": pg_key, "match_key": mkey,
+            "clock_offset_ns": applied_off, "ts_aligned_ns": ts_aligned, "dur_aligned_ns": d["dur"],
+            "ts_ns": d["ts"], "dur_ns": d["dur"], "launch_ts_ns": d["launch_ts"], "launch_dur_ns": d["launch_dur"],
+            "category": category, "kind": kind, "implicit_sync": implicit_sync,
+            "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
+            "participants": participants, "metadata_mismatch": metadata_mismatch,
+            "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
+    for col in COLLECTIVE_COLUMNS:
+        if col not in cols and col not in ("match_method", "in_bytes", "out_bytes", "flags"):  # those come below
+            cols[col] = text.get(col, d[col])
+    cols["no_ids"] = d["no_ids"]
+    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or _Text.take
+    method = method[order]
+    cols["match_method"] = _Text(method.astype(np.int64, copy=False), METHODS)
 
     # ---- flags and findings
-    df["flags"] = _flags(df)
-    quality += _instance_findings(df, present, results)
-    for a, b in (("ts", "ts_ns"), ("dur", "dur_ns"), ("launch_ts", "launch_ts_ns"), ("launch_dur", "launch_dur_ns")):
-        df[b] = df.pop(a)
-    bpe = df["bytes_per_elem"].to_numpy()
+    cols["flags"] = _flags(cols, method, cname.missing()[order])
+    quality += _instance_findings(cols, method, present)
+    bpe = cols["bytes_per_elem"]
     for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
-        v = df[src].to_numpy(dtype=np.int64)
+        v = cols[src]
         ok = (v != NONE) & ~np.isnan(bpe)
-        vals = np.zeros(len(df), dtype=np.int64)
-        vals[ok] = v[ok] * bpe[ok].astype(np.int64)
-        df[dst] = pd.arrays.IntegerArray(vals, ~ok)
+        vals = np.zeros(n, dtype=np.int64)
+        vals[ok] = v[ok] * bpe[ok].astype(np.int64, copy=False)
+        cols[dst] = pd.arrays.IntegerArray(vals, ~ok)
+    # nullable integers (the arrays are this function's own: no copy needed)
     for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
                 "correlation", "external_id"):
-        v = df[col].to_numpy(dtype=np.int64)
-        df[col] = pd.arrays.IntegerArray(v.copy(), v == NONE)
+        v = cols[col].astype(np.int64, copy=False)
+        cols[col] = pd.arrays.IntegerArray(v, v == NONE)
     for col in ("stream", "device"):
-        v = df[col].to_numpy(dtype=np.int64)
-        df[col] = pd.arrays.IntegerArray(v.copy(), v == -1)
+        v = cols[col].astype(np.int64, copy=False)
+        cols[col] = pd.arrays.IntegerArray(v, v == -1)
     columns = {}
     for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
-        series = df[col]
-        if series.dtype.kind not in "iufb" and not isinstance(series.dtype, pd.Int64Dtype):
-            values = series.to_numpy(dtype=object)
-            missing = pd.isna(values)
-            if missing.any():
-                values = values.copy()
-                values[missing] = None
-            series = pd.Series(values, dtype=object, index=df.index)
-        columns[col] = series
-    del df
-    out = pd.DataFrame(columns)
-    return {"align.ranks": ranks_table, "align.collectives": out, "align.clocks": clocks,
+        v = cols[col]
+        if isinstance(v, _Text):
+            v = v.objects()
+        columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
+    # copy=False: one block per column instead of copying them into 2-D blocks
+    out_df = pd.DataFrame(columns, copy=False)
+    return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
             "align.quality": _quality_table(quality)}
 
 
-def _prefixed(prefix, values):
-    """Object array of ``prefix + str(value)``; ``prefix`` is one str or one per value."""
-    values = np.asarray(values)
-    if StringDType is not None:
-        if not isinstance(prefix, str):
-            prefix = np.asarray(prefix, dtype=object).astype(StringDType())
-        return np.strings.add(prefix, values.astype(StringDType())).astype(object)
-    prefixes = [prefix] * len(values) if isinstance(prefix, str) else list(prefix)
-    return np.array([f"{p}{v}" for p, v in zip(prefixes, values.tolist())], dtype=object)
+def _flags(cols, method, name_missing):
+    checks = (("no_launch", cols["launch_event"] < 0), ("no_cpu_op", cols["cpu_op_event"] < 0),
+              ("no_ids", cols["no_ids"]), ("unmatched", method == M_UNMATCHED), ("aligned", method == M_ALIGNED),
+              ("metadata_mismatch", cols["metadata_mismatch"]), ("stream_mismatch", cols["stream_mismatch"]),
+              ("size_unknown", (cols["in_nelems"].astype(np.int64) == NONE) | np.isnan(cols["bytes_per_elem"])),
+              ("kind_unknown", name_missing))
+    return _joined_labels(checks, ";")
 
 
-def _world_size(results):
-    sizes = [res.meta.get("world_size") for res in results if res.meta.get("world_size")]
-    return max(sizes) if sizes else (len(results) if results else None)
+def _instance_findings(cols, method, present):
+    """Findings over the output rows (sorted by instance, then rank)."""
+    out = []
+    pg_ranks, pg_key = cols["pg_ranks"], cols["pg_key"]
+    inst = cols["instance"]
+    firsts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])  # first row of each instance
+    mm = firsts[cols["metadata_mismatch"][firsts]]
+    if len(mm):
+        first_id, first_fields = cols["collective_id"].at(mm[0]), cols["mismatch_fields"].at(mm[0])
+        out.append(_finding("warning", "metadata_mismatch", f"{len(mm)} collective instance(s) whose participants "
+                            f"disagree on metadata (first: {first_id}: {first_fields});"
+                            " rows are flagged, not dropped", collective_id=first_id, count=len(mm)))
+    um = np.flatnonzero(method == M_UNMATCHED)
+    if len(um):  # per (rank, process group), in that order
+        r, k = cols["rank"][um], pg_key.sort_rank()[pg_key.codes[um]]
+        o = np.lexsort((k, r))
+        r, c = r[o], pg_key.codes[um][o]
+        starts = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1])])
+        counts = np.diff(np.r_[starts, len(r)])
+        for rr, cc, count in zip(r[starts].tolist(), c[starts].tolist(), counts.tolist()):
+            key = pg_key.uniques[cc]
+            out.append(_finding("warning", "unmatched", f"rank {rr}: {count} collective(s) of process group {key} "
+                                "have no counterpart on any other rank", rank=rr, pg=key, count=count))
+    # participants against the process group's rank list
+    present_set = set(present)
 
+    def expected(text):
+        ranks, truncated = coll.parse_rank_list(text)
+        return len([r for r in ranks if r in present_set]) if ranks is not None and not truncated else np.nan
 
-#: fields that must agree across participants (A5.3; for all_to_allv A5.5 without stream)
-MISMATCH_FIELDS = (("pg", "Process Group Name"), ("pg_ranks", "Process Group Ranks"),
-                   ("collective_name", "Collective name"), ("group_size", "Group size"), ("dtype", "dtype"),
-                   ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"))
-
-
-def _disagree(values, inst):
-    """Per row: do the rows of its instance (``inst``: codes 0..n-1) hold
-    different values?  (None/NaN count as a value.)"""
-    codes, _ = pd.factorize(np.asarray(values, dtype=object) if np.asarray(values).dtype == object else values,
-                            use_na_sentinel=False)
-    n = int(inst.max()) + 1 if len(inst) else 0
-    lo = np.full(n, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(n, -1, dtype=np.int64)
-    np.minimum.at(lo, inst, codes)
-    np.maximum.at(hi, inst, codes)
-    return (lo != hi)[inst]
-
-
-def _mismatch(df):
-    inst = df["_inst"].to_numpy()
-    a2av = (df["collective_name"].map(coll.CATEGORY) == "alltoallv").to_numpy()
-    a2av_inst = np.zeros(int(inst.max()) + 1 if len(inst) else 0, dtype=bool)
-    a2av_inst[inst[a2av]] = True
-    a2av_inst = a2av_inst[inst]
-    labels = np.full(len(df), "", dtype=object)
-    for col, label in MISMATCH_FIELDS:
-        bad = _disagree(df[col].to_numpy(), inst)
-        if col in ("in_nelems", "out_nelems"):
-            bad &= ~a2av_inst
-        if bad.any():
-            labels[bad] = np.where(labels[bad] == "", label, labels[bad] + "," + label)
-    return labels
-
-
-def _flags(df):
-    checks = (("no_launch", df["launch_event"] < 0), ("no_cpu_op", df["cpu_op_event"] < 0),
-              ("no_ids", df["no_ids"]), ("unmatched", df["match_method"] == "unmatched"),
-              ("aligned", df["match_method"] == "aligned"),
-              ("metadata_mismatch", df["metadata_mismatch"]), ("stream_mismatch", df["stream_mismatch"]),
-              ("size_unknown", (df["in_nelems"].to_numpy(dtype=np.int64) == NONE) | df["bytes_per_elem"].isna()),
-              ("kind_unknown", df["collective_name"].isna()))
-    out = np.full(len(df), "", dtype=object)
-    for name, mask in checks:
-        m = np.asarray(mask, dtype=bool)
-        if m.any():
-            out[m] = np.where(out[m] == "", name, out[m] + ";" + name)
+    exp = pg_ranks.take(firsts).lookup(expected, np.nan, np.float64)
+    partial = firsts[~np.isnan(exp) & (cols["participants"][firsts] < np.nan_to_num(exp, nan=0.0))]
+    if len(partial):
+        first = cols["collective_id"].at(partial[0])
+        out.append(_finding("warning", "partial_instances", f"{len(partial)} collective instance(s) have fewer "
+                            f"participants than their process group's ranks present in the input (first: {first})",
+                            collective_id=first, count=len(partial)))
     return out
 
 
@@ -1349,37 +1549,6 @@ def _clock_findings(clocks, applied, multi_node, G):
         out.append(_finding("info", "clocks_aligned", "per-rank clock offsets (clock_alignment sheet) were applied "
                             "before computing skews and waits" + (" (ranks span more than one node)" if multi_node
                                                                   else "")))
-    return out
-
-
-def _instance_findings(df, present, results):
-    out = []
-    inst = df.drop_duplicates("instance")
-    mm = inst[inst["metadata_mismatch"]]
-    if len(mm):
-        out.append(_finding("warning", "metadata_mismatch", f"{len(mm)} collective instance(s) whose participants "
-                            f"disagree on metadata (first: {mm['collective_id'].iloc[0]}: {mm['mismatch_fields'].iloc[0]});"
-                            " rows are flagged, not dropped", collective_id=mm["collective_id"].iloc[0],
-                            count=len(mm)))
-    um = df[df["match_method"] == "unmatched"]
-    if len(um):
-        for (r, key), g in um.groupby(["rank", "pg_key"]):
-            out.append(_finding("warning", "unmatched", f"rank {r}: {len(g)} collective(s) of process group {key} "
-                                "have no counterpart on any other rank", rank=int(r), pg=key, count=len(g)))
-    # participants against the process group's rank list
-    present_set = set(present)
-    expected = {}
-    for text in inst["pg_ranks"].dropna().unique():
-        ranks, truncated = coll.parse_rank_list(text)
-        if ranks is not None and not truncated:
-            expected[text] = len([r for r in ranks if r in present_set])
-    exp = inst["pg_ranks"].map(expected)
-    partial = inst[exp.notna() & (inst["participants"] < exp.fillna(0))]
-    if len(partial):
-        first = partial["collective_id"].iloc[0]
-        out.append(_finding("warning", "partial_instances", f"{len(partial)} collective instance(s) have fewer "
-                            f"participants than their process group's ranks present in the input (first: {first})",
-                            collective_id=first, count=len(partial)))
     return out
 
 

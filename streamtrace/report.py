@@ -455,7 +455,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     with np.errstate(divide="ignore", invalid="ignore"):
         algo = np.where(lat > 0, (full / 1024) / (lat / 1e6), np.nan)
     gsize = out["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    factor = np.array(_cached(_factor, catv.tolist(), gsize.tolist()), dtype=np.float64)
+    factor = np.array(_cached(_factor, catv, gsize), dtype=np.float64)
     # waits, per row
     rowpos = st["pos"]
     waits_ns = st["max_s"][rowpos] - ns["s"]
@@ -493,7 +493,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
         "metadata_mismatch": mism[sel] != "",
         "mismatch_fields": np.where(mism[sel] != "", mism[sel], None),
         "instance": st["ids"][sel],
-        "flags": _instance_flags(_flag_array(long), starts, st["count"])[sel],
+        "flags": _flags_by_instance(long, st)[sel],
     }
     result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(extra)], axis=1)
     return result, rows
@@ -518,6 +518,13 @@ def _instance_flags(flags, starts, counts):
 
 def _flag_array(long):
     return long["flags"].astype(object).fillna("").to_numpy(dtype=object)
+
+
+def _flags_by_instance(long, st):
+    """``_instance_flags`` of every instance, computed once per report (kept in ``st``)."""
+    if "flags" not in st:
+        st["flags"] = _instance_flags(_flag_array(long), st["starts"], st["count"])
+    return st["flags"]
 
 
 def _first_agg(series):
@@ -557,11 +564,12 @@ def _summary_implicit(implicit, aggs):
 
 
 def _summary_long(long, nodes):
-    d = long[SUMMARY_LONG_KEYS + ["In msg size (MB)", "Out msg size (MB)", "dur"]].dropna(subset=SUMMARY_LONG_KEYS)
-    if not len(d):
+    # rows with a missing key are in no group (dropna=True): no separate dropna pass
+    d = long[SUMMARY_LONG_KEYS + ["In msg size (MB)", "Out msg size (MB)", "dur"]]
+    g = d.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)
+    if not len(d) or not g.ngroups:
         res = pd.DataFrame({c: [] for c in SUMMARY_LONG_KEYS + SUMMARY_LONG_METRICS})
     else:
-        g = d.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)
         res = g.agg(**{
             "In msg size (MB)_first": ("In msg size (MB)", "first"),
             "Out msg size (MB)_first": ("Out msg size (MB)", "first"),
@@ -700,7 +708,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     result["metadata_mismatch"] = ~np.isin(mism[sel], ["", "stream"])
     result["stream_mismatch"] = ns["stream_mismatch"][starts][sel]
     result["instance"] = st["ids"][sel]
-    result["flags"] = _instance_flags(_flag_array(long), starts, st["count"])[sel]
+    result["flags"] = _flags_by_instance(long, st)[sel]
     order = np.lexsort((np.arange(n), np.nan_to_num(-result["total data communicated (MB)"].to_numpy(dtype=np.float64),
                                                     nan=np.inf)))
     return result.iloc[order].reset_index(drop=True)
@@ -731,8 +739,8 @@ def _offrank_mb(rows, ranks):
         return math.nan
 
     # once per distinct row: the split lists repeat from step to step
-    return np.array(_cached(one, rows["In split size"].tolist(), rows["Process Group Ranks"].tolist(),
-                            np.asarray(ranks).tolist(), in_mb.tolist(), in_n.tolist(), gsz.tolist()),
+    return np.array(_cached(one, rows["In split size"].to_numpy(dtype=object),
+                            rows["Process Group Ranks"].to_numpy(dtype=object), np.asarray(ranks), in_mb, in_n, gsz),
                     dtype=np.float64)
 
 
@@ -873,7 +881,7 @@ def _by_size(long, ns, st):
     nbytes = np.where(cat == "allgather", out_b[starts], np.where(a2av, max_in, in_b[starts]))
     lat = st["min_dur"] / 1000.0
     gsize = first["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
-    factor = np.array(_cached(_factor, kind.tolist(), gsize.tolist()), dtype=np.float64)
+    factor = np.array(_cached(_factor, kind, gsize), dtype=np.float64)
     bus_bytes = nbytes * factor
     if a2av.any():
         rows = a2av[pos]
@@ -885,7 +893,7 @@ def _by_size(long, ns, st):
     df = pd.DataFrame({
         "Collective name": first["Collective name"].astype(object).where(first["Collective name"].notna(), "Unknown"),
         "Process Group Name": first["Process Group Name"].astype(object),
-        "size_bucket": _cached(lambda b: coll.size_bucket(None if math.isnan(b) else b), nbytes.tolist()),
+        "size_bucket": _cached(lambda b: coll.size_bucket(None if math.isnan(b) else b), nbytes),
         "bytes": nbytes, "lat": lat, "bw": bw, "bus_bytes": bus_bytes,
     })
     g = df.groupby(["Collective name", "Process Group Name", "size_bucket"], sort=False)
@@ -905,16 +913,19 @@ def _by_size(long, ns, st):
 
 
 def _cached(fn, *columns):
-    """``[fn(*values) for values in zip(*columns)]``, calling ``fn`` once per
-    distinct tuple (a handful of kinds, group sizes and sizes per report)."""
-    cache = {}
-    out = []
-    for key in zip(*columns):
-        v = cache.get(key, cache)
-        if v is cache:
-            v = cache[key] = fn(*key)
-        out.append(v)
-    return out
+    """``[fn(*values) for values in zip(*columns)]`` for numpy ``columns``,
+    calling ``fn`` once per distinct tuple (a handful of kinds, group sizes
+    and sizes per report), with the Python values of its first row.  Missing
+    values (None, NaN) count as one value: every ``fn`` here treats them alike."""
+    ids = np.zeros(len(columns[0]), dtype=np.int64)
+    for col in columns:  # dense ids of the tuples: each column's codes combined in turn
+        codes, uniques = pd.factorize(col, use_na_sentinel=False)
+        ids = pd.factorize(ids * len(uniques) + codes)[0]  # both < rows: no overflow
+    _, first = np.unique(ids, return_index=True)
+    results = np.empty(len(first), dtype=object)
+    for i, values in enumerate(zip(*[np.asarray(col)[first].tolist() for col in columns])):
+        results[i] = fn(*values)
+    return results[ids].tolist()
 
 
 def _factor(kind, n):
