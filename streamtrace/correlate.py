@@ -481,8 +481,9 @@ class Inputs:
         # aligned clock: raw + base + offset (offsets from align; 0 when absent)
         for r, tl in timelines.items():
             tl.shift = tl.base_ns + int(offsets.get(r, 0))
-            tl.gpu["start"] = tl.gpu["start"] + tl.shift
-            tl.gpu["end"] = tl.gpu["end"] + tl.shift
+            # in place: a fresh copy of every rank's columns costs more than the add
+            tl.gpu["start"] += tl.shift
+            tl.gpu["end"] += tl.shift
             tl.steps = (tl.steps[0], tl.steps[1] + tl.shift, tl.steps[2] + tl.shift)
         self._classify()
         self.compute = _Compute(timelines)
@@ -706,20 +707,18 @@ def _ops_meeting(parts, tids, lo, hi):
     every op of any window's selection is among them, in the same relative
     order.  One pass over the rank's per-frame parts."""
     w_start, w_end = _union(lo, hi)
-    wanted = np.unique(tids)
     picked = []
     for start, end, t, name in parts:
-        # windows first (few ops meet one), then the thread
+        # windows only (few ops meet one); the threads are picked once, below
         j = np.searchsorted(w_end, start, side="right")    # the first window ending after the op starts
         m = np.flatnonzero((j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < end))
-        m = m[np.isin(t[m], wanted)]
         if len(m):
             picked.append((start[m], end[m], t[m], name[m]))
     if not picked:
         return {}
     s, e, t, n = (np.concatenate(c) for c in zip(*picked))
     out = {}
-    for tid in np.unique(t).tolist():
+    for tid in np.intersect1d(t, tids).tolist():
         on = np.flatnonzero(t == tid)
         order = on[np.argsort(s[on], kind="stable")]
         out[tid] = (s[order], e[order], n[order])
