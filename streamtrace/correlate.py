@@ -99,6 +99,20 @@ class Timeline:
         device = gpu.pop("device")
         self.device = _mode(device[device >= 0])   # the rank's GPU
 
+    def shift_by(self, ns):
+        """Move every time this timeline holds (but the CPU ops, read in raw
+        ns) by ns, in place: a fresh copy of each column costs more than the add."""
+        self.shift += ns
+        g = self.gpu
+        g["start"] += ns
+        g["end"] += ns
+        self.steps = (self.steps[0], self.steps[1] + ns, self.steps[2] + ns)
+        self.compute_start += ns
+        self.compute_end += ns
+        for u in self.unions.values():
+            u[0][:] += ns
+            u[1][:] += ns
+
     @property
     def base_ns(self):
         return int(self.meta.get("trace", {}).get("baseTimeNanoseconds") or 0)
@@ -229,6 +243,9 @@ class _Collector:
         tl = Timeline(self.rank, self.meta, names, cols, by_event, cpu_parts, steps)
         tl.lkeys = keys[first]
         tl.nccl_name = (self._name.take(cols["name"], mode="clip") & S_NCCL) != 0
+        # here, overlapped with the next rank's extraction; Inputs redoes it
+        # only when align links an event this left out
+        _classify(tl, np.zeros(0, dtype=np.int64))
         return tl
 
 
@@ -428,19 +445,19 @@ class _Compute:
     def __init__(self, timelines):
         self.timelines = timelines
         self.offset, self.max_dur = {}, {}
-        parts = {c: [] for c in ("start", "end", "ident", "key")}
         self.texts, self.triples = [], []        # by ident / by key
         text_code, triple_code = {}, {}
+        n = sum(len(tl.compute_rows) for tl in timelines.values())
+        # each rank's block written in place: no per-rank copies to concatenate
+        for c in ("start", "end", "ident", "key"):
+            setattr(self, c, np.empty(n, dtype=np.int64))
         pos = 0
         for r, tl in timelines.items():
-            g, rows = tl.gpu, tl.compute_rows
-            # the rank's identities in order of first appearance among its compute kernels
-            local, first = _native.factorize_rows(g["lcode"][rows])
-            l_ident = np.empty(len(first), dtype=np.int64)
-            l_key = np.empty(len(first), dtype=np.int64)
-            for i, code in enumerate(g["lcode"][rows][first].tolist()):   # once per distinct identity
-                d = tl.lkeys[code]
-                triple = (tl.names[d[0]], _dims_text(d[1:4]), _dims_text(d[4:7]))
+            block = slice(pos, pos + len(tl.compute_rows))
+            # by the rank's kernel identity code (lcode): the shared codes
+            l_ident = np.zeros(len(tl.lkeys), dtype=np.int64)
+            l_key = np.zeros(len(tl.lkeys), dtype=np.int64)
+            for i, triple in zip(tl.compute_lcodes.tolist(), tl.compute_triples):   # once per distinct identity
                 text = f"{triple[0]} {triple[1]} {triple[2]}"
                 l_ident[i] = text_code.setdefault(text, len(text_code))
                 if l_ident[i] == len(self.texts):
@@ -448,15 +465,12 @@ class _Compute:
                 l_key[i] = triple_code.setdefault(triple, len(triple_code))
                 if l_key[i] == len(self.triples):
                     self.triples.append(triple)
-            parts["start"].append(g["start"][rows])
-            parts["end"].append(g["end"][rows])
-            parts["ident"].append(l_ident[local])
-            parts["key"].append(l_key[local])
+            self.start[block], self.end[block] = tl.compute_start, tl.compute_end
+            np.take(l_ident, tl.compute_lcode, out=self.ident[block])
+            np.take(l_key, tl.compute_lcode, out=self.key[block])
             self.offset[r] = pos
-            self.max_dur[r] = int((parts["end"][-1] - parts["start"][-1]).max()) if len(rows) else 0
-            pos += len(rows)
-        for c, p in parts.items():
-            setattr(self, c, np.concatenate(p) if p else np.zeros(0, dtype=np.int64))
+            self.max_dur[r] = tl.compute_max_dur
+            pos = block.stop
         self.offset_end = {r: self.offset[r] + len(timelines[r].compute_rows) for r in timelines}
         self.n_ident = len(self.texts)
 
@@ -479,31 +493,66 @@ class Inputs:
         self.quality = []
         self.instances = instances.copy()
         # aligned clock: raw + base + offset (offsets from align; 0 when absent)
+        events = dict(iter(instances.groupby("rank")["event"])) if len(instances) else {}
         for r, tl in timelines.items():
-            tl.shift = tl.base_ns + int(offsets.get(r, 0))
-            tl.gpu["start"] = tl.gpu["start"] + tl.shift
-            tl.gpu["end"] = tl.gpu["end"] + tl.shift
-            tl.steps = (tl.steps[0], tl.steps[1] + tl.shift, tl.steps[2] + tl.shift)
-        self._classify()
+            tl.shift_by(tl.base_ns + int(offsets.get(r, 0)) - tl.shift)
+            linked = events[r].to_numpy(np.int64) if r in events else np.zeros(0, dtype=np.int64)
+            # the rank was classified by kernel name at its end: linking only
+            # adds events to C, so it changes nothing when all are in C already
+            if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
+                _classify(tl, linked)
         self.compute = _Compute(timelines)
 
-    def _classify(self):
-        """Comm activities C (collective kernels + memcpy on their streams)
-        and compute kernels K, per rank."""
-        inst = self.instances
-        for r, tl in self.timelines.items():
-            g = tl.gpu
-            coll_events = inst.loc[inst["rank"] == r, "event"].to_numpy(np.int64)
-            # a lookup table over the events' range, not a pass per collective
-            linked = np.isin(g["event"], coll_events, kind="table") if len(coll_events) else np.zeros(len(g["event"]), bool)
-            is_coll = linked | ((g["kind"] == KIND_KERNEL) & tl.nccl_name)
-            coll_streams = np.unique(g["stream"][is_coll])
-            comm = is_coll | ((g["kind"] == KIND_MEMCPY) & np.isin(g["stream"], coll_streams))
-            g["comm"] = comm
-            g["compute"] = (g["kind"] == KIND_KERNEL) & ~comm
-            tl.compute_rows = np.flatnonzero(g["compute"])
-            rows = tl.compute_rows   # already sorted by start
-            tl.compute_union = _native.interval_union(g["start"][rows], g["end"][rows])
+
+def _in_order_of_appearance(codes, n_codes, chunk=1 << 12):
+    """The distinct values of codes (ints in [0, n_codes)) in order of first
+    appearance.  A chunk at a time, stopping once every value present was
+    seen (all are, usually, in the first chunk): cheaper than factorizing."""
+    present = int(np.count_nonzero(np.bincount(codes, minlength=n_codes)))
+    order, seen = [], set()
+    for lo in range(0, len(codes), chunk):
+        values, first = np.unique(codes[lo:lo + chunk], return_index=True)
+        for c in values[np.argsort(first)].tolist():
+            if c not in seen:
+                seen.add(c)
+                order.append(c)
+        if len(order) == present:
+            break
+    return np.array(order, dtype=np.int64)
+
+
+def _classify(tl, linked):
+    """Comm activities C (collective kernels: by name or ``linked`` by align
+    to a collective, and memcpy on their streams) and compute kernels K of one
+    rank, with what the analyses need of each that does not depend on other
+    ranks: K's rows, times and identities (``compute_*``), and the unions of
+    C, K, copies and all GPU activity (on the timeline's clock)."""
+    g = tl.gpu
+    # a lookup table over the events' range, not a pass per collective
+    is_linked = np.isin(g["event"], linked, kind="table") if len(linked) else np.zeros(len(g["event"]), bool)
+    is_coll = is_linked | ((g["kind"] == KIND_KERNEL) & tl.nccl_name)
+    coll_streams = np.unique(g["stream"][is_coll])
+    comm = is_coll | ((g["kind"] == KIND_MEMCPY) & np.isin(g["stream"], coll_streams))
+    g["comm"] = comm
+    g["compute"] = (g["kind"] == KIND_KERNEL) & ~comm
+    rows = tl.compute_rows = np.flatnonzero(g["compute"])   # already sorted by start
+    tl.compute_start, tl.compute_end = g["start"][rows], g["end"][rows]
+    tl.compute_lcode = g["lcode"][rows]
+    # the rank's identities in order of first appearance among its compute kernels
+    tl.compute_lcodes = _in_order_of_appearance(tl.compute_lcode, len(tl.lkeys))
+    tl.compute_triples = [(tl.names[d[0]], _dims_text(d[1:4]), _dims_text(d[4:7])) for d in tl.lkeys[tl.compute_lcodes]]
+    copy = g["kind"] != KIND_KERNEL
+    tl.unions = {"compute": _native.interval_union(tl.compute_start, tl.compute_end),
+                 "comm": _native.interval_union(g["start"][comm], g["end"][comm]),
+                 "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
+                 "busy": _native.interval_union(g["start"], g["end"])}
+    # per compute kernel, the share of it under comm (for compute_inflation)
+    u = tl.unions["comm"]
+    ov = _native.overlap_with_union(tl.compute_start, tl.compute_end, *u) if len(u[0]) else \
+        np.zeros(len(rows), dtype=np.int64)
+    dur = tl.compute_end - tl.compute_start
+    tl.compute_max_dur = int(dur.max()) if len(dur) else 0
+    tl.compute_comm_frac = np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)
 
 
 def analyze(inputs):
@@ -569,7 +618,7 @@ def _late_rank_analysis(inputs):
     prev_L = np.zeros(n, dtype=np.int64)
     for r in np.unique(L):
         q = np.flatnonzero(L == r)
-        gap_busy[q] = _native.overlap_with_union(g0[q], a_L[q], *tls[int(r)].compute_union)
+        gap_busy[q] = _native.overlap_with_union(g0[q], a_L[q], *tls[int(r)].unions["compute"])
         prev_L[q] = _previous_ends(coll_ends.get(int(r)), a_L[q])
     backlog = np.minimum(gap_busy, delta - host)
     dependency = delta - host - backlog
@@ -706,20 +755,18 @@ def _ops_meeting(parts, tids, lo, hi):
     every op of any window's selection is among them, in the same relative
     order.  One pass over the rank's per-frame parts."""
     w_start, w_end = _union(lo, hi)
-    wanted = np.unique(tids)
     picked = []
     for start, end, t, name in parts:
-        # windows first (few ops meet one), then the thread
+        # windows only (few ops meet one); the threads are picked once, below
         j = np.searchsorted(w_end, start, side="right")    # the first window ending after the op starts
         m = np.flatnonzero((j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < end))
-        m = m[np.isin(t[m], wanted)]
         if len(m):
             picked.append((start[m], end[m], t[m], name[m]))
     if not picked:
         return {}
     s, e, t, n = (np.concatenate(c) for c in zip(*picked))
     out = {}
-    for tid in np.unique(t).tolist():
+    for tid in np.intersect1d(t, tids).tolist():
         on = np.flatnonzero(t == tid)
         order = on[np.argsort(s[on], kind="stable")]
         out[tid] = (s[order], e[order], n[order])
@@ -841,11 +888,11 @@ def _overlap_analysis(inputs):
             inputs.quality.append(("no deviceProperties", r, "SM share and wave risk left empty"))
         starts, ends = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
         dur = ends - starts
-        overlap = _native.overlap_with_union(starts, ends, *tl.compute_union)
+        overlap = _native.overlap_with_union(starts, ends, *tl.unions["compute"])
         ctas = tl.ctas_of_events(mine["event"].to_numpy())   # the NCCL kernels' CTAs
-        sig = np.array([_cached_signature(sig_cache, row) for row in zip(
-            mine["collective_name"], mine["pg_name"], mine["dtype"], mine["nbytes"], mine["group_size"],
-            mine["kernel_name"])], dtype=object)
+        # over lists: iterating the Series themselves costs several times more
+        sig = np.array([_cached_signature(sig_cache, row) for row in zip(*(mine[c].tolist() for c in (
+            "collective_name", "pg_name", "dtype", "nbytes", "group_size", "kernel_name")))], dtype=object)
         out = pd.DataFrame({
             "collective_id": mine["instance"], "rank": r, "Collective name": mine["collective_name"],
             "Process Group Name": mine["pg_name"], "signature": sig, "stream": mine["stream"],
@@ -1004,17 +1051,9 @@ def _compute_inflation(inputs):
     """Per compute kernel identity: median duration when ≥ 50 % of it overlaps
     comm vs when < 5 % does."""
     comp = inputs.compute
-    fracs = []
-    for r, tl in inputs.timelines.items():
-        g, cs = tl.gpu, comp.rank_slice(r)
-        start, end = comp.start[cs], comp.end[cs]
-        u = _native.interval_union(g["start"][g["comm"]], g["end"][g["comm"]])   # rows sorted by start
-        ov = _native.overlap_with_union(start, end, *u) if len(u[0]) else np.zeros(len(start), dtype=np.int64)
-        dur = end - start
-        fracs.append(np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0))
     if not len(comp.start):
         return pd.DataFrame(columns=COMPUTE_INFLATION_COLUMNS)
-    frac = np.concatenate(fracs)
+    frac = np.concatenate([tl.compute_comm_frac for tl in inputs.timelines.values()])
     dur = comp.end - comp.start
     hi_all, lo_all = frac >= HIGH_OVERLAP, frac < LOW_OVERLAP
     n_keys = len(comp.triples)
@@ -1071,14 +1110,11 @@ def _exposed_comm(inputs):
         names = ["all"] + list(tl.steps[0])
         lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
         hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
-        # rows are sorted by start: the unions need no sort
-        comm = _native.interval_union(g["start"][g["comm"]], g["end"][g["comm"]])
-        copy = g["kind"] != KIND_KERNEL
-        wait_comm = _intersect(waiting, comm)
-        unions = {"comm": comm, "hidden": _intersect(comm, tl.compute_union), "wait_in_comm": wait_comm,
-                  "wait_hidden": _intersect(wait_comm, tl.compute_union), "compute": tl.compute_union,
-                  "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
-                  "busy": _native.interval_union(g["start"], g["end"])}
+        u = tl.unions
+        wait_comm = _intersect(waiting, u["comm"])
+        unions = {"comm": u["comm"], "hidden": _intersect(u["comm"], u["compute"]), "wait_in_comm": wait_comm,
+                  "wait_hidden": _intersect(wait_comm, u["compute"]), "compute": u["compute"],
+                  "copy": u["copy"], "busy": u["busy"]}
         length = {k: _native.overlap_with_union(lo, hi, *u).tolist() if len(u[0]) else [0] * len(lo)
                   for k, u in unions.items()}
         for w, step in enumerate(names):
