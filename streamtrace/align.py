@@ -233,10 +233,9 @@ class RankCollector:
     def finish(self):
         """Link, select and describe this rank's collective kernels."""
         meta = _meta_summary(self.meta or {}, self.rank)
-        K = _concat(self._kernels, _K_DTYPE)
-        L = _concat(self._launches, _L_DTYPE)
         O = _concat(self._ops, _O_DTYPE)
         C = _concat(self._comms, COMM_DTYPE)
+        K, L = _candidates(self._kernels, self._launches, O, C, self._lookup)
         self._kernels = self._launches = self._ops = self._comms = None
         quality = []
         rows, extra_quality = _describe_rank(self.rank, K, L, O, C, self.strings, self._lookup, meta)
@@ -251,6 +250,28 @@ def _concat(parts, dtype):
     if not parts:
         return np.empty(0, dtype)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _candidates(kernel_parts, launch_parts, O, C, lookup):
+    """The kernels of a rank that can be collective kernels, and their
+    launches, from the per-frame parts: NCCL/RCCL names, kernels with comm
+    args of their own, kernels whose External id names a collective op (new
+    traces) and, in old traces, every launched kernel (only the
+    time-containment test can tell).  The others could never be selected, so
+    every join after this is proportional to the collectives rather than to
+    the trace; filtering part by part never builds the whole kernel table."""
+    comm_events = np.sort(C["event"].astype(np.int64))
+    op_ext = np.sort(O["ext"])
+
+    def maybe(k):
+        new_regime = (k["ext"] != NONE) & (k["ext"] != k["corr"])
+        return (((lookup(k["name"]) & S_NCCL_NAME) != 0) | ~new_regime | _in_sorted(k["event"], comm_events)
+                | (new_regime & _in_sorted(k["ext"], op_ext)))
+
+    K = _concat([k[maybe(k)] for k in kernel_parts], _K_DTYPE)
+    corr = np.sort(K["corr"])
+    L = _concat([launch[_in_sorted(launch["corr"], corr)] for launch in launch_parts], _L_DTYPE)
+    return K, L
 
 
 def _int_or_none(v):
@@ -282,14 +303,13 @@ def _finding(severity, category, message, rank=None, pg=None, collective_id=None
             "collective_id": collective_id, "count": count, "message": message}
 
 
-def _member(values, pool):
-    """Boolean mask: which of ``values`` occur in ``pool`` (sort the pool once,
-    binary-search each value: cheap when the pool is small)."""
+def _in_sorted(values, pool):
+    """Boolean mask: which of ``values`` occur in the sorted array ``pool``
+    (a binary search per value: cheap when the pool is small)."""
     if not len(values) or not len(pool):
         return np.zeros(len(values), dtype=bool)
-    sp = np.sort(pool)
-    pos = np.minimum(np.searchsorted(sp, values), len(sp) - 1)
-    return sp[pos] == values
+    pos = np.minimum(np.searchsorted(pool, values), len(pool) - 1)
+    return pool[pos] == values
 
 
 def _join_sorted(keys, queries, valid=None):
@@ -375,23 +395,7 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     if not nK:
         return _empty_rank_rows(), quality
     name_match = (lookup(K["name"]) & S_NCCL_NAME) != 0
-
-    # Only a few of a rank's kernels can be collective kernels: NCCL/RCCL
-    # names, kernels with comm args of their own, kernels whose External id
-    # names a collective op (new traces) and, in old traces, every launched
-    # kernel (only the time-containment test below can tell).  Narrowing the
-    # kernels, and the launches to theirs, first keeps every join below
-    # proportional to the collectives rather than to the trace; the others
-    # could never be selected.
     new_regime = (K["ext"] != NONE) & (K["ext"] != K["corr"])
-    maybe = (name_match | ~new_regime | _member(K["event"], C["event"].astype(np.int64))
-             | (new_regime & _member(K["ext"], O["ext"])))
-    if not maybe.all():
-        K, name_match, new_regime = K[maybe], name_match[maybe], new_regime[maybe]
-        nK = len(K)
-        if not nK:
-            return _empty_rank_rows(), quality
-        L = L[_member(L["corr"], K["corr"])]
 
     # kernel -> launch, by correlation
     launch = _join_sorted(L["corr"], K["corr"], valid=K["corr"] != NONE)
