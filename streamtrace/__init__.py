@@ -27,7 +27,7 @@ _LAZY = {
     "align_frames": ("align", "align_frames"),
     "match_ranks": ("align", "match_ranks"),
     "build_report": ("report", "build_report"),
-    "generate_collective_report": ("report", "generate_collective_report"),
+    "generate_collective_report": ("oneshot", "generate_collective_report"),
     "write_xlsx": ("report", "write_xlsx"),
     "write_csvs": ("report", "write_csvs"),
     "correlate_frames": ("correlate", "correlate_frames"),

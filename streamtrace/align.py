@@ -17,7 +17,8 @@ docs/stream-format.md, "Stage tables"):
 ``align.clocks``       one row per rank: estimated clock offset and residual
 ``align.quality``      data-quality findings
 
-How it works, per rank (``RankCollector``), as frames arrive:
+How it works, per rank (``rankcollect.RankCollector``, then ``finish_rank``), as
+frames arrive:
 
 * each new string of the rank's string table is classified once (NCCL/RCCL
   kernel name, ``nccl:*`` annotation, ``record_param_comms``, ``c10d::*``,
@@ -59,7 +60,10 @@ import pandas as pd
 from . import collectives as coll
 from ._native import COMM_DTYPE, NONE, NOSTR
 from .errors import StreamtraceError
-from .stream import Kind, decode_strings, json_frame, table_frame
+# the per-frame collector lives apart, free of pandas; re-exported here
+from .rankcollect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE
+from .rankcollect import RankCollector, classify_string, collect_rank  # noqa: F401
+from .stream import Kind, json_frame, table_frame
 
 log = logging.getLogger("streamtrace")
 
@@ -92,42 +96,6 @@ CLOCK_RESIDUAL_WARN_NS = 5_000
 #: estimated offsets above this, when not applied, are reported (ns)
 CLOCK_OFFSET_NOTE_NS = 10_000
 
-# string classes (bit flags), computed once per string
-S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
-S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
-OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
-
-_K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
-                     ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")])
-_L_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
-                     ("corr", "<i8")])
-_O_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
-                     ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")])
-_PH_X = ord("X")
-
-
-def classify_string(s):
-    """Bit flags of one string-table entry (S_* constants)."""
-    c = 0
-    if s in ("kernel", "Kernel"):
-        c |= S_KERNEL_CAT
-    elif s in ("cpu_op", "Operator", "user_annotation"):
-        c |= S_CPU_CAT
-    elif s in ("cuda_runtime", "Runtime", "cuda_driver"):
-        c |= S_RUNTIME_CAT
-    if coll.COLLECTIVE_KERNEL_RE.search(s):
-        c |= S_NCCL_NAME
-    if s.startswith("nccl:"):
-        c |= S_ANNOT
-    elif s == "record_param_comms":
-        c |= S_RPC
-    elif s.startswith("c10d::"):
-        c |= S_C10D
-    if s[:2] in ("cu", "hi") and "Launch" in s and ("Kernel" in s or "Graph" in s):
-        c |= S_LAUNCH
-    return c
-
-
 # ====================================================================== per rank
 
 
@@ -142,108 +110,21 @@ class RankResult:
     events: int = 0
 
 
-class RankCollector:
-    """Consumes one rank's frames; ``finish()`` returns its RankResult."""
-
-    def __init__(self, rank):
-        self.rank = rank
-        self.strings = []
-        self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
-        self.n_events = 0
-        self._kernels, self._launches, self._ops, self._comms = [], [], [], []
-        self.meta = None
-
-    # ---------------------------------------------------------------- frames
-    def add(self, frame):
-        kind = frame.kind
-        if kind == Kind.EVENTS:
-            self._events(frame.records())
-        elif kind == Kind.STRINGS:
-            self._strings(frame.payload)
-        elif kind == Kind.COMMS:
-            recs = frame.records()
-            if len(recs):
-                self._comms.append(recs)  # a view: the payload is exactly the records
-        elif kind == Kind.META:
-            if self.meta is not None:
-                raise StreamtraceError(f"rank {self.rank}: two metadata frames (the same rank appears twice in the input)")
-            self.meta = frame.json()
-
-    def _strings(self, payload):
-        first, strings = decode_strings(payload)
-        if first != len(self.strings):
-            raise StreamtraceError(f"rank {self.rank}: string frame starts at id {first}, expected {len(self.strings)}")
-        need = len(self.strings) + len(strings) + 1
-        if need > len(self._cls):
-            grown = np.zeros(max(need, 2 * len(self._cls)), dtype=np.uint16)
-            grown[: len(self.strings)] = self._cls[: len(self.strings)]
-            self._cls = grown
-        n0 = len(self.strings)
-        self._cls[n0:n0 + len(strings)] = [classify_string(s) for s in strings]
-        self.strings.extend(strings)
-
-    def _lookup(self, ids):
-        """Class bits of string ids (0 for NOSTR or ids not yet defined)."""
-        return self._cls[np.minimum(ids, len(self.strings))]
-
-    def _events(self, recs):
-        base = self.n_events
-        self.n_events += len(recs)
-        if not len(recs):
-            return
-        # whole-frame vector lookups first; copy out only the three small subsets
-        catc = self._lookup(recs["cat"])
-        xmask = recs["ph"] == _PH_X
-        kmask = xmask & ((catc & S_KERNEL_CAT) != 0)
-        rmask = xmask & ((catc & (S_RUNTIME_CAT | S_CPU_CAT)) != 0)
-        if rmask.any():
-            namec = self._lookup(recs["name"])
-            lmask = rmask & ((catc & S_RUNTIME_CAT) != 0) & ((namec & S_LAUNCH) != 0)
-            omask = rmask & ((catc & S_CPU_CAT) != 0) & ((namec & (S_ANNOT | S_RPC | S_C10D)) != 0)
-        else:
-            lmask = omask = None
-        if kmask.any():
-            idx = np.flatnonzero(kmask)
-            k = np.empty(len(idx), _K_DTYPE)
-            k["event"] = base + idx
-            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
-                             ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
-                k[dst] = recs[src][idx]
-            self._kernels.append(k)
-        if lmask is not None and lmask.any():
-            idx = np.flatnonzero(lmask)
-            idx = idx[recs["correlation"][idx] != NONE]
-            launch = np.empty(len(idx), _L_DTYPE)
-            launch["event"] = base + idx
-            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
-                launch[dst] = recs[src][idx]
-            self._launches.append(launch)
-        if omask is not None and omask.any():
-            idx = np.flatnonzero(omask)
-            nc = namec[idx]
-            o = np.empty(len(idx), _O_DTYPE)
-            o["event"] = base + idx
-            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
-                             ("name", "name")):
-                o[dst] = recs[src][idx]
-            o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
-            self._ops.append(o)
-
-    # ---------------------------------------------------------------- finish
-    def finish(self):
-        """Link, select and describe this rank's collective kernels."""
-        meta = _meta_summary(self.meta or {}, self.rank)
-        O = _concat(self._ops, _O_DTYPE)
-        C = _concat(self._comms, COMM_DTYPE)
-        K, L = _candidates(self._kernels, self._launches, O, C, self._lookup)
-        self._kernels = self._launches = self._ops = self._comms = None
-        quality = []
-        rows, extra_quality = _describe_rank(self.rank, K, L, O, C, self.strings, self._lookup, meta)
-        quality += extra_quality
-        if self.meta is None:
-            quality.append(_finding("warning", "incomplete_rank", f"rank {self.rank}: no metadata frame "
-                                    "(the stream section of this rank is incomplete)", rank=self.rank))
-        return RankResult(self.rank, meta, rows, quality, self.n_events)
+def finish_rank(c):
+    """A RankCollector's RankResult: link, select and describe the rank's
+    collective kernels (its per-frame arrays are dropped)."""
+    meta = _meta_summary(c.meta or {}, c.rank)
+    O = _concat(c.ops, _O_DTYPE)
+    C = _concat(c.comms, COMM_DTYPE)
+    K, L = _candidates(c.kernels, c.launches, O, C, c.lookup)
+    c.kernels = c.launches = c.ops = c.comms = None
+    quality = []
+    rows, extra_quality = _describe_rank(c.rank, K, L, O, C, c.strings, c.lookup, meta)
+    quality += extra_quality
+    if c.meta is None:
+        quality.append(_finding("warning", "incomplete_rank", f"rank {c.rank}: no metadata frame "
+                                "(the stream section of this rank is incomplete)", rank=c.rank))
+    return RankResult(c.rank, meta, rows, quality, c.n_events)
 
 
 def _concat(parts, dtype):
@@ -642,17 +523,6 @@ def _empty_rank_rows():
             "pg_name": object, "pg_desc": object, "pg_ranks": object, "in_split": object, "out_split": object,
             "seq": "int64", "no_ids": bool, "cpu_op_event": "int64", "cpu_op_name": object}
     return pd.DataFrame({k: pd.Series([], dtype=v) for k, v in cols.items()})
-
-
-def collect_rank(frames, rank=None):
-    """Run a RankCollector over one rank's frames (e.g. an ``extract_rank``
-    generator) and return its RankResult; used by parallel report workers."""
-    collector = None
-    for frame in frames:
-        if collector is None:
-            collector = RankCollector(frame.rank if rank is None else rank)
-        collector.add(frame)
-    return (collector or RankCollector(rank or 0)).finish()
 
 
 # ====================================================================== the stage

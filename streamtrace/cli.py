@@ -425,7 +425,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
       streamtrace collective-report --trace_glob 'logs/*.json.gz' --rank_regex 'worker(?P<rank>\\d+)' \\
           --world_size 8 --output_csvs_dir csvs/ -j 2
     """
-    from .report import generate_collective_report
+    from .oneshot import generate_collective_report
 
     _setup_logging(quiet)
     written = {}

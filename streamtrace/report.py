@@ -26,8 +26,9 @@ Where streamtrace deliberately differs from TraceLens (spec Part B):
   time, ranks ascending;
 * metadata disagreements flag rows (``metadata_mismatch``) unless ``strict``.
 
-``write_xlsx`` / ``write_csvs`` write atomically; ``generate_collective_report``
-runs extract -> align -> report in one process (or extracts ranks in parallel).
+``write_xlsx`` / ``write_csvs`` write atomically.  The one-shot
+``generate_collective_report`` (extract -> align -> report in one process)
+lives in ``streamtrace.oneshot`` and is importable from here too.
 """
 import csv
 import functools
@@ -46,21 +47,18 @@ import pandas as pd
 from pandas.api.types import infer_dtype
 
 from . import collectives as coll
-from .align import (COLLECTIVE_COLUMNS, align_frames, align_options_table, align_tables, collect_rank, match_ranks,
-                    read_align_tables)
+from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
 from .atomic import atomic_path, umask
 from .errors import StreamtraceError
 from .forked import split_in_two
+from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
 from .stream import Kind, iter_frames
 
 log = logging.getLogger("streamtrace")
 
-DEFAULT_AGG_METRICS = ("mean", "median", "min", "max")
 REPORT_NAME = "nccl_analysis_report.xlsx"
 EXCEL_MAX_ROWS = 1_048_576  # including the header row
 HEATMAP_MAX_WORLD, HEATMAP_WARN_WORLD = 1024, 256
-_ALLOWED_AGGS = ("mean", "median", "min", "max", "std", "var", "sum", "count", "first", "last", "sem", "prod",
-                 "nunique", "size")
 
 LONG_COLUMNS = ["collective_id", "index_in_group", "rank", "Process Group Name", "Process Group Ranks",
                 "Collective name", "Group size", "dtype", "In msg nelems", "In msg size (MB)", "Out msg nelems",
@@ -237,14 +235,6 @@ def _check_align_options(tables, align_clocks):
                     "here (run 'streamtrace align --align_clocks' to change it)")
 
 
-def _check_aggs(agg_metrics):
-    aggs = list(agg_metrics or DEFAULT_AGG_METRICS)
-    for a in aggs:
-        if a not in _ALLOWED_AGGS:
-            raise StreamtraceError(f"--agg_metrics: unknown aggregation {a!r} (use any of {', '.join(_ALLOWED_AGGS)})")
-    return aggs
-
-
 # ====================================================================== the report
 
 
@@ -260,7 +250,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     """
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
-    aggs = _check_aggs(agg_metrics)
+    aggs = check_aggs(agg_metrics)
     tables = read_align_tables(_as_tables(source, align_clocks, gpus_per_node))
     _check_align_options(tables, align_clocks)
     c = tables["align.collectives"]
@@ -1385,142 +1375,9 @@ def default_output_path(paths, trace_dir=None, trace_pattern=None, world_size=No
     return os.path.join(common, REPORT_NAME)
 
 
-# ====================================================================== one shot
-
-
-def _collect_worker(args):
-    path, rank, world_size, position, strict, progress = args
-    from .extract import extract_rank
-
-    return collect_rank(extract_rank(path, rank, world_size, False, position, strict=strict, progress=progress),
-                        rank)
-
-
-def _summed_progress(progress, n):
-    """Per-rank progress callbacks that report the sum over all ranks (the
-    ranks are read in parallel threads)."""
-    if progress is None:
-        return [None] * n
-    import threading
-
-    latest = [{} for _ in range(n)]
-    lock = threading.Lock()
-
-    def callback(i):
-        def report(counts):
-            with lock:
-                latest[i] = counts
-                progress({key: sum(c.get(key, 0) for c in latest) for key in ("bytes_consumed", "events_stored")})
-        return report
-
-    return [callback(i) for i in range(n)]
-
-
-def available_cpus():
-    """CPUs this process may run on (its affinity mask, e.g. under taskset or
-    a container's cpuset), else the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=None, gpus_per_node=None,
-                               strict=False, progress=None):
-    """extract -> align for a list of RankInput, in-process: ``{name: DataFrame}``.
-
-    With ``jobs > 1`` ranks are extracted and reduced to their collective rows
-    (``collect_rank``) in up to ``jobs`` threads at a time.
-    """
-    from .extract import extract_rank
-
-    if jobs > 1 and len(inputs) > 1:
-        # threads, not processes: the C tokenizer (most of the time) runs
-        # without the GIL, and threads share one copy of the interpreter and
-        # its imports -- worker processes measured the same speed at ~1.5x
-        # the summed RSS (4 x 500 MB: 190 MB in threads, 280 MB in processes)
-        from concurrent.futures import ThreadPoolExecutor
-
-        args = [(inp.path, inp.rank, world_size, inp.position, strict, cb)
-                for inp, cb in zip(inputs, _summed_progress(progress, len(inputs)))]
-        pool = ThreadPoolExecutor(max_workers=min(jobs, len(inputs)))
-        try:
-            results = list(pool.map(_collect_worker, args))
-        finally:  # on an error, ranks not started yet are not read at all
-            pool.shutdown(wait=True, cancel_futures=True)
-        seen = {}
-        for inp, res in zip(inputs, results):
-            if res.rank in seen:
-                raise StreamtraceError(f"{inp.path}: rank {res.rank} appears twice in the input "
-                                       f"(also {seen[res.rank]})")
-            seen[res.rank] = inp.path
-        tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
-        tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
-        return tables
-    frames = itertools.chain.from_iterable(
-        extract_rank(inp.path, inp.rank, world_size, False, inp.position, progress=progress, strict=strict)
-        for inp in inputs)
-    return align_tables(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
-
-
-def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress):
-    """extract -> align -> correlate in-process (``jobs`` > 1: ranks extracted
-    in parallel processes first): ``{name: DataFrame}``."""
-    from .correlate import correlate_frames
-    from .pipeline import trace_frames
-
-    frames = trace_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress)
-    return collect_tables(correlate_frames(align_frames(frames, align_clocks=align_clocks,
-                                                        gpus_per_node=gpus_per_node)))
-
-
-def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=None, world_size=None,
-                               rank_regex=None, output_xlsx_path=None, output_csvs_dir=None,
-                               detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS, use_multiprocessing=False,
-                               max_workers=None, gpus_per_node=None, all2allv_heatmap=False,
-                               strict_world_size_check=True, align_clocks=None, allow_missing_ranks=False,
-                               strict=False, jobs=None, paths=(), write_files=True, progress=None, written=None,
-                               blocking_analysis=False):
-    """The whole chain (extract -> align -> report) in one process.
-
-    Same arguments as TraceLens's ``generate_collective_report`` plus
-    streamtrace's (``align_clocks``, ``allow_missing_ranks``, ``strict``,
-    ``jobs``, ``paths``).  ``jobs`` None: ranks in parallel threads, one per
-    rank up to the CPUs available (``use_multiprocessing`` with ``max_workers`` sets the
-    count, as in TraceLens); 1 reads the ranks sequentially in this process.
-    Returns ``{sheet name: DataFrame}``.  Unless
-    ``write_files`` is false it also writes the outputs; with neither output
-    given, ``nccl_analysis_report.xlsx`` goes where TraceLens puts it (A1.5).
-    ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
-    labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
-    ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
-    """
-    from .sources import DEFAULT_RANK_REGEX, resolve_inputs
-
-    if gpus_per_node is not None and gpus_per_node <= 0:
-        raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
-    _check_aggs(agg_metrics)
-    inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
-                            rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
-                            allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
-    if jobs is None:
-        jobs = (max_workers or available_cpus()) if use_multiprocessing else min(len(inputs), available_cpus())
-    if blocking_analysis:
-        tables = _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress)
-    else:
-        tables = collect_tables_from_traces(inputs, world_size=world_size, jobs=jobs, align_clocks=align_clocks,
-                                            gpus_per_node=gpus_per_node, strict=strict, progress=progress)
-    sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
-                          gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict,
-                          world_size=world_size)
-    if write_files:
-        if not output_xlsx_path and not output_csvs_dir:
-            output_xlsx_path = default_output_path([i.path for i in inputs], trace_dir, trace_pattern, world_size)
-        paths_written = write_report(sheets, output_xlsx_path, output_csvs_dir)
-        if written is not None:
-            written["paths"] = paths_written
-    return sheets
-
+# the one-shot report lives in streamtrace.oneshot (it must start reading
+# before pandas is imported); its names stay importable from here
+from .oneshot import collect_tables_from_traces, generate_collective_report  # noqa: E402
 
 __all__ = ["build_report", "collect_tables", "write_xlsx", "write_csvs", "write_report", "default_output_path",
            "generate_collective_report", "collect_tables_from_traces", "sheet_parts", "DEFAULT_AGG_METRICS",

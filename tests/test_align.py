@@ -155,7 +155,7 @@ def test_categories_kinds_and_factors():
 
 
 def test_string_classes():
-    from streamtrace.align import S_ANNOT, S_C10D, S_KERNEL_CAT, S_LAUNCH, S_NCCL_NAME, S_RPC, S_RUNTIME_CAT
+    from streamtrace.rankcollect import S_ANNOT, S_C10D, S_KERNEL_CAT, S_LAUNCH, S_NCCL_NAME, S_RPC, S_RUNTIME_CAT
 
     assert classify_string("kernel") == S_KERNEL_CAT
     assert classify_string("Runtime") == S_RUNTIME_CAT
@@ -268,17 +268,17 @@ def test_align_twice_replaces_tables(fx_new):
 
 
 def test_collector_keeps_only_what_it_needs(fx_new):
-    from streamtrace.align import RankCollector
+    from streamtrace.rankcollect import RankCollector
 
     frames = [f for f in iter_frames(stream_of(fx_new[0], 4)) if f.rank == 0 and f.kind != Kind.END]
     c = RankCollector(0)
     for f in frames[:-1]:  # everything but META
         c.add(f)
     n_events = c.n_events
-    kept_ops = sum(len(o) for o in c._ops)
-    kept = sum(len(k) for k in c._kernels) + sum(len(x) for x in c._launches) + kept_ops
+    kept_ops = sum(len(o) for o in c.ops)
+    kept = sum(len(k) for k in c.kernels) + sum(len(x) for x in c.launches) + kept_ops
     assert kept < n_events / 3
-    names = {c.strings[i] for o in c._ops for i in o["name"]}
+    names = {c.strings[i] for o in c.ops for i in o["name"]}
     assert names <= {n for n in c.strings if n == "record_param_comms" or n.startswith(("nccl:", "c10d::"))}
 
 
@@ -493,3 +493,28 @@ def test_align_cli_round_trip(tmp_path, fx_new):
                                   run_align(fx_new[0], 4, align_clocks=True)[0]["align.collectives"]
                                   .drop(columns=["clock_offset_ns", "ts_aligned_ns"]))
     assert os.path.getsize(out) > os.path.getsize(raw)
+
+
+def test_rank_reading_starts_without_pandas(fx_new):
+    """collective-report starts reading ranks before pandas is imported: the
+    one-shot module and the per-frame collector must not need it."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from streamtrace.oneshot import RankReading
+from streamtrace.rankcollect import RankCollector
+from streamtrace.extract import extract_rank
+from streamtrace.sources import resolve_inputs
+inputs = resolve_inputs(trace_dir={fx_new[0]!r}, world_size=4)
+c = RankCollector(0)
+for frame in extract_rank(inputs[0].path, 0, 4):
+    if frame.kind != 1:   # all but META: finishing a rank needs pandas
+        c.add(frame)
+assert c.n_events > 0
+assert "pandas" not in sys.modules, "pandas imported"
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

@@ -1,0 +1,160 @@
+"""One rank's frames reduced, as they stream past, to what align needs.
+
+``RankCollector`` keeps a rank's kernels, kernel launches, collective CPU ops
+and comm-argument records (see ``align``'s docstring for what happens to them
+at the rank's end).  This module does not import pandas, so a rank can start
+being read before pandas is loaded: ``collective-report`` starts its reading
+threads first and imports pandas while the C tokenizer works.
+"""
+import numpy as np
+
+from . import collectives as coll
+from ._native import NONE
+from .errors import StreamtraceError
+from .stream import Kind, decode_strings
+
+# string classes (bit flags), computed once per string
+S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
+S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
+OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
+
+_K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
+                     ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")])
+_L_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
+                     ("corr", "<i8")])
+_O_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
+                     ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")])
+_PH_X = ord("X")
+
+
+def classify_string(s):
+    """Bit flags of one string-table entry (S_* constants)."""
+    c = 0
+    if s in ("kernel", "Kernel"):
+        c |= S_KERNEL_CAT
+    elif s in ("cpu_op", "Operator", "user_annotation"):
+        c |= S_CPU_CAT
+    elif s in ("cuda_runtime", "Runtime", "cuda_driver"):
+        c |= S_RUNTIME_CAT
+    if coll.COLLECTIVE_KERNEL_RE.search(s):
+        c |= S_NCCL_NAME
+    if s.startswith("nccl:"):
+        c |= S_ANNOT
+    elif s == "record_param_comms":
+        c |= S_RPC
+    elif s.startswith("c10d::"):
+        c |= S_C10D
+    if s[:2] in ("cu", "hi") and "Launch" in s and ("Kernel" in s or "Graph" in s):
+        c |= S_LAUNCH
+    return c
+
+
+class RankCollector:
+    """Consumes one rank's frames; ``finish()`` returns its RankResult.
+
+    Kept per frame: ``kernels``, ``launches`` and ``ops`` (numpy record arrays
+    of the candidate rows) and ``comms`` (comm-argument records)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.strings = []
+        self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
+        self.n_events = 0
+        self.kernels, self.launches, self.ops, self.comms = [], [], [], []
+        self.meta = None
+
+    # ---------------------------------------------------------------- frames
+    def add(self, frame):
+        kind = frame.kind
+        if kind == Kind.EVENTS:
+            self._events(frame.records())
+        elif kind == Kind.STRINGS:
+            self._strings(frame.payload)
+        elif kind == Kind.COMMS:
+            recs = frame.records()
+            if len(recs):
+                self.comms.append(recs)  # a view: the payload is exactly the records
+        elif kind == Kind.META:
+            if self.meta is not None:
+                raise StreamtraceError(f"rank {self.rank}: two metadata frames (the same rank appears twice in the input)")
+            self.meta = frame.json()
+
+    def _strings(self, payload):
+        first, strings = decode_strings(payload)
+        if first != len(self.strings):
+            raise StreamtraceError(f"rank {self.rank}: string frame starts at id {first}, expected {len(self.strings)}")
+        need = len(self.strings) + len(strings) + 1
+        if need > len(self._cls):
+            grown = np.zeros(max(need, 2 * len(self._cls)), dtype=np.uint16)
+            grown[: len(self.strings)] = self._cls[: len(self.strings)]
+            self._cls = grown
+        n0 = len(self.strings)
+        self._cls[n0:n0 + len(strings)] = [classify_string(s) for s in strings]
+        self.strings.extend(strings)
+
+    def lookup(self, ids):
+        """Class bits of string ids (0 for NOSTR or ids not yet defined)."""
+        return self._cls[np.minimum(ids, len(self.strings))]
+
+    def _events(self, recs):
+        base = self.n_events
+        self.n_events += len(recs)
+        if not len(recs):
+            return
+        # whole-frame vector lookups first; copy out only the three small subsets
+        catc = self.lookup(recs["cat"])
+        xmask = recs["ph"] == _PH_X
+        kmask = xmask & ((catc & S_KERNEL_CAT) != 0)
+        rmask = xmask & ((catc & (S_RUNTIME_CAT | S_CPU_CAT)) != 0)
+        if rmask.any():
+            namec = self.lookup(recs["name"])
+            lmask = rmask & ((catc & S_RUNTIME_CAT) != 0) & ((namec & S_LAUNCH) != 0)
+            omask = rmask & ((catc & S_CPU_CAT) != 0) & ((namec & (S_ANNOT | S_RPC | S_C10D)) != 0)
+        else:
+            lmask = omask = None
+        if kmask.any():
+            idx = np.flatnonzero(kmask)
+            k = np.empty(len(idx), _K_DTYPE)
+            k["event"] = base + idx
+            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
+                             ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
+                k[dst] = recs[src][idx]
+            self.kernels.append(k)
+        if lmask is not None and lmask.any():
+            idx = np.flatnonzero(lmask)
+            idx = idx[recs["correlation"][idx] != NONE]
+            launch = np.empty(len(idx), _L_DTYPE)
+            launch["event"] = base + idx
+            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
+                launch[dst] = recs[src][idx]
+            self.launches.append(launch)
+        if omask is not None and omask.any():
+            idx = np.flatnonzero(omask)
+            nc = namec[idx]
+            o = np.empty(len(idx), _O_DTYPE)
+            o["event"] = base + idx
+            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
+                             ("name", "name")):
+                o[dst] = recs[src][idx]
+            o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
+            self.ops.append(o)
+
+    # ---------------------------------------------------------------- finish
+    def finish(self):
+        """Link, select and describe this rank's collective kernels: its
+        RankResult (``align.finish_rank``, which needs pandas: imported here,
+        by when a caller that started reading first has imported it)."""
+        from .align import finish_rank
+
+        return finish_rank(self)
+
+
+def collect_rank(frames, rank=None):
+    """Run a RankCollector over one rank's frames (e.g. an ``extract_rank``
+    generator) and return its RankResult; used by parallel report workers."""
+    collector = None
+    for frame in frames:
+        if collector is None:
+            collector = RankCollector(frame.rank if rank is None else rank)
+        collector.add(frame)
+    return (collector or RankCollector(rank or 0)).finish()
