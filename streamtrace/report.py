@@ -297,7 +297,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     sheets = {}
     implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, findings)
     sheets["nccl_summary_implicit_sync"] = _summary_implicit(implicit, aggs)
-    sheets["nccl_summary_long"] = _summary_long(long, nodes)
+    sheets["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
     a2av = _all2allv(long, ns, inst, strict, findings, nodes)
     if len(a2av):
         sheets["nccl_summary_all2allv"] = _summary_all2allv(a2av, aggs, nodes)
@@ -585,19 +585,48 @@ def _summary_implicit(implicit, aggs):
 # ---------------------------------------------------------------------- summary long
 
 
-def _summary_long(long, nodes):
-    # rows with a missing key are in no group (dropna=True): no separate dropna pass
-    d = long[SUMMARY_LONG_KEYS + ["In msg size (MB)", "Out msg size (MB)", "dur"]]
-    g = d.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)
-    if not len(d) or not g.ngroups:
+def _sorted_codes(long, text, col):
+    """Per row: the position of its ``col`` value among the column's sorted distinct values (-1: missing)."""
+    if col in text:  # text: sort the distinct values only
+        t = text[col]
+        return np.append(t.sort_rank(), -1)[t.codes]  # code -1 (missing) picks the -1 at the end
+    return pd.factorize(long[col], sort=True, use_na_sentinel=True)[0]
+
+
+def _lex_group_ids(keys):
+    """Per row: the position of its key tuple among the distinct tuples in
+    lexicographic order (as ``groupby(keys, sort=True).ngroup()``; keys are
+    sorted codes >= 0)."""
+    ids = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:
+        ids = ids * (int(key.max()) + 1) + key
+        ids = pd.factorize(ids, sort=True)[0].astype(np.int64)  # dense again: no overflow
+    return ids
+
+
+def _summary_long(long, nodes, text):
+    """``long.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)`` aggregated,
+    grouped by one integer id built from the column codes (``text``: the
+    coded text columns): the sums and means are pandas' own, over the same
+    rows in the same order."""
+    codes = [_sorted_codes(long, text, k) for k in SUMMARY_LONG_KEYS]
+    keep = np.flatnonzero(np.logical_and.reduce([k >= 0 for k in codes])) if len(long) else np.empty(0, np.int64)
+    if not len(keep):  # rows with a missing key are in no group (dropna)
         res = pd.DataFrame({c: [] for c in SUMMARY_LONG_KEYS + SUMMARY_LONG_METRICS})
     else:
+        ids = _lex_group_ids([k[keep] for k in codes])
+        _, first = np.unique(ids, return_index=True)
+        keys = long[SUMMARY_LONG_KEYS].iloc[keep[first]].reset_index(drop=True)
+        for k in [k for k in SUMMARY_LONG_KEYS if k in text]:  # as groupby's own key columns: text as pandas' str
+            keys[k] = keys[k].astype("str")
+        g = long[["In msg size (MB)", "Out msg size (MB)", "dur"]].iloc[keep].groupby(ids, sort=True)
         res = g.agg(**{
             "In msg size (MB)_first": ("In msg size (MB)", "first"),
             "Out msg size (MB)_first": ("Out msg size (MB)", "first"),
             "dur_sum": ("dur", "sum"), "dur_mean": ("dur", "mean"), "dur_std": ("dur", "std"),
             "dur_min": ("dur", "min"), "dur_max": ("dur", "max"), "operation_count": ("dur", "size"),
-        }).reset_index()
+        }).reset_index(drop=True)
+        res = pd.concat([keys, res], axis=1)
         order = np.lexsort((np.arange(len(res)), -res["dur_sum"].to_numpy(dtype=np.float64)))
         res = res.iloc[order].reset_index(drop=True)
     return _with_nodes(res, nodes, rank_col=True, span_col=True)
