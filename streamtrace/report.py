@@ -447,7 +447,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     if not len(long):
         return pd.DataFrame({c: [] for c in cols}), np.zeros(0, dtype=bool)
     starts = st["starts"]
-    first = long.iloc[starts].reset_index(drop=True)
+    first = _first_rows(long, st)
     cat = pd.Series(ns["category"][starts])
     include = cat.isin(coll.IMPLICIT_SYNC).to_numpy()
     if simplified:  # A3.2: unknown names are included in inference mode
@@ -519,6 +519,13 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     }
     result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(extra)], axis=1)
     return result, rows
+
+
+def _first_rows(long, st):
+    """The first row of every instance (kept in ``st``: three sheets read it; none modifies it)."""
+    if "first" not in st:
+        st["first"] = long.iloc[st["starts"]].reset_index(drop=True)
+    return st["first"]
 
 
 def _instance_flags(flags, starts, counts):
@@ -663,7 +670,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     if not len(long):
         return pd.DataFrame()
     starts = st["starts"]
-    first = long.iloc[starts].reset_index(drop=True)
+    first = _first_rows(long, st)
     include = (first["Collective name"] == "all_to_allv").to_numpy()
     if not include.any():
         return pd.DataFrame()
@@ -723,7 +730,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     out["skew in end time"] = (st["max_e"] - st["min_e"])[sel] / 1000.0
     ranks = np.unique(ns["rank"][rows])
     rp = np.searchsorted(ranks, ns["rank"][rows])
-    sub = long[rows]
+    sub = long.loc[rows, list(dict.fromkeys(A2AV_RANK_BLOCK + _OFFRANK_COLUMNS))]  # only the columns read below
     wide = {}
     skew = {}
     s_rows, e_rows = ns["s"][rows], ns["e"][rows]
@@ -765,6 +772,9 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     order = np.lexsort((np.arange(n), np.nan_to_num(-result["total data communicated (MB)"].to_numpy(dtype=np.float64),
                                                     nan=np.inf)))
     return result.iloc[order].reset_index(drop=True)
+
+
+_OFFRANK_COLUMNS = ["In msg size (MB)", "In msg nelems", "Group size", "In split size", "Process Group Ranks"]
 
 
 def _offrank_mb(rows, ranks):
@@ -925,12 +935,12 @@ def _by_size(long, ns, st):
     if not len(long):
         return pd.DataFrame({c: [] for c in BY_SIZE_COLUMNS})
     starts = st["starts"]
-    first = long.iloc[starts].reset_index(drop=True)
+    first = _first_rows(long, st)
     cat = ns["category"][starts]
     kind = ns["kind"][starts]
     pos = st["pos"]
     in_b, out_b = ns["in_bytes"], ns["out_bytes"]
-    a2av = np.array([c == "alltoallv" for c in cat])
+    a2av = cat == "alltoallv"
     max_in = pd.Series(in_b).groupby(pos).max().to_numpy()
     nbytes = np.where(cat == "allgather", out_b[starts], np.where(a2av, max_in, in_b[starts]))
     lat = st["min_dur"] / 1000.0
@@ -939,7 +949,7 @@ def _by_size(long, ns, st):
     bus_bytes = nbytes * factor
     if a2av.any():
         rows = a2av[pos]
-        off = _offrank_mb(long[rows], ns["rank"][rows]) * coll.MIB
+        off = _offrank_mb(long.loc[rows, _OFFRANK_COLUMNS], ns["rank"][rows]) * coll.MIB
         mx = pd.Series(off).groupby(pos[rows]).max()
         bus_bytes[mx.index.to_numpy()] = mx.to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
