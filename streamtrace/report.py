@@ -704,16 +704,26 @@ def _all2allv(long, ns, st, strict, findings, nodes):
         res[agg.index.to_numpy()] = agg.to_numpy(dtype=np.float64)
         return res
 
-    any_nan_m = per_inst(np.isnan(m_mb).astype(float), "max") > 0
+    # rows come grouped by instance, each selected instance has rows: exact
+    # reductions (any, NaN-skipping max / min as pandas') over contiguous runs
+    bounds = np.flatnonzero(np.r_[True, ipos[1:] != ipos[:-1]])
+
+    def inst_max(values):
+        return np.fmax.reduceat(values, bounds)
+
+    def inst_min(values):
+        return np.fmin.reduceat(values, bounds)
+
+    any_nan_m = np.logical_or.reduceat(np.isnan(m_mb), bounds)
     total_mb = np.where(any_nan_m, np.nan, per_inst(np.nan_to_num(m_mb), "sum"))
-    any_nan_n = per_inst(np.isnan(nel).astype(float), "max") > 0
+    any_nan_n = np.logical_or.reduceat(np.isnan(nel), bounds)
     total_n = np.where(any_nan_n, np.nan, per_inst(np.nan_to_num(nel), "sum"))
     wall = (st["max_e"] - st["min_s"])[sel] / 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
         thr = np.where(wall > 0, (total_mb / 1024) / (wall / 1e6), np.nan)
         rank_thr = np.where((m_mb > 0) & (dur > 0), (m_mb / 1024) / ((dur / 1000.0) / 1e6), np.nan)
         mean_m = per_inst(m_mb, "mean")
-        imbalance = np.where(mean_m != 0, per_inst(m_mb, "max") / mean_m, np.nan)
+        imbalance = np.where(mean_m != 0, inst_max(m_mb) / mean_m, np.nan)
     out = first.loc[sel, ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name",
                           "Group size", "dtype", "stream"]].reset_index(drop=True)
     out["total data communicated (MB)"] = total_mb
@@ -723,8 +733,8 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     out["min_rank_dur (us)"] = st["min_dur"][sel] / 1000.0
     out["avg_rank_dur (us)"] = st["sum_dur"][sel] / st["count"][sel] / 1000.0
     out["throughput (GB/s)"] = thr
-    out["max_rank_throughput (GB/s)"] = per_inst(rank_thr, "max")
-    out["min_rank_throughput (GB/s)"] = per_inst(rank_thr, "min")
+    out["max_rank_throughput (GB/s)"] = inst_max(rank_thr)
+    out["min_rank_throughput (GB/s)"] = inst_min(rank_thr)
     out["size_imbalance"] = imbalance
     out["skew in start time"] = (st["max_s"] - st["min_s"])[sel] / 1000.0
     out["skew in end time"] = (st["max_e"] - st["min_e"])[sel] / 1000.0
@@ -763,7 +773,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     offrank = _offrank_mb(sub, ns["rank"][rows])
     lat = st["min_dur"][sel] / 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        result["bus bw (GB/s)"] = np.where(lat > 0, (per_inst(offrank, "max") / 1024) / (lat / 1e6), np.nan)
+        result["bus bw (GB/s)"] = np.where(lat > 0, (inst_max(offrank) / 1024) / (lat / 1e6), np.nan)
     result["participants"] = st["count"][sel]
     result["metadata_mismatch"] = ~np.isin(mism[sel], ["", "stream"])
     result["stream_mismatch"] = ns["stream_mismatch"][starts][sel]
