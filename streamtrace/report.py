@@ -47,7 +47,7 @@ import pandas as pd
 from pandas.api.types import infer_dtype
 
 from . import collectives as coll
-from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
+from .align import COLLECTIVE_COLUMNS, _group_ids, _Text, align_frames, read_align_tables
 from .atomic import atomic_path, umask
 from .errors import StreamtraceError
 from .forked import split_in_two
@@ -176,11 +176,18 @@ def _nullable_int(values, mask=None):
 def _obj(series):
     """Object values with None for missing (as ``astype(object).where(notna, None)``, without its overhead)."""
     values = series.to_numpy(dtype=object)
+    if infer_dtype(values, skipna=False) == "string":  # all text: nothing missing (a 4x cheaper scan than isna)
+        return pd.Series(values, dtype=object, index=series.index)
     missing = pd.isna(values)
     if missing.any():
         values = values.copy()
         values[missing] = None
     return pd.Series(values, dtype=object, index=series.index)
+
+
+def _obj_text(text):
+    """A _Text as an object Series, None for missing (a plain array would be inferred as pandas' str dtype)."""
+    return pd.Series(text.objects(), dtype=object)
 
 
 class _Nodes:
@@ -221,8 +228,14 @@ class _Nodes:
         return value
 
     def spans(self, pg_ranks, pg_names):
-        cache = self._cache  # a handful of groups in 100k rows: mostly one dict lookup each
-        return [cache[k] if k in cache else self.span(*k) for k in zip(pg_ranks, pg_names)]
+        return self.coded_spans(_Text.of(pg_ranks), _Text.of(pg_names))
+
+    def coded_spans(self, pg_ranks, pg_names):
+        """``spans`` of two _Text columns: span() once per distinct pair (a handful in 100k rows)."""
+        ids = _group_ids(pg_ranks.codes, pg_names.codes)
+        _, first = np.unique(ids, return_index=True)
+        values = np.array([self.span(pg_ranks.at(i), pg_names.at(i)) for i in first.tolist()], dtype=object)
+        return values[ids].tolist()
 
 
 def _check_align_options(tables, align_clocks):
@@ -274,7 +287,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     sheets = {}
     implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, findings)
     sheets["nccl_summary_implicit_sync"] = _summary_implicit(implicit, aggs)
-    sheets["nccl_summary_long"] = _summary_long(long, nodes)
+    sheets["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
     a2av = _all2allv(long, ns, inst, strict, findings, nodes)
     if len(a2av):
         sheets["nccl_summary_all2allv"] = _summary_all2allv(a2av, aggs, nodes)
@@ -285,7 +298,8 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
         if heat is not None and len(heat):
             sheets["nccl_all2allv_heatmap"] = heat
     if detailed_analysis:
-        sheets["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True)
+        sheets["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
+                                          text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
         sheets["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
         if len(a2av):
             sheets["nccl_all2allv"] = a2av
@@ -320,8 +334,15 @@ def _sorted_by_instance_rank(c):
 # ---------------------------------------------------------------------- nccl_long
 
 
+#: nccl_long text columns kept as codes too (``ns["text"]``): the mismatch checks,
+#: summary group-bys and node spans compare codes instead of strings
+_CODED_TEXT = {"Process Group Name": "pg", "Process Group Ranks": "pg_ranks", "Collective name": "collective_name",
+               "dtype": "dtype", "In split size": "in_split", "Out split size": "out_split"}
+
+
 def _long_table(c, common_base):
     """(nccl_long without node columns, per-row ns arrays)."""
+    text = {name: _Text.of(c[col].to_numpy(dtype=object)) for name, col in _CODED_TEXT.items()}
     ts_disp = c["ts_aligned_ns"].to_numpy(dtype=np.int64) - common_base
     raw = c["base_ns"].to_numpy(dtype=np.int64) + c["ts_ns"].to_numpy(dtype=np.int64) - common_base
     dur = c["dur_ns"].to_numpy(dtype=np.int64)
@@ -330,17 +351,17 @@ def _long_table(c, common_base):
         "collective_id": _obj(c["collective_id"]),
         "index_in_group": c["index_in_group"].to_numpy(dtype=np.int64),
         "rank": c["rank"].to_numpy(dtype=np.int64),
-        "Process Group Name": _obj(c["pg"]),
-        "Process Group Ranks": _obj(c["pg_ranks"]),
-        "Collective name": _obj(c["collective_name"]),
+        "Process Group Name": _obj_text(text["Process Group Name"]),
+        "Process Group Ranks": _obj_text(text["Process Group Ranks"]),
+        "Collective name": _obj_text(text["Collective name"]),
         "Group size": c["group_size"].astype("Int64"),
-        "dtype": _obj(c["dtype"]),
+        "dtype": _obj_text(text["dtype"]),
         "In msg nelems": c["in_nelems"].astype("Int64"),
         "In msg size (MB)": in_b / coll.MIB,
         "Out msg nelems": c["out_nelems"].astype("Int64"),
         "Out msg size (MB)": out_b / coll.MIB,
-        "In split size": _obj(c["in_split"]),
-        "Out split size": _obj(c["out_split"]),
+        "In split size": _obj_text(text["In split size"]),
+        "Out split size": _obj_text(text["Out split size"]),
         "stream": c["stream"].astype("Int64"),
         "ts": _us(ts_disp),
         "dur": dur / 1000.0,
@@ -356,7 +377,7 @@ def _long_table(c, common_base):
           "category": c["category"].to_numpy(dtype=object), "kind": c["kind"].to_numpy(dtype=object),
           "mismatch_fields": c["mismatch_fields"].to_numpy(dtype=object),
           "stream_mismatch": c["stream_mismatch"].to_numpy(dtype=bool),
-          "participants": c["participants"].to_numpy(dtype=np.int64)}
+          "participants": c["participants"].to_numpy(dtype=np.int64), "text": text}
     return long, ns
 
 
@@ -364,7 +385,7 @@ def _instance_stats(ns):
     """Per-instance reductions over the rows (rows sorted by instance, then rank)."""
     inst = ns["instance"]
     if not len(inst):
-        return {"starts": np.empty(0, dtype=np.int64), "ids": np.empty(0, dtype=np.int64)}
+        return {"starts": np.empty(0, dtype=np.int64), "ids": np.empty(0, dtype=np.int64), "codes": {}}
     starts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
     counts = np.diff(np.r_[starts, len(inst)])
     s, e, dur, rank = ns["s"], ns["e"], ns["dur"], ns["rank"]
@@ -372,7 +393,8 @@ def _instance_stats(ns):
           "max_s": np.maximum.reduceat(s, starts), "min_s": np.minimum.reduceat(s, starts),
           "max_e": np.maximum.reduceat(e, starts), "min_e": np.minimum.reduceat(e, starts),
           "min_dur": np.minimum.reduceat(dur, starts), "max_dur": np.maximum.reduceat(dur, starts),
-          "sum_dur": np.add.reduceat(dur, starts)}
+          "sum_dur": np.add.reduceat(dur, starts),
+          "codes": {name: t.codes for name, t in ns["text"].items()}}  # _mismatch_by_instance's cache
     pos = np.repeat(np.arange(len(starts)), counts)  # instance position of each row
     st["pos"] = pos
     # earliest arrival: smallest start, ties -> highest rank
@@ -415,7 +437,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     if not len(long):
         return pd.DataFrame({c: [] for c in cols}), np.zeros(0, dtype=bool)
     starts = st["starts"]
-    first = long.iloc[starts].reset_index(drop=True)
+    first = _first_rows(long, st)
     cat = pd.Series(ns["category"][starts])
     include = cat.isin(coll.IMPLICIT_SYNC).to_numpy()
     if simplified:  # A3.2: unknown names are included in inference mode
@@ -423,7 +445,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     rows = include[st["pos"]]
     if not include.any():
         return pd.DataFrame({c: [] for c in cols}), rows
-    mism = _mismatch_by_instance(long, IMPLICIT_CHECK, starts, st.setdefault("codes", {}))
+    mism = _mismatch_by_instance(long, IMPLICIT_CHECK, starts, st["codes"])
     bad = include & (mism != "")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -487,6 +509,13 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
     }
     result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(extra)], axis=1)
     return result, rows
+
+
+def _first_rows(long, st):
+    """The first row of every instance (kept in ``st``: three sheets read it; none modifies it)."""
+    if "first" not in st:
+        st["first"] = long.iloc[st["starts"]].reset_index(drop=True)
+    return st["first"]
 
 
 def _instance_flags(flags, starts, counts):
@@ -553,36 +582,67 @@ def _summary_implicit(implicit, aggs):
 # ---------------------------------------------------------------------- summary long
 
 
-def _summary_long(long, nodes):
-    # rows with a missing key are in no group (dropna=True): no separate dropna pass
-    d = long[SUMMARY_LONG_KEYS + ["In msg size (MB)", "Out msg size (MB)", "dur"]]
-    g = d.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)
-    if not len(d) or not g.ngroups:
+def _sorted_codes(long, text, col):
+    """Per row: the position of its ``col`` value among the column's sorted distinct values (-1: missing)."""
+    if col in text:  # text: sort the distinct values only
+        t = text[col]
+        return np.append(t.sort_rank(), -1)[t.codes]  # code -1 (missing) picks the -1 at the end
+    return pd.factorize(long[col], sort=True, use_na_sentinel=True)[0]
+
+
+def _lex_group_ids(keys):
+    """Per row: the position of its key tuple among the distinct tuples in
+    lexicographic order (as ``groupby(keys, sort=True).ngroup()``; keys are
+    sorted codes >= 0)."""
+    ids = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:
+        ids = ids * (int(key.max()) + 1) + key
+        ids = pd.factorize(ids, sort=True)[0].astype(np.int64)  # dense again: no overflow
+    return ids
+
+
+def _summary_long(long, nodes, text):
+    """``long.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)`` aggregated,
+    grouped by one integer id built from the column codes (``text``: the
+    coded text columns): the sums and means are pandas' own, over the same
+    rows in the same order."""
+    codes = [_sorted_codes(long, text, k) for k in SUMMARY_LONG_KEYS]
+    keep = np.flatnonzero(np.logical_and.reduce([k >= 0 for k in codes])) if len(long) else np.empty(0, np.int64)
+    if not len(keep):  # rows with a missing key are in no group (dropna)
         res = pd.DataFrame({c: [] for c in SUMMARY_LONG_KEYS + SUMMARY_LONG_METRICS})
     else:
+        ids = _lex_group_ids([k[keep] for k in codes])
+        _, first = np.unique(ids, return_index=True)
+        keys = long[SUMMARY_LONG_KEYS].iloc[keep[first]].reset_index(drop=True)
+        for k in [k for k in SUMMARY_LONG_KEYS if k in text]:  # as groupby's own key columns: text as pandas' str
+            keys[k] = keys[k].astype("str")
+        g = long[["In msg size (MB)", "Out msg size (MB)", "dur"]].iloc[keep].groupby(ids, sort=True)
         res = g.agg(**{
             "In msg size (MB)_first": ("In msg size (MB)", "first"),
             "Out msg size (MB)_first": ("Out msg size (MB)", "first"),
             "dur_sum": ("dur", "sum"), "dur_mean": ("dur", "mean"), "dur_std": ("dur", "std"),
             "dur_min": ("dur", "min"), "dur_max": ("dur", "max"), "operation_count": ("dur", "size"),
-        }).reset_index()
+        }).reset_index(drop=True)
+        res = pd.concat([keys, res], axis=1)
         order = np.lexsort((np.arange(len(res)), -res["dur_sum"].to_numpy(dtype=np.float64)))
         res = res.iloc[order].reset_index(drop=True)
     return _with_nodes(res, nodes, rank_col=True, span_col=True)
 
 
-def _with_nodes(df, nodes, rank_col=False, span_col=False, before=None):
-    """Add node_id (rank) and node_span (Process Group Ranks) columns."""
+def _with_nodes(df, nodes, rank_col=False, span_col=False, before=None, text=None):
+    """Add node_id (rank) and node_span (Process Group Ranks) columns.
+    ``text``: df's (Process Group Ranks, Process Group Name) as _Text, when known."""
     if nodes is None:
         return df
-    df = df.copy()
+    df = df.copy(deep=False)  # copy-on-write: the inserts below leave the caller's frame as it was
     cols = {}
     if rank_col:
         cols["node_id"] = pd.array(df["rank"].to_numpy(dtype=np.int64) // nodes.G, dtype="Int64") if len(df) \
             else pd.array([], dtype="Int64")
     if span_col:
-        cols["node_span"] = pd.Series(nodes.spans(df["Process Group Ranks"].tolist(),
-                                                  df["Process Group Name"].tolist()), dtype=object)
+        if text is None:
+            text = (_Text.of(df["Process Group Ranks"]), _Text.of(df["Process Group Name"]))
+        cols["node_span"] = pd.Series(nodes.coded_spans(*text), dtype=object)
     at = list(df.columns).index(before) if before in df.columns else None
     if at is None:
         # Part A columns first: node columns go before our extra columns
@@ -600,13 +660,13 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     if not len(long):
         return pd.DataFrame()
     starts = st["starts"]
-    first = long.iloc[starts].reset_index(drop=True)
+    first = _first_rows(long, st)
     include = (first["Collective name"] == "all_to_allv").to_numpy()
     if not include.any():
         return pd.DataFrame()
     sel = np.flatnonzero(include)
     n = len(sel)
-    mism = _mismatch_by_instance(long, A2AV_CHECK, starts, st.setdefault("codes", {}))
+    mism = _mismatch_by_instance(long, A2AV_CHECK, starts, st["codes"])
     bad = include & (mism != "")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -634,16 +694,26 @@ def _all2allv(long, ns, st, strict, findings, nodes):
         res[agg.index.to_numpy()] = agg.to_numpy(dtype=np.float64)
         return res
 
-    any_nan_m = per_inst(np.isnan(m_mb).astype(float), "max") > 0
+    # rows come grouped by instance, each selected instance has rows: exact
+    # reductions (any, NaN-skipping max / min as pandas') over contiguous runs
+    bounds = np.flatnonzero(np.r_[True, ipos[1:] != ipos[:-1]])
+
+    def inst_max(values):
+        return np.fmax.reduceat(values, bounds)
+
+    def inst_min(values):
+        return np.fmin.reduceat(values, bounds)
+
+    any_nan_m = np.logical_or.reduceat(np.isnan(m_mb), bounds)
     total_mb = np.where(any_nan_m, np.nan, per_inst(np.nan_to_num(m_mb), "sum"))
-    any_nan_n = per_inst(np.isnan(nel).astype(float), "max") > 0
+    any_nan_n = np.logical_or.reduceat(np.isnan(nel), bounds)
     total_n = np.where(any_nan_n, np.nan, per_inst(np.nan_to_num(nel), "sum"))
     wall = (st["max_e"] - st["min_s"])[sel] / 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
         thr = np.where(wall > 0, (total_mb / 1024) / (wall / 1e6), np.nan)
         rank_thr = np.where((m_mb > 0) & (dur > 0), (m_mb / 1024) / ((dur / 1000.0) / 1e6), np.nan)
         mean_m = per_inst(m_mb, "mean")
-        imbalance = np.where(mean_m != 0, per_inst(m_mb, "max") / mean_m, np.nan)
+        imbalance = np.where(mean_m != 0, inst_max(m_mb) / mean_m, np.nan)
     out = first.loc[sel, ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name",
                           "Group size", "dtype", "stream"]].reset_index(drop=True)
     out["total data communicated (MB)"] = total_mb
@@ -653,14 +723,14 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     out["min_rank_dur (us)"] = st["min_dur"][sel] / 1000.0
     out["avg_rank_dur (us)"] = st["sum_dur"][sel] / st["count"][sel] / 1000.0
     out["throughput (GB/s)"] = thr
-    out["max_rank_throughput (GB/s)"] = per_inst(rank_thr, "max")
-    out["min_rank_throughput (GB/s)"] = per_inst(rank_thr, "min")
+    out["max_rank_throughput (GB/s)"] = inst_max(rank_thr)
+    out["min_rank_throughput (GB/s)"] = inst_min(rank_thr)
     out["size_imbalance"] = imbalance
     out["skew in start time"] = (st["max_s"] - st["min_s"])[sel] / 1000.0
     out["skew in end time"] = (st["max_e"] - st["min_e"])[sel] / 1000.0
     ranks = np.unique(ns["rank"][rows])
     rp = np.searchsorted(ranks, ns["rank"][rows])
-    sub = long[rows]
+    sub = long.loc[rows, list(dict.fromkeys(A2AV_RANK_BLOCK + _OFFRANK_COLUMNS))]  # only the columns read below
     wide = {}
     skew = {}
     s_rows, e_rows = ns["s"][rows], ns["e"][rows]
@@ -687,13 +757,13 @@ def _all2allv(long, ns, st, strict, findings, nodes):
         skew[f"rank_{r}_skew in end time"] = b
     result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(skew)], axis=1)
     if nodes is not None:
-        result["node_span"] = nodes.spans(result["Process Group Ranks"].tolist(),
-                                          result["Process Group Name"].tolist())
+        result["node_span"] = nodes.spans(result["Process Group Ranks"].to_numpy(dtype=object),
+                                          result["Process Group Name"].to_numpy(dtype=object))
     # B5: bus bandwidth from the actual bytes each rank sends to other ranks
     offrank = _offrank_mb(sub, ns["rank"][rows])
     lat = st["min_dur"][sel] / 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        result["bus bw (GB/s)"] = np.where(lat > 0, (per_inst(offrank, "max") / 1024) / (lat / 1e6), np.nan)
+        result["bus bw (GB/s)"] = np.where(lat > 0, (inst_max(offrank) / 1024) / (lat / 1e6), np.nan)
     result["participants"] = st["count"][sel]
     result["metadata_mismatch"] = ~np.isin(mism[sel], ["", "stream"])
     result["stream_mismatch"] = ns["stream_mismatch"][starts][sel]
@@ -702,6 +772,9 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     order = np.lexsort((np.arange(n), np.nan_to_num(-result["total data communicated (MB)"].to_numpy(dtype=np.float64),
                                                     nan=np.inf)))
     return result.iloc[order].reset_index(drop=True)
+
+
+_OFFRANK_COLUMNS = ["In msg size (MB)", "In msg nelems", "Group size", "In split size", "Process Group Ranks"]
 
 
 def _offrank_mb(rows, ranks):
@@ -758,7 +831,8 @@ def _summary_all2allv(a2av, aggs, nodes):
     res = res.reset_index()
     res["Group size"] = res["Group size"].astype("Int64")
     if nodes is not None:
-        res["node_span"] = nodes.spans(res["Process Group Ranks"].tolist(), res["Process Group Name"].tolist())
+        res["node_span"] = nodes.spans(res["Process Group Ranks"].to_numpy(dtype=object),
+                                      res["Process Group Name"].to_numpy(dtype=object))
     order = np.lexsort((np.arange(len(res)), -res["Total wall_time (ms)"].to_numpy(dtype=np.float64)))
     return res.iloc[order].reset_index(drop=True)
 
@@ -861,12 +935,12 @@ def _by_size(long, ns, st):
     if not len(long):
         return pd.DataFrame({c: [] for c in BY_SIZE_COLUMNS})
     starts = st["starts"]
-    first = long.iloc[starts].reset_index(drop=True)
+    first = _first_rows(long, st)
     cat = ns["category"][starts]
     kind = ns["kind"][starts]
     pos = st["pos"]
     in_b, out_b = ns["in_bytes"], ns["out_bytes"]
-    a2av = np.array([c == "alltoallv" for c in cat])
+    a2av = cat == "alltoallv"
     max_in = pd.Series(in_b).groupby(pos).max().to_numpy()
     nbytes = np.where(cat == "allgather", out_b[starts], np.where(a2av, max_in, in_b[starts]))
     lat = st["min_dur"] / 1000.0
@@ -875,7 +949,7 @@ def _by_size(long, ns, st):
     bus_bytes = nbytes * factor
     if a2av.any():
         rows = a2av[pos]
-        off = _offrank_mb(long[rows], ns["rank"][rows]) * coll.MIB
+        off = _offrank_mb(long.loc[rows, _OFFRANK_COLUMNS], ns["rank"][rows]) * coll.MIB
         mx = pd.Series(off).groupby(pos[rows]).max()
         bus_bytes[mx.index.to_numpy()] = mx.to_numpy()
     with np.errstate(divide="ignore", invalid="ignore"):
