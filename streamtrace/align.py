@@ -59,6 +59,7 @@ import pandas as pd
 
 from . import collectives as coll
 from ._native import COMM_DTYPE, NONE, NOSTR
+from .codes import Text, dense_rank, group_ids, joined_labels, occurrence
 from .errors import StreamtraceError
 # the per-frame collector lives apart, free of pandas; re-exported here
 from .rankcollect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE
@@ -878,120 +879,6 @@ MISMATCH_FIELDS = (("pg", "Process Group Name"), ("pg_ranks", "Process Group Ran
                    ("in_nelems", "In msg nelems"), ("out_nelems", "Out msg nelems"))
 
 
-class _Text:
-    """A text column as integer codes into its distinct values (code -1:
-    missing).  Maps, string building and comparisons run once per distinct
-    value; rows are handled as integers; text objects are built only for
-    the output (``objects``)."""
-
-    def __init__(self, codes, uniques):
-        self.codes = codes
-        self.uniques = uniques
-
-    @classmethod
-    def of(cls, values):
-        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
-        return cls(codes.astype(np.int64), np.asarray(uniques, dtype=object))
-
-    def missing(self):
-        return self.codes < 0
-
-    def table(self, fn, missing=None):
-        """``fn`` of every distinct value, plus ``missing`` last (so that code -1 picks it)."""
-        out = np.empty(len(self.uniques) + 1, dtype=object)
-        for i, u in enumerate(self.uniques.tolist()):
-            out[i] = fn(u)
-        out[-1] = missing
-        return out
-
-    def lookup(self, fn, missing=None, dtype=object):
-        """Per row: ``fn(value)``, ``missing`` where the value is missing (as ``dtype``)."""
-        return self.table(fn, missing).astype(dtype)[self.codes]
-
-    def take(self, idx):
-        return _Text(self.codes[idx], self.uniques)
-
-    def assign(self, mask, value):
-        """A copy with ``value`` in the rows of ``mask``."""
-        codes = self.codes.copy()
-        codes[mask] = len(self.uniques)
-        uniques = np.empty(len(self.uniques) + 1, dtype=object)
-        uniques[:-1] = self.uniques
-        uniques[-1] = value
-        return _Text(codes, uniques)
-
-    def at(self, i):
-        """The value of row ``i`` (None if missing)."""
-        c = self.codes[i]
-        return None if c < 0 else self.uniques[c]
-
-    def isin(self, values):
-        return self.lookup(lambda u: u in values, False, bool)
-
-    def objects(self):
-        """Per row: the value, None where missing (the output form of text columns)."""
-        return self.lookup(lambda u: u)
-
-    def recode(self, fn, missing=None):
-        """A _Text of ``fn(value)`` (``missing`` for missing rows; None stays missing);
-        values that become equal share a code."""
-        codes, uniques = pd.factorize(self.table(fn, missing), use_na_sentinel=True)
-        return _Text(codes.astype(np.int64)[self.codes], np.asarray(uniques, dtype=object))
-
-    def sort_rank(self):
-        """Per code: its value's position in sorted order (as a sort by the text would order rows)."""
-        out = np.empty(len(self.uniques), dtype=np.int64)
-        out[sorted(range(len(self.uniques)), key=lambda c: self.uniques[c])] = np.arange(len(self.uniques))
-        return out
-
-
-def _group_ids(*keys):
-    """Dense group ids of rows keyed by several integer arrays, numbered in
-    order of first appearance (as ``groupby(keys, sort=False).ngroup()``)."""
-    ids = np.zeros(len(keys[0]), dtype=np.int64)
-    for key in keys:
-        codes, uniques = pd.factorize(key)
-        ids = pd.factorize(ids * len(uniques) + codes)[0].astype(np.int64)  # both < n: no overflow
-    return ids
-
-
-def _dense_rank(primary, secondary):
-    """Per row: the rank of (primary, secondary) among the distinct pairs in
-    lexicographic order (as ``groupby([primary, secondary], sort=True).ngroup()``)."""
-    order = np.lexsort((secondary, primary))
-    p, s = primary[order], secondary[order]
-    new = np.r_[True, (p[1:] != p[:-1]) | (s[1:] != s[:-1])] if len(order) else np.empty(0, dtype=bool)
-    out = np.empty(len(order), dtype=np.int64)
-    out[order] = np.cumsum(new) - 1
-    return out
-
-
-def _occurrence(ids):
-    """Per row: how many earlier rows have the same id (as ``groupby(...).cumcount()``)."""
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    run_start = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
-    counts = np.diff(np.r_[run_start, len(ids)])
-    out = np.empty(len(ids), dtype=np.int64)
-    out[order] = np.arange(len(ids)) - np.repeat(run_start, counts)
-    return out
-
-
-def _joined_labels(checks, sep):
-    """Per row: the names of ``checks`` (name, mask) that hold, joined by
-    ``sep`` in check order ('' when none), as a _Text: the text is built
-    once per combination."""
-    n = len(checks[0][1]) if checks else 0
-    bits = np.zeros(n, dtype=np.int64)
-    for j, (_, mask) in enumerate(checks):
-        bits |= np.asarray(mask, dtype=bool).astype(np.int64) << j
-    codes, combos = pd.factorize(bits)
-    table = np.empty(len(combos), dtype=object)
-    for i, b in enumerate(combos.tolist()):
-        table[i] = sep.join(name for j, (name, _) in enumerate(checks) if b >> j & 1)
-    return _Text(codes.astype(np.int64), table)
-
-
 def _combined_rows(results):
     """The collective rows of every rank as ``{column: numpy array}``, sorted
     by rank, time and event, with ``rank`` and ``base_ns`` columns."""
@@ -1010,14 +897,14 @@ def _process_groups(d, quality):
     """(pg, pg_key, simplified): the group name of each row (its pg_name, else
     "all" in simplified mode or "Unknown_Group"), and the matching key: the
     name, tagged with the lowest rank when disjoint rank sets share it."""
-    name = _Text.of(d["pg_name"])
+    name = Text.of(d["pg_name"])
     stream, rank = d["stream"], d["rank"]
     rank_starts = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
     one_stream = (np.minimum.reduceat(stream, rank_starts) == np.maximum.reduceat(stream, rank_starts)).all()
     simplified = bool(name.missing().all() and one_stream)
     pg = name.recode(str, "all" if simplified else "Unknown_Group")
     cache = {}
-    rkey = _Text.of(d["pg_ranks"]).recode(lambda t: _rank_key(t, cache)[0], _rank_key(None, cache)[0])
+    rkey = Text.of(d["pg_ranks"]).recode(lambda t: _rank_key(t, cache)[0], _rank_key(None, cache)[0])
     nk = len(rkey.uniques)
     rk = rkey.codes.copy()
     # rows of a named group without a rank list join the group's only list
@@ -1049,7 +936,7 @@ def _process_groups(d, quality):
     for i, pair in enumerate(pairs.tolist()):
         labels[i] = label[divmod(pair, nk)]
     pair_codes, uniques = pd.factorize(labels)  # equal labels share a code
-    pg_key = _Text(pair_codes.astype(np.int64)[np.searchsorted(pairs, pair_of_row)], np.asarray(uniques, dtype=object))
+    pg_key = Text(pair_codes.astype(np.int64)[np.searchsorted(pairs, pair_of_row)], np.asarray(uniques, dtype=object))
     return pg, pg_key, simplified
 
 
@@ -1071,7 +958,7 @@ def _signatures(cname, kernel_kind, dtype, a2av, inn, out):
     token = np.where(kernel_kind.codes >= 0, kernel_kind.codes, len(kernel_kind.uniques))
     name_code = pd.factorize(texts)[0][np.where(cname.codes >= 0, cname.codes, len(cname.uniques) + token)]
     dtype_code = dtype.recode(str, "?").codes
-    return _group_ids(name_code, dtype_code, np.where(a2av, -2, inn), np.where(a2av, -2, out))
+    return group_ids(name_code, dtype_code, np.where(a2av, -2, inn), np.where(a2av, -2, out))
 
 
 def _disagree(values, inst, n_inst):
@@ -1086,8 +973,8 @@ def _disagree(values, inst, n_inst):
 
 def _seq_slots(g_rank, g_seq, key, quality):
     """Slots of one process group whose rows all carry Seq: (slot, match keys)."""
-    occ = _occurrence(_group_ids(g_rank, g_seq))
-    slot = _dense_rank(g_seq, occ)
+    occ = occurrence(group_ids(g_rank, g_seq))
+    slot = dense_rank(g_seq, occ)
     seq_values, seq_inv = np.unique(g_seq, return_inverse=True)
     keys = np.array([f"seq={v}" for v in seq_values.tolist()], dtype=object)[seq_inv]
     dup = np.flatnonzero(occ > 0)
@@ -1108,7 +995,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     """Match the collective rows of every rank; return the ``align.*`` tables
     (except ``align.options``) as ``{name: DataFrame}``.
 
-    Rows are numpy arrays throughout; text columns are ``_Text`` codes, so
+    Rows are numpy arrays throughout; text columns are ``Text`` codes, so
     each step costs a few integer passes over the rows."""
     results = sorted(results, key=lambda r: r.rank)
     quality = []
@@ -1137,7 +1024,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     rank = d["rank"]
     abs_ts = d["base_ns"] + d["ts"].astype(np.int64, copy=False)
     abs_end = abs_ts + d["dur"].astype(np.int64, copy=False)
-    text = {col: _Text.of(v) for col, v in d.items() if v.dtype.kind not in "iufb"}
+    text = {col: Text.of(v) for col, v in d.items() if v.dtype.kind not in "iufb"}
     cname, dtype = text["collective_name"], text["dtype"]
 
     # ---- process groups
@@ -1180,7 +1067,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                                         f"signature and end time, {unmatched} without a counterpart",
                                         rank=r, pg=key, count=unmatched))
     # ordinal index per pg: the positions compacted to 0..n-1
-    dense = _dense_rank(pg_key.codes, position)
+    dense = dense_rank(pg_key.codes, position)
     group_first = np.full(len(pg_key.uniques), np.iinfo(np.int64).max, dtype=np.int64)
     np.minimum.at(group_first, pg_key.codes, dense)
     index_in_group = dense - group_first[pg_key.codes]
@@ -1188,11 +1075,11 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     if not is_seq.all():
         ix_values, ix_inv = np.unique(index_in_group[~is_seq], return_inverse=True)
         mkey[~is_seq] = np.array([f"ordinal={v}" for v in ix_values.tolist()], dtype=object)[ix_inv]
-    inst = _group_ids(pg_key.codes, slot)
+    inst = group_ids(pg_key.codes, slot)
     n_inst = int(inst.max()) + 1
     participants = np.bincount(inst)[inst]
     # a row alone in its instance, in a group that other ranks take part in
-    pairs = _group_ids(pg_key.codes, rank)
+    pairs = group_ids(pg_key.codes, rank)
     _, first_of_pair = np.unique(pairs, return_index=True)
     ranks_per_group = np.bincount(pg_key.codes[first_of_pair], minlength=len(pg_key.uniques))
     single = (participants == 1) & ~is_seq
@@ -1231,7 +1118,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         if col in ("in_nelems", "out_nelems"):
             bad &= ~a2av_row
         checks.append((label, bad))
-    mismatch_fields = _joined_labels(checks, ",")
+    mismatch_fields = joined_labels(checks, ",")
     metadata_mismatch = mismatch_fields.lookup(lambda u: u != "", False, bool)
     stream_mismatch = _disagree(d["stream"].astype(np.int64, copy=False), inst, n_inst)
 
@@ -1278,7 +1165,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     prefixes = [""] * len(pg_key.uniques) if simplified else [f"{u}_" for u in pg_key.uniques.tolist()]
     for i, (p, ix) in enumerate(zip(inst_pg.tolist(), inst_ix.tolist())):
         inst_ids[i] = f"{prefixes[p]}{ix}"
-    collective_id = _Text(inst, inst_ids)
+    collective_id = Text(inst, inst_ids)
 
     # ---- rows in (instance, rank) order: one take per column (text columns
     # as codes: the objects are looked up after the take, from a few values)
@@ -1295,9 +1182,9 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         if col not in cols and col not in ("match_method", "in_bytes", "out_bytes", "flags"):  # those come below
             cols[col] = text.get(col, d[col])
     cols["no_ids"] = d["no_ids"]
-    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or _Text.take
+    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
     method = method[order]
-    cols["match_method"] = _Text(method.astype(np.int64, copy=False), METHODS)
+    cols["match_method"] = Text(method.astype(np.int64, copy=False), METHODS)
 
     # ---- flags and findings
     cols["flags"] = _flags(cols, method, cname.missing()[order])
@@ -1320,7 +1207,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     columns = {}
     for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
         v = cols[col]
-        if isinstance(v, _Text):
+        if isinstance(v, Text):
             v = v.objects()
         columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
     # copy=False: one block per column instead of copying them into 2-D blocks
@@ -1335,7 +1222,7 @@ def _flags(cols, method, name_missing):
               ("metadata_mismatch", cols["metadata_mismatch"]), ("stream_mismatch", cols["stream_mismatch"]),
               ("size_unknown", (cols["in_nelems"].astype(np.int64) == NONE) | np.isnan(cols["bytes_per_elem"])),
               ("kind_unknown", name_missing))
-    return _joined_labels(checks, ";")
+    return joined_labels(checks, ";")
 
 
 def _instance_findings(cols, method, present):

@@ -47,8 +47,9 @@ import pandas as pd
 from pandas.api.types import infer_dtype
 
 from . import collectives as coll
-from .align import COLLECTIVE_COLUMNS, _group_ids, _Text, align_frames, read_align_tables
+from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
 from .atomic import atomic_path, umask
+from .codes import Text, group_ids
 from .errors import StreamtraceError
 from .forked import split_in_two
 from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
@@ -186,7 +187,7 @@ def _obj(series):
 
 
 def _obj_text(text):
-    """A _Text as an object Series, None for missing (a plain array would be inferred as pandas' str dtype)."""
+    """A Text as an object Series, None for missing (a plain array would be inferred as pandas' str dtype)."""
     return pd.Series(text.objects(), dtype=object)
 
 
@@ -228,11 +229,11 @@ class _Nodes:
         return value
 
     def spans(self, pg_ranks, pg_names):
-        return self.coded_spans(_Text.of(pg_ranks), _Text.of(pg_names))
+        return self.coded_spans(Text.of(pg_ranks), Text.of(pg_names))
 
     def coded_spans(self, pg_ranks, pg_names):
-        """``spans`` of two _Text columns: span() once per distinct pair (a handful in 100k rows)."""
-        ids = _group_ids(pg_ranks.codes, pg_names.codes)
+        """``spans`` of two Text columns: span() once per distinct pair (a handful in 100k rows)."""
+        ids = group_ids(pg_ranks.codes, pg_names.codes)
         _, first = np.unique(ids, return_index=True)
         values = np.array([self.span(pg_ranks.at(i), pg_names.at(i)) for i in first.tolist()], dtype=object)
         return values[ids].tolist()
@@ -342,7 +343,7 @@ _CODED_TEXT = {"Process Group Name": "pg", "Process Group Ranks": "pg_ranks", "C
 
 def _long_table(c, common_base):
     """(nccl_long without node columns, per-row ns arrays)."""
-    text = {name: _Text.of(c[col].to_numpy(dtype=object)) for name, col in _CODED_TEXT.items()}
+    text = {name: Text.of(c[col].to_numpy(dtype=object)) for name, col in _CODED_TEXT.items()}
     ts_disp = c["ts_aligned_ns"].to_numpy(dtype=np.int64) - common_base
     raw = c["base_ns"].to_numpy(dtype=np.int64) + c["ts_ns"].to_numpy(dtype=np.int64) - common_base
     dur = c["dur_ns"].to_numpy(dtype=np.int64)
@@ -631,7 +632,7 @@ def _summary_long(long, nodes, text):
 
 def _with_nodes(df, nodes, rank_col=False, span_col=False, before=None, text=None):
     """Add node_id (rank) and node_span (Process Group Ranks) columns.
-    ``text``: df's (Process Group Ranks, Process Group Name) as _Text, when known."""
+    ``text``: df's (Process Group Ranks, Process Group Name) as Text, when known."""
     if nodes is None:
         return df
     df = df.copy(deep=False)  # copy-on-write: the inserts below leave the caller's frame as it was
@@ -641,7 +642,7 @@ def _with_nodes(df, nodes, rank_col=False, span_col=False, before=None, text=Non
             else pd.array([], dtype="Int64")
     if span_col:
         if text is None:
-            text = (_Text.of(df["Process Group Ranks"]), _Text.of(df["Process Group Name"]))
+            text = (Text.of(df["Process Group Ranks"]), Text.of(df["Process Group Name"]))
         cols["node_span"] = pd.Series(nodes.coded_spans(*text), dtype=object)
     at = list(df.columns).index(before) if before in df.columns else None
     if at is None:

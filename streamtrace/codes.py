@@ -1,0 +1,124 @@
+"""Columns as integer codes: text handled once per distinct value.
+
+The report's tables have ~100k rows but few distinct texts (process groups,
+collective names, dtypes, flags).  ``Text`` keeps a text column as codes into
+its distinct values, so maps, string building and comparisons run once per
+distinct value and rows are handled as integers; the group helpers number
+rows as pandas' groupby would, without building a grouper.
+"""
+import numpy as np
+import pandas as pd
+
+
+class Text:
+    """A text column as integer codes into its distinct values (code -1:
+    missing).  Maps, string building and comparisons run once per distinct
+    value; rows are handled as integers; text objects are built only for
+    the output (``objects``)."""
+
+    def __init__(self, codes, uniques):
+        self.codes = codes
+        self.uniques = uniques
+
+    @classmethod
+    def of(cls, values):
+        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
+        return cls(codes.astype(np.int64), np.asarray(uniques, dtype=object))
+
+    def missing(self):
+        return self.codes < 0
+
+    def table(self, fn, missing=None):
+        """``fn`` of every distinct value, plus ``missing`` last (so that code -1 picks it)."""
+        out = np.empty(len(self.uniques) + 1, dtype=object)
+        for i, u in enumerate(self.uniques.tolist()):
+            out[i] = fn(u)
+        out[-1] = missing
+        return out
+
+    def lookup(self, fn, missing=None, dtype=object):
+        """Per row: ``fn(value)``, ``missing`` where the value is missing (as ``dtype``)."""
+        return self.table(fn, missing).astype(dtype)[self.codes]
+
+    def take(self, idx):
+        return Text(self.codes[idx], self.uniques)
+
+    def assign(self, mask, value):
+        """A copy with ``value`` in the rows of ``mask``."""
+        codes = self.codes.copy()
+        codes[mask] = len(self.uniques)
+        uniques = np.empty(len(self.uniques) + 1, dtype=object)
+        uniques[:-1] = self.uniques
+        uniques[-1] = value
+        return Text(codes, uniques)
+
+    def at(self, i):
+        """The value of row ``i`` (None if missing)."""
+        c = self.codes[i]
+        return None if c < 0 else self.uniques[c]
+
+    def isin(self, values):
+        return self.lookup(lambda u: u in values, False, bool)
+
+    def objects(self):
+        """Per row: the value, None where missing (the output form of text columns)."""
+        return self.lookup(lambda u: u)
+
+    def recode(self, fn, missing=None):
+        """A Text of ``fn(value)`` (``missing`` for missing rows; None stays missing);
+        values that become equal share a code."""
+        codes, uniques = pd.factorize(self.table(fn, missing), use_na_sentinel=True)
+        return Text(codes.astype(np.int64)[self.codes], np.asarray(uniques, dtype=object))
+
+    def sort_rank(self):
+        """Per code: its value's position in sorted order (as a sort by the text would order rows)."""
+        out = np.empty(len(self.uniques), dtype=np.int64)
+        out[sorted(range(len(self.uniques)), key=lambda c: self.uniques[c])] = np.arange(len(self.uniques))
+        return out
+
+
+def group_ids(*keys):
+    """Dense group ids of rows keyed by several integer arrays, numbered in
+    order of first appearance (as ``groupby(keys, sort=False).ngroup()``)."""
+    ids = np.zeros(len(keys[0]), dtype=np.int64)
+    for key in keys:
+        codes, uniques = pd.factorize(key)
+        ids = pd.factorize(ids * len(uniques) + codes)[0].astype(np.int64)  # both < n: no overflow
+    return ids
+
+
+def dense_rank(primary, secondary):
+    """Per row: the rank of (primary, secondary) among the distinct pairs in
+    lexicographic order (as ``groupby([primary, secondary], sort=True).ngroup()``)."""
+    order = np.lexsort((secondary, primary))
+    p, s = primary[order], secondary[order]
+    new = np.r_[True, (p[1:] != p[:-1]) | (s[1:] != s[:-1])] if len(order) else np.empty(0, dtype=bool)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.cumsum(new) - 1
+    return out
+
+
+def occurrence(ids):
+    """Per row: how many earlier rows have the same id (as ``groupby(...).cumcount()``)."""
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    run_start = np.flatnonzero(np.r_[True, sorted_ids[1:] != sorted_ids[:-1]])
+    counts = np.diff(np.r_[run_start, len(ids)])
+    out = np.empty(len(ids), dtype=np.int64)
+    out[order] = np.arange(len(ids)) - np.repeat(run_start, counts)
+    return out
+
+
+def joined_labels(checks, sep):
+    """Per row: the names of ``checks`` (name, mask) that hold, joined by
+    ``sep`` in check order ('' when none), as a Text: the text is built
+    once per combination."""
+    n = len(checks[0][1]) if checks else 0
+    bits = np.zeros(n, dtype=np.int64)
+    for j, (_, mask) in enumerate(checks):
+        bits |= np.asarray(mask, dtype=bool).astype(np.int64) << j
+    codes, combos = pd.factorize(bits)
+    table = np.empty(len(combos), dtype=object)
+    for i, b in enumerate(combos.tolist()):
+        table[i] = sep.join(name for j, (name, _) in enumerate(checks) if b >> j & 1)
+    return Text(codes.astype(np.int64), table)
