@@ -3,7 +3,8 @@
  * profiling; not part of the Python package.
  *
  *   st_driver [-s SEED] [-c MAX_CHUNK] FILE...   tokenize (gzip sniffed) in
- *                                                pseudo-random chunk sizes
+ *                                                pseudo-random chunk sizes,
+ *                                                about half with drop_flows
  *   st_driver -w ROUNDS                          random interval sweeps checked
  *                                                against brute force
  * Prints one line per file.  Exit 0 when every file was tokenized or refused
@@ -41,7 +42,10 @@ static int run_file(const char *path, size_t max_chunk)
         return 1;
     }
     st_tok *tok;
-    st_tok_create(&tok, NULL);
+    st_tok_options opts;
+    memset(&opts, 0, sizeof opts);
+    opts.drop_flows = (int)(next_chunk(2) == 1); /* about half the runs drop flow events */
+    st_tok_create(&tok, &opts);
     st_inflate *inf = NULL;
     unsigned char head[2] = {0, 0};
     size_t got = fread(head, 1, 2, f);

@@ -728,6 +728,12 @@ static inline kernel_fields *kernel_of(event_fields *f)
 #define KEY_IS(k, kn, lit) ((kn) == sizeof(lit) - 1 && bytes_eq((k), (lit), sizeof(lit) - 1))
 #define SPAN_IS(sp, lit) ((sp).s && KEY_IS((sp).s, (sp).n, lit))
 
+/* a flow event's phase: "s" (start), "f" (finish) or "t" (step) */
+static int is_flow(span ph)
+{
+    return ph.s && ph.n == 1 && (ph.s[0] == 's' || ph.s[0] == 'f' || ph.s[0] == 't');
+}
+
 /* Read a scalar or string value; numbers go to *num, strings to *str. */
 static int read_int_value(st_tok *t, const char *base, const char *p, const char *end,
                           int scale, int64_t *num, span *str, const char **next)
@@ -1078,8 +1084,12 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
             return read_string_value(t, base, p, end, &f->s_scope, next);
         break;
     case 2:
-        if (KEY_IS(k, kn, "ph"))
-            return read_string_value(t, base, p, end, &f->ph, next);
+        if (KEY_IS(k, kn, "ph")) {
+            int r = read_string_value(t, base, p, end, &f->ph, next);
+            if (r == P_OK && t->opt.drop_flows && is_flow(f->ph))
+                f->skip_rest = 1;
+            return r;
+        }
         if (KEY_IS(k, kn, "ts")) {
             span ignored = {0, 0};
             int r = read_int_value(t, base, p, end, 3, &f->ts, &ignored, next);
@@ -1356,6 +1366,10 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
             t->state = S_EVENTS_NEXT;
             if (!t->opt.keep_pyfunc && SPAN_IS(f.cat, "python_function")) {
                 t->counts.pyfunc_skipped++;
+                return P_OK;
+            }
+            if (t->opt.drop_flows && is_flow(f.ph)) {
+                t->counts.flows_skipped++;
                 return P_OK;
             }
             return commit_event(t, base, &f, out);

@@ -35,6 +35,7 @@ typedef struct st_tok_options {
     int keep_pyfunc;            /* keep cat=python_function events */
     uint32_t max_depth;         /* JSON nesting limit (0: default 256) */
     uint64_t max_string_bytes;  /* interned bytes limit (0: default 1 GiB) */
+    int drop_flows;             /* drop flow events (ph "s", "f", "t"), for consumers that use none */
 } st_tok_options;
 
 typedef struct st_tok_out {
@@ -53,6 +54,7 @@ typedef struct st_tok_counts {
     uint64_t events_seen;       /* every event object in the array */
     uint64_t events_stored;
     uint64_t pyfunc_skipped;
+    uint64_t flows_skipped;     /* with drop_flows */
     uint64_t bad_numbers;       /* numbers out of int64 range or not numbers */
     uint64_t bytes_consumed;    /* absolute offset of the next unconsumed byte */
     uint32_t doc_started;       /* the root '{' or '[' has been read */

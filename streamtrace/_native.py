@@ -58,9 +58,11 @@ class NativeError(Exception):
 class Tokenizer:
     """One rank's incremental tokenizer with its output arrays."""
 
-    def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0):
+    def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0, drop_flows=False):
         opts = ffi.new("st_tok_options *")
         opts.keep_pyfunc = int(bool(keep_pyfunc))
+        opts.drop_flows = int(bool(drop_flows))
+        self.drop_flows = bool(drop_flows)
         opts.max_depth = max_depth
         ptr = ffi.new("st_tok **")
         if lib.st_tok_create(ptr, opts) != OK:
@@ -142,7 +144,7 @@ class Tokenizer:
                 "pyfunc_skipped": c.pyfunc_skipped, "bad_numbers": c.bad_numbers,
                 "bytes_consumed": c.bytes_consumed, "doc_started": bool(c.doc_started),
                 "saw_events": bool(c.saw_events), "bare_array": bool(c.bare_array),
-                "doc_done": bool(c.doc_done)}
+                "doc_done": bool(c.doc_done), **({"flows_skipped": c.flows_skipped} if self.drop_flows else {})}
 
 
 class Inflater:

@@ -46,24 +46,28 @@ def _parse_meta_value(path, key, raw):
 
 
 def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
-                 chunk_size=None, progress=None, gzip_backend=None, strict=False):
+                 chunk_size=None, progress=None, gzip_backend=None, strict=False, drop_flows=False):
     """Yield the frames of one trace file.
 
     ``rank`` is the rank the caller assigned (flag, position, regex); when None
     the trace's ``distributedInfo.rank`` is used, else ``position``.  Raises
     TraceError for unreadable, corrupt or non-trace input.  A truncated trace
     yields every complete event and records a warning in the metadata.
+    ``drop_flows`` leaves flow events (ph s/f/t) out, in the C tokenizer: for
+    in-process consumers that use none (the one-shot report's align); the
+    metadata then says so.
     """
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
-        yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict)
+        yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict,
+                            drop_flows)
     finally:
         close()
 
 
-def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict):
-    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc)
+def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows):
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, drop_flows=drop_flows)
     trace_meta = {}
     warnings = []
     resolved_rank = None
@@ -214,6 +218,8 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
         "keep_pyfunc": bool(keep_pyfunc),
         "streamtrace_version": VERSION,
     }
+    if drop_flows:
+        meta["drop_flows"] = True
     yield json_frame(Kind.META, resolved_rank, meta)
 
 

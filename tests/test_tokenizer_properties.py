@@ -35,10 +35,10 @@ SAMPLE = (
 )
 
 
-def tokenize(data, cuts, keep_pyfunc=False, capacity=3):
+def tokenize(data, cuts, keep_pyfunc=False, capacity=3, drop_flows=False):
     """Feed ``data`` split at ``cuts`` (a small output capacity forces
     OUTPUT_FULL round trips too); return everything the tokenizer produced."""
-    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=capacity)
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=capacity, drop_flows=drop_flows)
     records, meta = [b"", b"", b""], []
     pending = bytearray()
     bounds = sorted(set(c for c in cuts if 0 < c < len(data))) + [len(data)]
@@ -67,6 +67,18 @@ REFERENCE = tokenize(SAMPLE, [])
 def test_any_chunking_gives_identical_output(cuts):
     assert tokenize(SAMPLE, cuts) == REFERENCE
     assert REFERENCE[0] == _native.DONE and REFERENCE[4] == 5
+
+
+NO_FLOWS = tokenize(SAMPLE, [], drop_flows=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(SAMPLE)), max_size=40))
+def test_drop_flows_at_any_chunking(cuts):
+    """drop_flows leaves out the one flow event of SAMPLE, wherever the input is cut."""
+    assert tokenize(SAMPLE, cuts, drop_flows=True) == NO_FLOWS
+    assert NO_FLOWS[0] == _native.DONE and NO_FLOWS[4] == REFERENCE[4] - 1
+    assert NO_FLOWS[1][1] == REFERENCE[1][1]   # the kernel record (its event comes before the flow)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
