@@ -22,7 +22,6 @@ import re
 
 import numpy as np
 import pandas as pd
-from pandas.api.types import infer_dtype
 
 try:  # numpy >= 2: vectorised string building
     from numpy.dtypes import StringDType
@@ -133,15 +132,16 @@ def column_texts(series, text=lambda s: s, other=object_text, na=""):
         values = series.to_numpy(dtype=object, na_value=None)
     else:
         return None
-    mask = pd.isna(values)
+    # one hashing pass: codes of the distinct values, -1 for missing ones
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    uniques = list(uniques)
+    if all(type(u) is str for u in uniques):  # (str only equals str: nothing was merged)
+        table = np.array([text(u) for u in uniques] + [na], dtype=object)
+        return table[codes]   # code -1 picks na
+    mask = pd.isna(values)   # mixed objects: each value on its own (1 and 1.0 must stay apart)
     out = np.empty(len(values), dtype=object)
     out[mask] = na
-    present = values[~mask]
-    if len(present) and infer_dtype(present, skipna=False) == "string":
-        codes, uniques = pd.factorize(present)
-        out[~mask] = np.array([text(u) for u in uniques.tolist()], dtype=object)[codes]
-    else:
-        out[~mask] = [text(v) if isinstance(v, str) else other(v) for v in present.tolist()]
+    out[~mask] = [text(v) if isinstance(v, str) else other(v) for v in values[~mask].tolist()]
     return out
 
 
