@@ -22,8 +22,10 @@ def is_stream(path):
         raise StreamtraceError(f"{path}: {exc.strerror or exc}") from None
 
 
-#: frames extracted ahead of the consumer (an EVENTS frame is about 1.5 MB)
-PREFETCH_FRAMES = 8
+#: frames extracted ahead of the consumer (an EVENTS frame is about 1.5 MB):
+#: enough (~0.15 s of extraction) to cover a rank's finishing work in align
+#: and correlate, during which the consumer reads nothing
+PREFETCH_FRAMES = 32
 
 
 def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None):
