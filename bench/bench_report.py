@@ -74,8 +74,12 @@ def run(cmd, shell=False):
     disturbed by other load on the machine; CPU time (user + sys of the whole
     process tree) moves less with load than wall time does."""
     results = [_run_once(cmd, shell) for _ in range(REPEAT)]
+    LAST_WALLS[:] = [r[0] for r in results]
     return (min(r[0] for r in results), max(r[1] for r in results), max(r[2] for r in results),
             min(r[3] for r in results))
+
+
+LAST_WALLS = []  # every wall time of the last run(), printed by row()
 
 
 def _run_once(cmd, shell=False):
@@ -137,6 +141,8 @@ def generate(workdir, name, **options):
 
 
 def row(label, wall, rss, tree, cpu, note=""):
+    if len(LAST_WALLS) > 1:
+        note = (note + "  " if note else "") + "runs: " + ", ".join(f"{w:.2f}" for w in LAST_WALLS)
     print(f"  {label:<48} {wall:7.2f} s  {cpu:7.2f} s  {rss:7.0f} MB  {tree:7.0f} MB  {note}", flush=True)
 
 

@@ -106,7 +106,7 @@ class RankResult:
 
     rank: int
     meta: dict
-    rows: pd.DataFrame
+    rows: dict  # {column: numpy array}, one row per collective kernel, in (ts, event) order
     quality: list = field(default_factory=list)
     events: int = 0
 
@@ -460,16 +460,13 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         "pg_name": pg_name, "pg_desc": pg_desc, "pg_ranks": pg_ranks, "in_split": in_split, "out_split": out_split,
         "seq": seq, "no_ids": no_ids,
     }
-    # text stays plain object dtype (pandas would otherwise infer its str dtype)
-    rows = pd.DataFrame({k: pd.Series(v, dtype=object) if v.dtype.kind not in "iufb" else v
-                         for k, v in columns.items()})
-    rows["cpu_op_event"] = np.where(rows["rpc_event"] >= 0, rows["rpc_event"],
-                                    np.where(rows["annotation_event"] >= 0, rows["annotation_event"], rows["c10d_event"]))
-    rows["cpu_op_name"] = pd.Series(np.where(rows["rpc_event"] >= 0, rows["rpc_name"],
-                                             np.where(rows["annotation_event"] >= 0, rows["annotation_name"],
-                                                      rows["c10d_name"])), dtype=object)
-    rows = rows.drop(columns=["rpc_name", "annotation_name", "c10d_name"])
-    rows = rows.sort_values(["ts", "event"], kind="stable").reset_index(drop=True)
+    rpc_ev, ann_ev = columns["rpc_event"], columns["annotation_event"]
+    columns["cpu_op_event"] = np.where(rpc_ev >= 0, rpc_ev, np.where(ann_ev >= 0, ann_ev, columns["c10d_event"]))
+    columns["cpu_op_name"] = np.where(rpc_ev >= 0, columns.pop("rpc_name"),
+                                      np.where(ann_ev >= 0, columns.pop("annotation_name"), columns.pop("c10d_name")))
+    # rows in (ts, event) order, text as object arrays (None when missing)
+    order = np.lexsort((columns["event"], columns["ts"]))
+    rows = {k: v[order] if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order] for k, v in columns.items()}
 
     # per-rank findings
     n_nolaunch = int((rows["launch_event"] < 0).sum())
@@ -523,7 +520,12 @@ def _empty_rank_rows():
             "out_nelems": "int64", "size_source": object, "group_size": "int64", "group_size_source": object,
             "pg_name": object, "pg_desc": object, "pg_ranks": object, "in_split": object, "out_split": object,
             "seq": "int64", "no_ids": bool, "cpu_op_event": "int64", "cpu_op_name": object}
-    return pd.DataFrame({k: pd.Series([], dtype=v) for k, v in cols.items()})
+    return {k: np.zeros(0, dtype=v) for k, v in cols.items()}
+
+
+def rank_row_count(rows):
+    """Rows in a RankResult's ``rows``."""
+    return len(rows["event"])
 
 
 # ====================================================================== the stage
@@ -882,9 +884,9 @@ MISMATCH_FIELDS = (("pg", "Process Group Name"), ("pg_ranks", "Process Group Ran
 def _combined_rows(results):
     """The collective rows of every rank as ``{column: numpy array}``, sorted
     by rank, time and event, with ``rank`` and ``base_ns`` columns."""
-    parts = [res for res in results if len(res.rows)]
-    lengths = [len(res.rows) for res in parts]
-    d = {col: np.concatenate([res.rows[col].to_numpy() for res in parts]) for col in parts[0].rows.columns}
+    parts = [res for res in results if rank_row_count(res.rows)]
+    lengths = [rank_row_count(res.rows) for res in parts]
+    d = {col: np.concatenate([res.rows[col] for res in parts]) for col in parts[0].rows}
     d["rank"] = np.repeat(np.array([res.rank for res in parts], dtype=np.int64), lengths)
     d["base_ns"] = np.repeat(np.array([res.meta.get("base_ns") or 0 for res in parts], dtype=np.int64), lengths)
     order = np.lexsort((d["event"], d["ts"], d["rank"]))
@@ -1007,7 +1009,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     G = _nodes(results, gpus_per_node)
     multi_node = G is not None and len({r // G for r in present}) > 1
     apply = bool(align_clocks) if align_clocks is not None else multi_node
-    if not any(len(res.rows) for res in results):
+    if not any(rank_row_count(res.rows) for res in results):
         quality.append(_finding("warning", "no_collectives",
                                 f"no collective kernels in {len(results)} rank(s): the report is empty"))
         clocks = pd.DataFrame({"rank": pd.Series(present, dtype="int64"),
@@ -1321,7 +1323,7 @@ def _ranks_table(results):
                      "trace_rank": m.get("trace_rank"), "trace_world_size": m.get("trace_world_size"),
                      "gpus": m.get("gpus"), "base_ns": int(m.get("base_ns") or 0),
                      "pg_config": None if m.get("pg_config") is None else _json(m["pg_config"]),
-                     "collective_kernels": len(res.rows), "events": res.events,
+                     "collective_kernels": rank_row_count(res.rows), "events": res.events,
                      "truncated_at_byte": m.get("truncated_at_byte"), "warnings": "; ".join(m.get("warnings") or [])})
     df = pd.DataFrame(rows, columns=RANK_COLUMNS)
     for col in ("world_size", "trace_rank", "trace_world_size", "gpus", "truncated_at_byte"):

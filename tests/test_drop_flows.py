@@ -1,6 +1,7 @@
 """extract_rank(drop_flows=True): the tokenizer leaves flow events out and
 nothing else changes (the one-shot report reads ranks this way)."""
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import real_id, real_traces
@@ -53,8 +54,8 @@ def _check(path):
         assert (kept[field][~as_text] == ev_lean[field][~as_text]).all(), field
         assert text(strings_full, kept[field][as_text]) == text(strings_lean, ev_lean[field][as_text]), field
     # align's rows: identical but for event indices
-    a = collect_rank(iter(full), 0).rows
-    b = collect_rank(iter(lean), 0).rows
+    a = pd.DataFrame(collect_rank(iter(full), 0).rows)
+    b = pd.DataFrame(collect_rank(iter(lean), 0).rows)
     assert _without_index(a).equals(_without_index(b))
     return int(flow.sum())
 
