@@ -6,11 +6,11 @@ numpy's ``astype(str)`` and writes through the ``csv`` module, about 0.4 us a
 cell; this module formats a whole column at once instead:
 
 * floats on the microsecond-with-ns-digits grid (every ts/dur/latency/skew of
-  the report is ``int ns / 1000``) are built from their integers with numpy
-  string operations; the result is the shortest round-trip text, i.e.
-  ``repr(x)`` (see ``float_texts``); all other floats go through ``repr``,
-  which for float64 is what numpy's ``astype(str)`` gives;
-* ints through numpy's int -> string conversion, booleans ``True``/``False``;
+  the report is ``int ns / 1000``) are built from their integers (integer
+  part, then one of 1000 fraction texts); the result is the shortest
+  round-trip text, i.e. ``repr(x)`` (see ``float_texts``); all other floats go
+  through ``repr``, which for float64 is what numpy's ``astype(str)`` gives;
+* ints through ``str``, booleans ``True``/``False``;
 * text columns are formatted and quoted once per distinct value.
 
 ``column_texts`` returns None for a column it does not know (the caller then
@@ -23,24 +23,13 @@ import re
 import numpy as np
 import pandas as pd
 
-try:  # numpy >= 2: vectorised string building
-    from numpy.dtypes import StringDType
-except ImportError:  # pragma: no cover - numpy 1.x: repr for every float
-    StringDType = None
-
 #: |x| below this: a float equal to k/1000 (k integer) has ulp < 1e-4, so its
 #: shortest round-trip text is the decimal k/1000 itself (no shorter decimal
 #: rounds to the same double), and repr uses positional notation (< 1e16)
 _GRID_LIMIT = 1e12
 
-_FRAC = None  # ".0", ".001", ..., ".999" (trailing zeros stripped), built on first use
-
-
-def _frac_table():
-    global _FRAC
-    if _FRAC is None:
-        _FRAC = np.array([".0"] + [("." + f"{i:03d}").rstrip("0") for i in range(1, 1000)], dtype=StringDType())
-    return _FRAC
+#: ".0", ".001", ..., ".999": the fraction text of k/1000 by k % 1000 (trailing zeros stripped)
+_FRAC = [".0"] + [("." + f"{i:03d}").rstrip("0") for i in range(1, 1000)]
 
 
 def float_texts(values, na=""):
@@ -53,17 +42,20 @@ def _float_texts(a, na):
     nan = np.isnan(a)
     out[nan] = na
     rest = ~nan
-    if StringDType is not None and rest.any():
+    if rest.any():
         with np.errstate(invalid="ignore", over="ignore"):
             k = np.rint(a * 1000.0)
             grid = rest & (np.abs(a) < _GRID_LIMIT) & (k / 1000.0 == a)
         if grid.any():
-            m = np.abs(k[grid]).astype(np.int64)
-            text = np.strings.add((m // 1000).astype(StringDType()), _frac_table()[m % 1000])
+            # integer part and fraction from the int k: one small f-string per
+            # value (faster than repr, and than numpy's string functions)
+            whole, frac = np.divmod(np.abs(k[grid]).astype(np.int64), 1000)
             neg = np.signbit(a[grid])  # signbit, so -0.0 is "-0.0" as repr writes it
             if neg.any():
-                text[neg] = np.strings.add("-", text[neg])
-            out[grid] = text.astype(object)
+                out[grid] = [f"-{w}{_FRAC[f]}" if n else f"{w}{_FRAC[f]}"
+                             for w, f, n in zip(whole.tolist(), frac.tolist(), neg.tolist())]
+            else:
+                out[grid] = [f"{w}{_FRAC[f]}" for w, f in zip(whole.tolist(), frac.tolist())]
             rest &= ~grid
     if rest.any():
         out[rest] = [float.__repr__(v) for v in a[rest].tolist()]
@@ -71,10 +63,12 @@ def _float_texts(a, na):
 
 
 def int_texts(values):
-    a = np.asarray(values)
-    if StringDType is not None:
-        return by_distinct(a, lambda u: u.astype(StringDType()).astype(object))
-    return np.array([str(v) for v in a.tolist()], dtype=object)
+    def fmt(u):
+        out = np.empty(len(u), dtype=object)
+        out[:] = list(map(str, u.tolist()))
+        return out
+
+    return by_distinct(np.asarray(values), fmt)
 
 
 def by_distinct(a, fmt):
