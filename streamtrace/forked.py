@@ -28,48 +28,70 @@ def split_in_two(tasks, weights):
         for task in tasks:
             task()
         return
-    mine, theirs = _balanced(tasks, weights)
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: its tasks, then exit without running any cleanup of the parent's
-        os.close(read_end)
-        status = 0
-        try:
-            for task in theirs:
-                task()
-        except BaseException as exc:  # noqa: B036 - every failure is reported to the parent
-            os.write(write_end, (str(exc) or type(exc).__name__).encode("utf-8", "replace")[:4000])
-            status = 1
-        os._exit(status)
-    os.close(write_end)
-    reaped = False
+    mine, theirs = balanced(tasks, weights)
+    child = Child(theirs)
     try:
         for task in mine:
             task()
-        message = _read_all(read_end)
-        _, status = os.waitpid(pid, 0)
-        reaped = True
+        child.wait()
+    finally:
+        child.stop()
+
+
+class Child:
+    """A forked child process running ``tasks`` (callables without
+    arguments) while this process goes on; ``wait()`` returns when it is done
+    and raises its failure here (a StreamtraceError with the child's
+    message); ``stop()`` kills it if it is still running.  Fork only where
+    ``can_fork()``."""
+
+    def __init__(self, tasks):
+        self._read, write_end = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: its tasks, then exit without running any cleanup of the parent's
+            os.close(self._read)
+            status = 0
+            try:
+                for task in tasks:
+                    task()
+            except BaseException as exc:  # noqa: B036 - every failure is reported to the parent
+                os.write(write_end, (str(exc) or type(exc).__name__).encode("utf-8", "replace")[:4000])
+                status = 1
+            os._exit(status)
+        os.close(write_end)
+
+    def wait(self):
+        message = _read_all(self._read)
+        _, status = os.waitpid(self.pid, 0)
+        self._close()
         if status != 0:
             if os.WIFSIGNALED(status):
                 message = f"killed by signal {os.WTERMSIG(status)}"
             raise StreamtraceError(message or "a writer process failed")
-    finally:
-        os.close(read_end)
-        if not reaped:  # the parent failed first: stop the child and reap it
-            try:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
+
+    def stop(self):
+        if self.pid is None:
+            return
+        try:  # this process failed first: stop the child and reap it
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+        except OSError:
+            pass
+        self._close()
+
+    def _close(self):
+        if self.pid is not None:
+            os.close(self._read)
+            self.pid = None
 
 
-def _balanced(tasks, weights):
-    """Two lists of tasks with about equal weight (heaviest first, each to
-    the lighter list)."""
+def balanced(items, weights):
+    """Two lists of ``items`` with about equal total weight (heaviest first,
+    each to the lighter list)."""
     groups, totals = ([], []), [0, 0]
     for w, i in sorted(((w, i) for i, w in enumerate(weights)), reverse=True):
         g = 0 if totals[0] <= totals[1] else 1
-        groups[g].append(tasks[i])
+        groups[g].append(items[i])
         totals[g] += w
     return groups
 

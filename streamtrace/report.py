@@ -1272,50 +1272,92 @@ class _ZipWriterThread:
             raise self.error
 
 
+def _sheet_xml(part):
+    """The worksheet XML of one sheet, in pieces (20,000 rows each)."""
+    yield (_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode()
+    yield ("<row>" + "".join(_str_cell(str(c)) for c in part.columns) + "</row>").encode()
+    step = 20000
+    for start in range(0, len(part), step):
+        chunk = part.iloc[start:start + step]
+        cols = [_xml_cells(chunk[c]) for c in chunk.columns]
+        if cols:
+            yield "".join(["<row>" + "".join(r) + "</row>" for r in zip(*cols)]).encode()
+        else:
+            yield ("<row/>" * len(chunk)).encode()
+    yield b"</sheetData></worksheet>"
+
+
+def _spool_sheet_xml(part, path):
+    with open(path, "wb") as f:
+        for piece in _sheet_xml(part):
+            f.write(piece)
+
+
 def _write_fast(parts, target):
     import zipfile
 
-    titles = []
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        out = _ZipWriterThread(zf)
-        try:
-            for i, (title, part) in enumerate(parts, start=1):
-                titles.append(title)
-                out.member(f"xl/worksheets/sheet{i}.xml")
-                out.write((_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode())
-                header = "<row>" + "".join(_str_cell(str(c)) for c in part.columns) + "</row>"
-                out.write(header.encode())
-                step = 20000
-                for start in range(0, len(part), step):
-                    chunk = part.iloc[start:start + step]
-                    cols = [_xml_cells(chunk[c]) for c in chunk.columns]
-                    if cols:
-                        out.write("".join(["<row>" + "".join(r) + "</row>" for r in zip(*cols)]).encode())
-                    else:
-                        out.write(("<row/>" * len(chunk)).encode())
-                out.write(b"</sheetData></worksheet>")
-                out.end_member()
-        finally:
-            out.close()
-        sheets_xml = "".join(f'<sheet name="{_attr(t)}" sheetId="{i}" r:id="rId{i}"/>'
-                             for i, t in enumerate(titles, start=1))
-        zf.writestr("xl/workbook.xml", _XML_HEAD + f'<workbook xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">'
-                    f"<sheets>{sheets_xml}</sheets></workbook>")
-        rels = "".join(f'<Relationship Id="rId{i}" Type="{_NS_REL}/worksheet" Target="worksheets/sheet{i}.xml"/>'
-                       for i in range(1, len(titles) + 1))
-        rels += f'<Relationship Id="rId{len(titles) + 1}" Type="{_NS_REL}/styles" Target="styles.xml"/>'
-        zf.writestr("xl/_rels/workbook.xml.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}">{rels}</Relationships>')
-        zf.writestr("xl/styles.xml", _STYLES)
-        zf.writestr("_rels/.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}"><Relationship Id="rId1" '
-                    f'Type="{_NS_REL}/officeDocument" Target="xl/workbook.xml"/></Relationships>')
-        ct = "application/vnd.openxmlformats-officedocument.spreadsheetml"
-        overrides = "".join(f'<Override PartName="/xl/worksheets/sheet{i}.xml" ContentType="{ct}.worksheet+xml"/>'
-                            for i in range(1, len(titles) + 1))
-        zf.writestr("[Content_Types].xml", _XML_HEAD + '<Types xmlns="http://schemas.openxmlformats.org/package/2006/'
-                    'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
-                    'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
-                    f'<Override PartName="/xl/workbook.xml" ContentType="{ct}.sheet.main+xml"/>'
-                    f'<Override PartName="/xl/styles.xml" ContentType="{ct}.styles+xml"/>{overrides}</Types>')
+    from .forked import Child, balanced, can_fork
+
+    titles = [title for title, _ in parts]
+    # on two cores a forked child formats about half of a large workbook's
+    # sheets into spooled XML files, which this process then compresses into
+    # the zip (formatting holds the GIL; zlib in the writer thread does not)
+    cells = [part.shape[0] * max(1, part.shape[1]) for _, part in parts]
+    mine, theirs = list(range(len(parts))), []
+    spool = child = None
+    if len(parts) > 1 and sum(cells) >= _PARALLEL_MIN_CELLS and available_cpus() > 1 and can_fork():
+        mine, theirs = (sorted(g) for g in balanced(list(range(len(parts))), cells))
+        spool = tempfile.mkdtemp(prefix=".streamtrace-xlsx-", dir=os.path.dirname(os.path.abspath(target)))
+        child = Child([functools.partial(_spool_sheet_xml, parts[i][1], os.path.join(spool, f"{i}.xml"))
+                       for i in theirs])
+    try:
+        with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+            out = _ZipWriterThread(zf)
+            try:
+                for i in mine:
+                    out.member(f"xl/worksheets/sheet{i + 1}.xml")
+                    for piece in _sheet_xml(parts[i][1]):
+                        out.write(piece)
+                    out.end_member()
+                if child is not None:
+                    child.wait()
+                for i in theirs:
+                    out.member(f"xl/worksheets/sheet{i + 1}.xml")
+                    with open(os.path.join(spool, f"{i}.xml"), "rb") as f:
+                        for piece in iter(lambda: f.read(4 << 20), b""):
+                            out.write(piece)
+                    out.end_member()
+            finally:
+                out.close()
+            _write_workbook_parts(zf, titles)
+    finally:
+        if child is not None:
+            child.stop()
+        if spool is not None:
+            shutil.rmtree(spool, ignore_errors=True)
+
+
+def _write_workbook_parts(zf, titles):
+    """Every member of the workbook but the worksheets."""
+    sheets_xml = "".join(f'<sheet name="{_attr(t)}" sheetId="{i}" r:id="rId{i}"/>'
+                         for i, t in enumerate(titles, start=1))
+    zf.writestr("xl/workbook.xml", _XML_HEAD + f'<workbook xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">'
+                f"<sheets>{sheets_xml}</sheets></workbook>")
+    rels = "".join(f'<Relationship Id="rId{i}" Type="{_NS_REL}/worksheet" Target="worksheets/sheet{i}.xml"/>'
+                   for i in range(1, len(titles) + 1))
+    rels += f'<Relationship Id="rId{len(titles) + 1}" Type="{_NS_REL}/styles" Target="styles.xml"/>'
+    zf.writestr("xl/_rels/workbook.xml.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}">{rels}</Relationships>')
+    zf.writestr("xl/styles.xml", _STYLES)
+    zf.writestr("_rels/.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}"><Relationship Id="rId1" '
+                f'Type="{_NS_REL}/officeDocument" Target="xl/workbook.xml"/></Relationships>')
+    ct = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+    overrides = "".join(f'<Override PartName="/xl/worksheets/sheet{i}.xml" ContentType="{ct}.worksheet+xml"/>'
+                        for i in range(1, len(titles) + 1))
+    zf.writestr("[Content_Types].xml", _XML_HEAD + '<Types xmlns="http://schemas.openxmlformats.org/package/2006/'
+                'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
+                'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+                f'<Override PartName="/xl/workbook.xml" ContentType="{ct}.sheet.main+xml"/>'
+                f'<Override PartName="/xl/styles.xml" ContentType="{ct}.styles+xml"/>{overrides}</Types>')
 
 
 def _attr(s):

@@ -9,7 +9,7 @@ import pytest
 
 from streamtrace import report
 from streamtrace.errors import StreamtraceError
-from streamtrace.forked import _balanced, can_fork, split_in_two
+from streamtrace.forked import balanced, can_fork, split_in_two
 
 
 def _writer(path):
@@ -78,7 +78,7 @@ def test_no_fork_while_another_thread_runs(tmp_path):
 
 def test_balanced_groups():
     weight = {"a": 10, "b": 1, "c": 1, "d": 1, "e": 9}
-    mine, theirs = _balanced(list(weight), list(weight.values()))
+    mine, theirs = balanced(list(weight), list(weight.values()))
     assert sorted(mine + theirs) == sorted(weight)
     assert sum(weight[x] for x in mine) == sum(weight[x] for x in theirs) == 11
 
@@ -121,3 +121,43 @@ def test_write_csvs_child_failure_leaves_no_output(tmp_path, monkeypatch):
         report.write_csvs(sheets, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".streamtrace-csv-")]
+
+
+def _members(path):
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+def test_write_xlsx_forked_equals_serial(tmp_path, monkeypatch):
+    """A forked child formats some sheets' XML; the workbook holds the same
+    members with the same contents as when one process writes it all, and
+    pandas reads it back."""
+    _require_fork()
+    sheets = _sheets()
+    monkeypatch.setattr(report, "available_cpus", lambda: 1)
+    report.write_xlsx(sheets, tmp_path / "serial.xlsx")
+    monkeypatch.setattr(report, "available_cpus", lambda: 2)
+    monkeypatch.setattr(report, "_PARALLEL_MIN_CELLS", 0)
+    report.write_xlsx(sheets, tmp_path / "forked.xlsx")
+    assert _members(tmp_path / "forked.xlsx") == _members(tmp_path / "serial.xlsx")
+    back = pd.read_excel(tmp_path / "forked.xlsx", sheet_name=None)
+    assert list(back) == list(sheets) and len(back["big"]) == len(sheets["big"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forked.xlsx", "serial.xlsx"]   # no spool left
+
+
+def test_write_xlsx_child_failure_leaves_no_output(tmp_path, monkeypatch):
+    _require_fork()
+    real = report._spool_sheet_xml
+
+    def failing(part, path):
+        raise StreamtraceError(f"{path}: No space left on device")
+
+    monkeypatch.setattr(report, "_spool_sheet_xml", failing)
+    monkeypatch.setattr(report, "available_cpus", lambda: 2)
+    monkeypatch.setattr(report, "_PARALLEL_MIN_CELLS", 0)
+    with pytest.raises(StreamtraceError, match="No space left on device"):
+        report.write_xlsx(_sheets(), tmp_path / "out.xlsx")
+    assert list(tmp_path.iterdir()) == []
+    assert real is not failing
