@@ -9,26 +9,28 @@ from streamtrace.codes import Text, dense_rank, group_ids, joined_labels, occurr
 small_ints = st.lists(st.integers(-3, 3), min_size=0, max_size=60)
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_group_ids_is_groupby_ngroup_unsorted(data):
-    a = data.draw(small_ints)
-    b = data.draw(st.lists(st.integers(-3, 3), min_size=len(a), max_size=len(a)))
-    a, b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
-    if not len(a):
-        return
-    expected = pd.DataFrame({"a": a, "b": b}).groupby(["a", "b"], sort=False).ngroup().to_numpy()
-    assert (group_ids(a, b) == expected).all()
+key_pairs = small_ints.flatmap(lambda a: st.tuples(
+    st.just(a), st.lists(st.integers(-3, 3), min_size=len(a), max_size=len(a)))).map(
+    lambda ab: (np.array(ab[0], dtype=np.int64), np.array(ab[1], dtype=np.int64)))
+
+
+def _ngroup(a, b, sort):
+    return pd.DataFrame({"a": a, "b": b}).groupby(["a", "b"], sort=sort).ngroup().to_numpy()
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_dense_rank_is_groupby_ngroup_sorted(data):
-    a = data.draw(small_ints)
-    b = data.draw(st.lists(st.integers(-3, 3), min_size=len(a), max_size=len(a)))
-    a, b = np.array(a, dtype=np.int64), np.array(b, dtype=np.int64)
-    expected = pd.DataFrame({"a": a, "b": b}).groupby(["a", "b"], sort=True).ngroup().to_numpy()
-    assert (dense_rank(a, b) == expected).all()
+@given(key_pairs)
+def test_group_ids_is_groupby_ngroup_unsorted(keys):
+    a, b = keys
+    if len(a):
+        assert (group_ids(a, b) == _ngroup(a, b, sort=False)).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(key_pairs)
+def test_dense_rank_is_groupby_ngroup_sorted(keys):
+    a, b = keys
+    assert (dense_rank(a, b) == _ngroup(a, b, sort=True)).all()
 
 
 @settings(max_examples=200, deadline=None)

@@ -92,14 +92,19 @@ def _sheets():
             "empty": big.head(0)}
 
 
-def test_write_csvs_forked_equals_serial(tmp_path, monkeypatch):
+def _serial_then_forked(monkeypatch, write):
+    """write(label) once on one CPU, then with the forked writer forced."""
     _require_fork()
-    sheets = _sheets()
     monkeypatch.setattr(report, "available_cpus", lambda: 1)
-    report.write_csvs(sheets, tmp_path / "serial")
+    write("serial")
     monkeypatch.setattr(report, "available_cpus", lambda: 2)
     monkeypatch.setattr(report, "_PARALLEL_MIN_CELLS", 0)
-    report.write_csvs(sheets, tmp_path / "forked")
+    write("forked")
+
+
+def test_write_csvs_forked_equals_serial(tmp_path, monkeypatch):
+    sheets = _sheets()
+    _serial_then_forked(monkeypatch, lambda label: report.write_csvs(sheets, tmp_path / label))
     for name in sheets:
         assert (tmp_path / "forked" / f"{name}.csv").read_bytes() == (tmp_path / "serial" / f"{name}.csv").read_bytes()
 
@@ -134,13 +139,8 @@ def test_write_xlsx_forked_equals_serial(tmp_path, monkeypatch):
     """A forked child formats some sheets' XML; the workbook holds the same
     members with the same contents as when one process writes it all, and
     pandas reads it back."""
-    _require_fork()
     sheets = _sheets()
-    monkeypatch.setattr(report, "available_cpus", lambda: 1)
-    report.write_xlsx(sheets, tmp_path / "serial.xlsx")
-    monkeypatch.setattr(report, "available_cpus", lambda: 2)
-    monkeypatch.setattr(report, "_PARALLEL_MIN_CELLS", 0)
-    report.write_xlsx(sheets, tmp_path / "forked.xlsx")
+    _serial_then_forked(monkeypatch, lambda label: report.write_xlsx(sheets, tmp_path / f"{label}.xlsx"))
     assert _members(tmp_path / "forked.xlsx") == _members(tmp_path / "serial.xlsx")
     back = pd.read_excel(tmp_path / "forked.xlsx", sheet_name=None)
     assert list(back) == list(sheets) and len(back["big"]) == len(sheets["big"])
