@@ -32,12 +32,13 @@ _GRID_LIMIT = 1e12
 _FRAC = [".0"] + [("." + f"{i:03d}").rstrip("0") for i in range(1, 1000)]
 
 
-def float_texts(values, na=""):
-    """Text of each float64: ``repr(x)`` (= numpy's ``str``), ``na`` for NaN."""
-    return by_distinct(np.asarray(values, dtype=np.float64), lambda u: _float_texts(u, na))
+def float_texts(values, na="", prefix="", suffix=""):
+    """Text of each float64: ``prefix + repr(x) + suffix`` (repr = numpy's
+    ``str``), ``na`` for NaN."""
+    return by_distinct(np.asarray(values, dtype=np.float64), lambda u: _float_texts(u, na, prefix, suffix))
 
 
-def _float_texts(a, na):
+def _float_texts(a, na, prefix="", suffix=""):
     out = np.empty(len(a), dtype=object)
     nan = np.isnan(a)
     out[nan] = na
@@ -52,13 +53,13 @@ def _float_texts(a, na):
             whole, frac = np.divmod(np.abs(k[grid]).astype(np.int64), 1000)
             neg = np.signbit(a[grid])  # signbit, so -0.0 is "-0.0" as repr writes it
             if neg.any():
-                out[grid] = [f"-{w}{_FRAC[f]}" if n else f"{w}{_FRAC[f]}"
+                out[grid] = [f"{prefix}-{w}{_FRAC[f]}{suffix}" if n else f"{prefix}{w}{_FRAC[f]}{suffix}"
                              for w, f, n in zip(whole.tolist(), frac.tolist(), neg.tolist())]
             else:
-                out[grid] = [f"{w}{_FRAC[f]}" for w, f in zip(whole.tolist(), frac.tolist())]
+                out[grid] = [f"{prefix}{w}{_FRAC[f]}{suffix}" for w, f in zip(whole.tolist(), frac.tolist())]
             rest &= ~grid
     if rest.any():
-        out[rest] = [float.__repr__(v) for v in a[rest].tolist()]
+        out[rest] = [prefix + float.__repr__(v) + suffix for v in a[rest].tolist()]
     return out
 
 

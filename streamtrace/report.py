@@ -1174,11 +1174,7 @@ def _xml_cells(series):
             a = values.astype(np.float64)
             a = np.where(np.isfinite(a), a, np.nan)  # inf: an empty cell, as NaN
 
-            def fmt(u):
-                texts = cells.float_texts(u, na=None)
-                return [_EMPTY if t is None else f"<c><v>{t}</v></c>" for t in texts.tolist()]
-
-            return cells.by_distinct(a, fmt).tolist()
+            return cells.float_texts(a, na=_EMPTY, prefix="<c><v>", suffix="</v></c>").tolist()
         if dtype.kind == "b":
             return np.where(values, '<c t="b"><v>1</v></c>', '<c t="b"><v>0</v></c>').tolist()
         return cells.by_distinct(values, lambda u: [f"<c><v>{v}</v></c>" for v in u.tolist()]).tolist()
@@ -1189,12 +1185,11 @@ def _xml_cells(series):
         out[missing] = _EMPTY
         return out.tolist()
     values = series.astype(object).to_numpy()
-    if len(values) and infer_dtype(values, skipna=True) == "string":
-        missing = pd.isna(values)
-        out = np.full(len(values), _EMPTY, dtype=object)
-        codes, uniques = pd.factorize(values[~missing])
-        out[~missing] = np.array([_str_cell(u) for u in uniques.tolist()], dtype=object)[codes]
-        return out.tolist()
+    # text: one hashing pass (code -1: missing); each distinct string escaped once
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    uniques = list(uniques)
+    if len(values) and all(type(u) is str for u in uniques):
+        return np.array([_str_cell(u) for u in uniques] + [_EMPTY], dtype=object)[codes].tolist()
     out = []
     for v in values.tolist():
         if v is None or v is pd.NA:
@@ -1281,7 +1276,11 @@ def _sheet_xml(part):
         chunk = part.iloc[start:start + step]
         cols = [_xml_cells(chunk[c]) for c in chunk.columns]
         if cols:
-            yield "".join(["<row>" + "".join(r) + "</row>" for r in zip(*cols)]).encode()
+            # the row tags go onto the first and last cells, so the chunk is
+            # one flat join (no string per row)
+            cols[0] = ["<row>" + c for c in cols[0]]
+            cols[-1] = [c + "</row>" for c in cols[-1]]
+            yield "".join(itertools.chain.from_iterable(zip(*cols))).encode()
         else:
             yield ("<row/>" * len(chunk)).encode()
     yield b"</sheetData></worksheet>"
