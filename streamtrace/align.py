@@ -128,6 +128,11 @@ def finish_rank(c):
     return RankResult(c.rank, meta, rows, quality, c.n_events)
 
 
+def _labels(table, codes):
+    """Object array: ``table[code]`` per row (a few shared str objects, not one per row)."""
+    return np.array(table, dtype=object)[codes]
+
+
 def _concat(parts, dtype):
     if not parts:
         return np.empty(0, dtype)
@@ -142,7 +147,9 @@ def _candidates(kernel_parts, launch_parts, O, C, lookup):
     time-containment test can tell).  The others could never be selected, so
     every join after this is proportional to the collectives rather than to
     the trace; filtering part by part never builds the whole kernel table."""
-    comm_events = np.sort(C["event"].astype(np.int64))
+    comm_events = C["event"].astype(np.int64)
+    if (comm_events[1:] < comm_events[:-1]).any():  # records come in event order: usually sorted already
+        comm_events = np.sort(comm_events)
     op_ext = np.sort(O["ext"])
 
     def maybe(k):
@@ -330,7 +337,7 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
 
     Ks = K[sel]
     n = len(sel)
-    sel_by = np.where(name_match[sel], "name", np.where(has_kcomm[sel], "comm_args", "cpu_op")).astype(object)
+    sel_by = _labels(("name", "comm_args", "cpu_op"), np.where(name_match[sel], 0, np.where(has_kcomm[sel], 1, 2)))
     launch_s = launch[sel]
     ann, rpc, c10 = ops[OP_ANNOT][sel], ops[OP_RPC][sel], ops[OP_C10D][sel]
     link_s = link[sel]
@@ -377,14 +384,14 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
 
     name_id, from_k, from_r = coalesce_s("collective_name")
     cname = text(name_id)
-    name_source = np.where(from_k, "kernel_args", np.where(from_r, "record_param_comms", None)).astype(object)
+    name_source = _labels(("kernel_args", "record_param_comms", None), np.where(from_k, 0, np.where(from_r, 1, 2)))
     dtype_id, _, _ = coalesce_s("dtype")
     dtype = text(dtype_id)
     in_n, ink, inr = coalesce_i("in_nelems")
     out_n, _, _ = coalesce_i("out_nelems")
-    size_source = np.where(ink, "kernel_args", np.where(inr, "record_param_comms", None)).astype(object)
+    size_source = _labels(("kernel_args", "record_param_comms", None), np.where(ink, 0, np.where(inr, 1, 2)))
     group_size, _, _ = coalesce_i("group_size")
-    gs_source = np.where(group_size != NONE, "args", None).astype(object)
+    gs_source = _labels(("args", None), (group_size == NONE).astype(np.int64))
     pg_name = text(coalesce_s("pg_name")[0])
     pg_id, _, _ = coalesce_i("pg_id")
     pg_desc = text(coalesce_s("pg_desc")[0])
