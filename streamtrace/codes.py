@@ -78,11 +78,12 @@ class Text:
 
 
 def group_ids(*keys):
-    """Dense group ids of rows keyed by several integer arrays, numbered in
-    order of first appearance (as ``groupby(keys, sort=False).ngroup()``)."""
+    """Dense group ids of rows keyed by several arrays, numbered in order of
+    first appearance (as ``groupby(keys, sort=False).ngroup()``); a missing
+    value (None, NaN) is a key value like any other."""
     ids = np.zeros(len(keys[0]), dtype=np.int64)
     for key in keys:
-        codes, uniques = pd.factorize(key)
+        codes, uniques = pd.factorize(key, use_na_sentinel=False)
         ids = pd.factorize(ids * len(uniques) + codes)[0].astype(np.int64)  # both < n: no overflow
     return ids
 

@@ -51,7 +51,7 @@ from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
 from .atomic import atomic_path, umask
 from .codes import Text, group_ids
 from .errors import StreamtraceError
-from .forked import split_in_two
+from .forked import Child, balanced, can_fork, split_in_two
 from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
 from .stream import Kind, iter_frames
 
@@ -982,10 +982,7 @@ def _cached(fn, *columns):
     calling ``fn`` once per distinct tuple (a handful of kinds, group sizes
     and sizes per report), with the Python values of its first row.  Missing
     values (None, NaN) count as one value: every ``fn`` here treats them alike."""
-    ids = np.zeros(len(columns[0]), dtype=np.int64)
-    for col in columns:  # dense ids of the tuples: each column's codes combined in turn
-        codes, uniques = pd.factorize(col, use_na_sentinel=False)
-        ids = pd.factorize(ids * len(uniques) + codes)[0]  # both < rows: no overflow
+    ids = group_ids(*columns)
     _, first = np.unique(ids, return_index=True)
     results = np.empty(len(first), dtype=object)
     for i, values in enumerate(zip(*[np.asarray(col)[first].tolist() for col in columns])):
@@ -1294,8 +1291,6 @@ def _spool_sheet_xml(part, path):
 
 def _write_fast(parts, target):
     import zipfile
-
-    from .forked import Child, balanced, can_fork
 
     titles = [title for title, _ in parts]
     # on two cores a forked child formats about half of a large workbook's
