@@ -37,7 +37,7 @@ SANITIZE_FLAGS := -std=c99 -O1 -g -fsanitize=address,undefined -fno-sanitize-rec
                   -fno-omit-frame-pointer -Wall -Wextra -Werror
 $(BUILD)/st_driver_asan: $(CSRC)
 	@mkdir -p $(BUILD)
-	$(CC) $(SANITIZE_FLAGS) -Icsrc csrc/st_driver.c csrc/st_tokenizer.c csrc/st_inflate.c \
+	$(CC) $(SANITIZE_FLAGS) -Icsrc csrc/st_driver.c csrc/st_tokenizer.c csrc/st_inflate.c csrc/st_select.c \
 	    csrc/st_sweep.c -lz -lm -o $@
 
 $(BUILD)/st_fuse_driver_asan: $(CSRC)

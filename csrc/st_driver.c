@@ -7,11 +7,13 @@
  *                                                about half with drop_flows
  *   st_driver -w ROUNDS                          random interval sweeps checked
  *                                                against brute force
- * Prints one line per file.  Exit 0 when every file was tokenized or refused
- * with an error code and every sweep agreed; 1 on a sweep mismatch; 2 on
- * usage errors.  Memory errors abort under AddressSanitizer/UBSan.
+ * Every batch of records is also run through st_select, checked against a
+ * plain loop.  Prints one line per file.  Exit 0 when every file was
+ * tokenized or refused with an error code and every sweep and selection
+ * agreed; 1 on a mismatch; 2 on usage errors.  Memory errors abort under AddressSanitizer/UBSan.
  */
 #include "st_tokenizer.h"
+#include "st_select.h"
 #include "st_sweep.h"
 
 #include <math.h>
@@ -33,6 +35,35 @@ static size_t next_chunk(size_t max)
 static st_event events[OUT_CAP];
 static st_kernel kernels[OUT_CAP];
 static st_comm comms[OUT_CAP];
+static int select_mismatches;
+
+/* st_select on a batch of real records, with random class bits for the
+ * strings seen so far (some ids left past the table) and a random rule,
+ * against a plain loop; also run with a small cap, which must stop early. */
+static void check_select(const st_event *ev, size_t n, uint32_t n_strings)
+{
+    enum { CLASSES = 4096 };
+    static uint16_t cls[CLASSES];
+    static int64_t got[OUT_CAP];
+    size_t n_cls = n_strings < CLASSES ? n_strings : CLASSES;
+    if (n_cls)
+        n_cls -= next_chunk(n_cls) - 1;
+    for (size_t i = 0; i < n_cls; i++)
+        cls[i] = (uint16_t)next_chunk(0x10000);
+    st_select_rule rule = {(uint16_t)next_chunk(0xFFFF), (uint16_t)(next_chunk(3) == 1 ? 0 : next_chunk(0xFFFF)),
+                           (uint16_t)(next_chunk(2) == 1 ? 0 : ST_F_HAS_TS), (uint8_t)(next_chunk(2) == 1 ? 0 : 'X')};
+    size_t m = st_select(ev, n, cls, n_cls, &rule, got, OUT_CAP), k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t c = ev[i].cat < n_cls ? cls[ev[i].cat] : 0, nm = ev[i].name < n_cls ? cls[ev[i].name] : 0;
+        int keep = (!rule.ph || ev[i].ph == rule.ph) && (ev[i].flags & rule.flags_all) == rule.flags_all &&
+                   (c & rule.cat_any) && (!rule.name_any || (nm & rule.name_any));
+        if (keep)
+            select_mismatches += k >= m || got[k++] != (int64_t)i;
+    }
+    select_mismatches += k != m;
+    size_t cap = next_chunk(4) - 1;
+    select_mismatches += st_select(ev, n, cls, n_cls, &rule, got, cap) != (m < cap ? m : cap);
+}
 
 static int run_file(const char *path, size_t max_chunk)
 {
@@ -108,6 +139,7 @@ static int run_file(const char *path, size_t max_chunk)
             rc = st_tok_feed(tok, buf, len, eof, &out, &consumed);
             memmove(buf, buf + consumed, len - consumed);
             len -= consumed;
+            check_select(events, out.n_events, st_tok_string_count(tok));
             events_total += out.n_events;
             out.n_events = out.n_kernels = out.n_comms = 0;
             if (rc != ST_OUTPUT_FULL)
@@ -340,5 +372,9 @@ int main(int argc, char **argv)
         max_chunk = 1;
     for (; i < argc; i++)
         run_file(argv[i], max_chunk);
+    if (select_mismatches) {
+        printf("st_select: %d mismatches against the plain loop\n", select_mismatches);
+        return 1;
+    }
     return 0;
 }

@@ -180,6 +180,30 @@ class Inflater:
         return bool(lib.st_inflate_at_member_end(self._inf))
 
 
+# ---------------------------------------------------------------- row selection
+
+def select_rows(records, classes, n_classes, cat_any, name_any=0, flags_all=0, ph=b""):
+    """Indices (int64, increasing) of the EVENTS ``records`` whose category
+    class has a bit of ``cat_any``, whose name class has one of ``name_any``
+    (0: any name), that carry every ST_F_* flag of ``flags_all`` and, when
+    ``ph`` is given, have that phase.  ``classes`` (uint16) holds the class
+    bits of string ids below ``n_classes``; other ids have none.  One C pass,
+    without the GIL."""
+    if records.dtype != EVENT_DTYPE:
+        raise TypeError(f"select_rows needs EVENTS records, not {records.dtype}")
+    records = np.ascontiguousarray(records)
+    classes = np.ascontiguousarray(classes, dtype=np.uint16)
+    if not 0 <= n_classes <= len(classes):
+        raise ValueError(f"n_classes {n_classes} is outside the {len(classes)} classes given")
+    rule = ffi.new("st_select_rule *", {"cat_any": cat_any, "name_any": name_any, "flags_all": flags_all,
+                                        "ph": ord(ph) if ph else 0})
+    out = np.empty(len(records), dtype=np.int64)
+    n = lib.st_select(ffi.cast("const st_event *", ffi.from_buffer(records)), len(records),
+                      ffi.cast("const uint16_t *", ffi.from_buffer(classes)), n_classes, rule,
+                      _ptr(out), len(out))
+    return out[:n]
+
+
 def _i64(a):
     return np.ascontiguousarray(a, dtype=np.int64)
 

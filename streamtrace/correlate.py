@@ -27,6 +27,7 @@ thread, name), filtered out of each EVENTS frame with numpy as it streams
 past; a rank is compacted at its META frame.  Nothing else of the trace is
 kept.
 """
+import functools
 import logging
 import math
 import re
@@ -34,7 +35,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import _native
+from . import _native, forked
 from .collectives import is_collective_kernel_name, size_bucket
 from .errors import StreamtraceError
 
@@ -76,7 +77,9 @@ def _cat_kind(cat):
 
 # per-string classes, computed once per string of a rank's table
 S_NCCL, S_STEP = 1, 2   # collective kernel name; ProfilerStep#N annotation
-_PH_X = ord("X")
+# category classes as bits, for the C row selection: GPU activity, host ops
+SEL_GPU, SEL_HOST = 1, 2
+_SEL_OF_KIND = np.array([0, SEL_GPU, SEL_GPU, SEL_GPU, SEL_HOST, SEL_HOST], dtype=np.uint16)
 
 
 class Timeline:
@@ -158,6 +161,7 @@ class _Collector:
         # slot len(strings) is always 0: NOSTR and ids not yet defined
         self._kind = np.zeros(1024, dtype=np.uint8)
         self._name = np.zeros(1024, dtype=np.uint8)
+        self._sel = np.zeros(1024, dtype=np.uint16)   # SEL_* bits of each category
         self.gpu_parts, self.cpu_parts, self.kernels = [], [], []
         self.n_events = 0
         self.meta = {}
@@ -169,7 +173,9 @@ class _Collector:
             size = max(need, 2 * len(self._kind))
             self._kind = np.concatenate([self._kind[:n0], np.zeros(size - n0, dtype=np.uint8)])
             self._name = np.concatenate([self._name[:n0], np.zeros(size - n0, dtype=np.uint8)])
+            self._sel = np.concatenate([self._sel[:n0], np.zeros(size - n0, dtype=np.uint16)])
         self._kind[n0:n0 + len(strings)] = [_cat_kind(s) for s in strings]
+        self._sel[n0:n0 + len(strings)] = _SEL_OF_KIND[self._kind[n0:n0 + len(strings)]]
         self._name[n0:n0 + len(strings)] = [(S_NCCL if is_collective_kernel_name(s) else 0)
                                             | (S_STEP if s.startswith("ProfilerStep#") else 0) for s in strings]
         self.strings.extend(strings)
@@ -179,18 +185,18 @@ class _Collector:
         self.n_events += len(records)
         if not len(records):
             return
-        # whole-frame lookups, then per-field gathers of the kept rows (a
-        # gather of whole structured records is several times slower)
-        kind = self._kind.take(records["cat"], mode="clip")   # the last slot is always 0
-        ok = (records["ph"] == _PH_X) & ((records["flags"] & _native.FLAGS["has_ts"]) != 0)
-        g = np.flatnonzero(ok & (kind >= KIND_KERNEL) & (kind <= KIND_MEMSET))
-        c = np.flatnonzero(ok & (kind >= KIND_CPU))
+        # rows picked by C passes (complete events with a timestamp, by
+        # category class), then per-field gathers of the kept rows (a gather
+        # of whole structured records is several times slower)
+        n_cls, has_ts = len(self.strings), _native.FLAGS["has_ts"]
+        g = _native.select_rows(records, self._sel, n_cls, SEL_GPU, flags_all=has_ts, ph=b"X")
+        c = _native.select_rows(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
         if len(g):
             ts, flags, device = records["ts"][g], records["flags"][g], records["device"][g]
             self.gpu_parts.append((
                 g + base, ts, ts + records["dur"][g],
                 np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, records["pid"][g])),
-                records["name"][g], records["stream"][g], kind[g]))
+                records["name"][g], records["stream"][g], self._kind[records["cat"][g]]))
         if len(c):
             ts, tid = records["ts"][c], records["tid"][c]
             # a string tid is a string id; negate to keep it apart from int tids
@@ -556,20 +562,47 @@ def _classify(tl, linked):
 
 
 def analyze(inputs):
-    """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows."""
+    """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
+
+    Part 1 (why the late rank was late) and parts 2-3 (what ran alongside,
+    exposed communication) read the same inputs and write nothing shared, so
+    on two cores they run at once, parts 2-3 in a forked child that sends
+    back its (small) tables and data-quality notes."""
+    late, rest = forked.both(functools.partial(_late_rank_part, inputs), functools.partial(_alongside_part, inputs))
     sheets = {}
-    blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(inputs)
-    sheets["collective_blockers"] = blockers
-    sheets["blocking_kernels"] = blocking_kernels
-    sheets["blocking_host_ops"] = blocking_host_ops
-    overlap, pairs = _overlap_analysis(inputs)
-    sheets["collective_overlap"] = overlap
-    sheets["contention_pairs"] = pairs
-    sheets["nccl_inflation"] = _nccl_inflation(inputs, overlap)
-    sheets["compute_inflation"] = _compute_inflation(inputs)
-    sheets["exposed_comm"] = _exposed_comm(inputs)
-    sheets["correlate_quality"] = pd.DataFrame(inputs.quality, columns=["check", "rank", "detail"])
+    for part in (late, rest):
+        sheets.update(part["sheets"])
+    sheets["correlate_quality"] = pd.DataFrame(inputs.quality + late["quality"] + rest["quality"],
+                                               columns=["check", "rank", "detail"])
     return sheets
+
+
+def _late_rank_part(inputs):
+    notes = _Notes(inputs)
+    blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(notes)
+    return {"sheets": {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
+                       "blocking_host_ops": blocking_host_ops}, "quality": notes.quality}
+
+
+def _alongside_part(inputs):
+    notes = _Notes(inputs)
+    overlap, pairs = _overlap_analysis(notes)
+    return {"sheets": {"collective_overlap": overlap, "contention_pairs": pairs,
+                       "nccl_inflation": _nccl_inflation(notes, overlap),
+                       "compute_inflation": _compute_inflation(notes), "exposed_comm": _exposed_comm(notes)},
+            "quality": notes.quality}
+
+
+class _Notes:
+    """The Inputs as one part of ``analyze`` sees them: its own list of
+    data-quality notes (the parts may run in different processes)."""
+
+    def __init__(self, inputs):
+        self._inputs = inputs
+        self.quality = []
+
+    def __getattr__(self, name):
+        return getattr(self._inputs, name)
 
 
 # ---------------------------------------------------------------------- part 1

@@ -8,6 +8,7 @@ when the process runs no other thread (a forked child of a multi-threaded
 process may inherit a lock held by a thread that does not exist in it).
 """
 import os
+import pickle
 import threading
 
 from .errors import StreamtraceError
@@ -38,36 +39,59 @@ def split_in_two(tasks, weights):
         child.stop()
 
 
+def both(here, there):
+    """``(here(), there())``, with ``there`` run in a forked child meanwhile
+    when ``can_fork()`` (else after ``here``, in this process).  The child's
+    result comes back pickled, so it should be small (tables, not timelines);
+    an exception in it is raised here, as itself when it pickles."""
+    if not can_fork():
+        return here(), there()
+    child = Child([there], send_result=True)
+    try:
+        mine = here()
+        return mine, child.wait()
+    finally:
+        child.stop()
+
+
 class Child:
     """A forked child process running ``tasks`` (callables without
     arguments) while this process goes on; ``wait()`` returns when it is done
     and raises its failure here (a StreamtraceError with the child's
-    message); ``stop()`` kills it if it is still running.  Fork only where
-    ``can_fork()``."""
+    message); ``stop()`` kills it if it is still running.  With
+    ``send_result`` the last task's return value (pickled) is what ``wait()``
+    returns.  Fork only where ``can_fork()``."""
 
-    def __init__(self, tasks):
+    def __init__(self, tasks, send_result=False):
+        self._send_result = send_result
         self._read, write_end = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # the child: its tasks, then exit without running any cleanup of the parent's
             os.close(self._read)
             status = 0
             try:
+                result = None
                 for task in tasks:
-                    task()
+                    result = task()
+                if send_result:
+                    _write_all(write_end, pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: B036 - every failure is reported to the parent
-                os.write(write_end, (str(exc) or type(exc).__name__).encode("utf-8", "replace")[:4000])
+                _write_all(write_end, _failure(exc, send_result))
                 status = 1
             os._exit(status)
         os.close(write_end)
 
     def wait(self):
-        message = _read_all(self._read)
+        data = _read_all(self._read)
         _, status = os.waitpid(self.pid, 0)
         self._close()
-        if status != 0:
-            if os.WIFSIGNALED(status):
-                message = f"killed by signal {os.WTERMSIG(status)}"
-            raise StreamtraceError(message or "a writer process failed")
+        if status == 0:
+            return pickle.loads(data) if self._send_result else None
+        if os.WIFSIGNALED(status):
+            raise StreamtraceError(f"a worker process was killed by signal {os.WTERMSIG(status)}")
+        if self._send_result:
+            raise pickle.loads(data)
+        raise StreamtraceError(data.decode("utf-8", "replace") or "a writer process failed")
 
     def stop(self):
         if self.pid is None:
@@ -96,10 +120,30 @@ def balanced(items, weights):
     return groups
 
 
+def _failure(exc, pickled):
+    """What a failed child sends: the exception pickled (when it pickles and
+    the parent expects pickles), else its message."""
+    message = (str(exc) or type(exc).__name__).encode("utf-8", "replace")[:4000]
+    if not pickled:
+        return message
+    try:
+        data = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)  # some exceptions pickle but cannot be rebuilt
+        return data
+    except Exception:  # noqa: BLE001 - then the message, as a StreamtraceError
+        return pickle.dumps(StreamtraceError(message.decode("utf-8", "replace")))
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def _read_all(fd):
     chunks = []
     while True:
-        data = os.read(fd, 65536)
+        data = os.read(fd, 1 << 20)
         if not data:
-            return b"".join(chunks).decode("utf-8", "replace")
+            return b"".join(chunks)
         chunks.append(data)

@@ -9,7 +9,7 @@ threads first and imports pandas while the C tokenizer works.
 import numpy as np
 
 from . import collectives as coll
-from ._native import NONE
+from ._native import NONE, select_rows
 from .errors import StreamtraceError
 from .stream import Kind, decode_strings
 
@@ -24,7 +24,6 @@ _L_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<
                      ("corr", "<i8")])
 _O_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")])
-_PH_X = ord("X")
 
 
 def classify_string(s):
@@ -101,41 +100,33 @@ class RankCollector:
         self.n_events += len(recs)
         if not len(recs):
             return
-        # whole-frame vector lookups first; copy out only the three small subsets
-        catc = self.lookup(recs["cat"])
-        xmask = recs["ph"] == _PH_X
-        kmask = xmask & ((catc & S_KERNEL_CAT) != 0)
-        rmask = xmask & ((catc & (S_RUNTIME_CAT | S_CPU_CAT)) != 0)
-        if rmask.any():
-            namec = self.lookup(recs["name"])
-            lmask = rmask & ((catc & S_RUNTIME_CAT) != 0) & ((namec & S_LAUNCH) != 0)
-            omask = rmask & ((catc & S_CPU_CAT) != 0) & ((namec & (S_ANNOT | S_RPC | S_C10D)) != 0)
-        else:
-            lmask = omask = None
-        if kmask.any():
-            idx = np.flatnonzero(kmask)
+        # three C passes pick the rows (no per-frame class lookups or masks
+        # in numpy, and no GIL held meanwhile); only the rows kept are copied
+        cls, n_cls = self._cls, len(self.strings)
+        idx = select_rows(recs, cls, n_cls, S_KERNEL_CAT, ph=b"X")
+        if len(idx):
             k = np.empty(len(idx), _K_DTYPE)
             k["event"] = base + idx
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
                              ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
                 k[dst] = recs[src][idx]
             self.kernels.append(k)
-        if lmask is not None and lmask.any():
-            idx = np.flatnonzero(lmask)
-            idx = idx[recs["correlation"][idx] != NONE]
+        idx = select_rows(recs, cls, n_cls, S_RUNTIME_CAT, S_LAUNCH, ph=b"X")
+        idx = idx[recs["correlation"][idx] != NONE]
+        if len(idx):
             launch = np.empty(len(idx), _L_DTYPE)
             launch["event"] = base + idx
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
                 launch[dst] = recs[src][idx]
             self.launches.append(launch)
-        if omask is not None and omask.any():
-            idx = np.flatnonzero(omask)
-            nc = namec[idx]
+        idx = select_rows(recs, cls, n_cls, S_CPU_CAT, S_ANNOT | S_RPC | S_C10D, ph=b"X")
+        if len(idx):
             o = np.empty(len(idx), _O_DTYPE)
             o["event"] = base + idx
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
                              ("name", "name")):
                 o[dst] = recs[src][idx]
+            nc = self.lookup(o["name"])
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self.ops.append(o)
 

@@ -161,3 +161,55 @@ def test_write_xlsx_child_failure_leaves_no_output(tmp_path, monkeypatch):
         report.write_xlsx(_sheets(), tmp_path / "out.xlsx")
     assert list(tmp_path.iterdir()) == []
     assert real is not failing
+
+
+# ---------------------------------------------------------------- both
+
+def test_both_returns_each_result_and_runs_there_in_a_child():
+    _require_fork()
+    from streamtrace.forked import both
+
+    here, there = both(lambda: ("here", os.getpid()), lambda: ("there", os.getpid(), np.arange(3)))
+    assert here == ("here", os.getpid())
+    assert there[0] == "there" and there[1] != os.getpid() and there[2].tolist() == [0, 1, 2]
+
+
+def test_both_raises_the_childs_exception_as_itself():
+    _require_fork()
+    from streamtrace.errors import TraceError
+    from streamtrace.forked import both
+
+    def fail():
+        raise TraceError("r3.json", "truncated", 17)
+
+    with pytest.raises(TraceError, match="r3.json.*truncated"):
+        both(lambda: 1, fail)
+
+
+def test_both_turns_an_exception_that_does_not_pickle_into_its_message():
+    _require_fork()
+    from streamtrace.forked import both
+
+    class Local(Exception):   # a local class cannot be pickled by reference
+        pass
+
+    def fail():
+        raise Local("sheet y: no space left")
+
+    with pytest.raises(StreamtraceError, match="sheet y: no space left"):
+        both(lambda: 1, fail)
+
+
+def test_both_runs_in_order_here_when_it_cannot_fork():
+    from streamtrace.forked import both
+
+    calls = []
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        result = both(lambda: calls.append("here") or os.getpid(), lambda: calls.append("there") or os.getpid())
+    finally:
+        stop.set()
+        t.join()
+    assert result == (os.getpid(), os.getpid()) and calls == ["here", "there"]

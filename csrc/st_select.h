@@ -1,0 +1,31 @@
+/*
+ * Row selection over an EVENTS record array by the classes of its string
+ * ids: one pass over the records, for the in-process consumers (align,
+ * correlate) that keep a few kinds of events out of every frame.  The
+ * caller owns every array; nothing is allocated.
+ */
+#ifndef ST_SELECT_H
+#define ST_SELECT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_records.h"
+
+/* CDEF BEGIN */
+typedef struct st_select_rule {
+    uint16_t cat_any;    /* the category's class has one of these bits */
+    uint16_t name_any;   /* and the name's class one of these (0: any name) */
+    uint16_t flags_all;  /* and the record has every one of these ST_F_* flags */
+    uint8_t ph;          /* and this phase character (0: any phase) */
+} st_select_rule;
+
+/* Indices of the records ev[0..n) that meet the rule, in increasing order,
+ * written to out[0..cap); returns how many were written (at most cap: give
+ * cap >= n for all of them).  cls[id] holds the class bits of string id
+ * id for id < n_cls; any other id (ST_NOSTR, not yet defined) has none. */
+size_t st_select(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
+                 const st_select_rule *rule, int64_t *out, size_t cap);
+/* CDEF END */
+
+#endif

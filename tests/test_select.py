@@ -1,0 +1,67 @@
+"""_native.select_rows (the C row selection align and correlate run on every
+EVENTS frame) against a numpy reference on random records and class tables."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streamtrace import _native
+
+NOSTR = _native.NOSTR
+
+
+def reference(records, classes, n_classes, cat_any, name_any, flags_all, ph):
+    def cls(ids):
+        ids = ids.astype(np.int64)
+        out = np.zeros(len(ids), dtype=np.uint16)
+        ok = ids < n_classes
+        out[ok] = classes[ids[ok]]
+        return out
+
+    keep = (cls(records["cat"]) & cat_any) != 0
+    if name_any:
+        keep &= (cls(records["name"]) & name_any) != 0
+    keep &= (records["flags"] & flags_all) == flags_all
+    if ph:
+        keep &= records["ph"] == ord(ph)
+    return np.flatnonzero(keep)
+
+
+@st.composite
+def cases(draw):
+    n_strings = draw(st.integers(0, 12))
+    n = draw(st.integers(0, 300))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    recs = np.zeros(n, _native.EVENT_DTYPE)
+    # ids past the table (not yet defined) and NOSTR are both possible
+    ids = np.concatenate([np.arange(n_strings + 3, dtype=np.uint32), [NOSTR]])
+    recs["cat"], recs["name"] = rng.choice(ids, n), rng.choice(ids, n)
+    recs["ph"] = rng.choice([ord("X"), ord("i"), ord("s"), 0], n)
+    recs["flags"] = rng.integers(0, 128, n)
+    classes = rng.integers(0, 1 << 16, n_strings + draw(st.integers(0, 4)), dtype=np.uint16)
+    n_classes = draw(st.integers(0, min(n_strings, len(classes))))
+    return (recs, classes, n_classes, draw(st.integers(1, 0xFFFF)), draw(st.sampled_from([0, 1, 6, 0x8000])),
+            draw(st.sampled_from([0, 4, 12])), draw(st.sampled_from([b"", b"X", b"i"])))
+
+
+@given(cases())
+@settings(max_examples=300, deadline=None)
+def test_select_rows_matches_the_numpy_reference(case):
+    recs, classes, n_classes, cat_any, name_any, flags_all, ph = case
+    got = _native.select_rows(recs, classes, n_classes, cat_any, name_any, flags_all, ph)
+    assert got.dtype == np.int64
+    assert got.tolist() == reference(*case).tolist()
+
+
+def test_select_rows_reads_a_read_only_frame_payload():
+    recs = np.zeros(3, _native.EVENT_DTYPE)
+    recs["ph"], recs["cat"] = ord("X"), [0, 1, 0]
+    frozen = np.frombuffer(recs.tobytes(), dtype=_native.EVENT_DTYPE)   # what Frame.records() gives
+    assert _native.select_rows(frozen, np.array([4, 0], np.uint16), 2, 4).tolist() == [0, 2]
+
+
+def test_select_rows_refuses_other_records_and_a_short_class_table():
+    with pytest.raises(TypeError, match="EVENTS records"):
+        _native.select_rows(np.zeros(2, _native.KERNEL_DTYPE), np.zeros(1, np.uint16), 1, 1)
+    with pytest.raises(ValueError, match="outside"):
+        _native.select_rows(np.zeros(2, _native.EVENT_DTYPE), np.zeros(1, np.uint16), 5, 1)
