@@ -170,7 +170,7 @@ static int cmp_start(const void *a, const void *b)
     return (x[0] > y[0]) - (x[0] < y[0]);
 }
 
-/* Random interval sets: st_union / st_overlap_with_union / st_pairs against
+/* Random interval sets: st_union / st_overlap_with_union / st_meeting_union / st_pairs against
  * brute force.  Returns the number of mismatches. */
 static int check_sweeps(int rounds)
 {
@@ -195,6 +195,17 @@ static int check_sweeps(int rounds)
         }
         st_union(bs, be, nb, us, ue, &nu);
         st_overlap_with_union(qs, qe, nq, us, ue, nu, ov);
+        int64_t meet[N];
+        size_t n_meet, k_meet = 0;
+        st_meeting_union(qs, qe, nq, us, ue, nu, meet, &n_meet);
+        for (size_t i = 0; i < nq; i++) {
+            int meets = 0;
+            for (size_t j = 0; j < nu; j++)
+                meets |= us[j] < qe[i] && ue[j] > qs[i];
+            if (meets)
+                bad += k_meet >= n_meet || meet[k_meet++] != (int64_t)i;
+        }
+        bad += k_meet != n_meet;
         st_prefix_max(bs, be, nb, pmax);
         size_t a_pos = 0, b_pos = 0, np = 0;
         while (a_pos < nq) /* tiny capacity: exercises resumption */

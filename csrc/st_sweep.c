@@ -13,6 +13,15 @@ static int check_sorted(const int64_t *starts, size_t n)
     return 1;
 }
 
+/* a disjoint sorted union, as st_union makes */
+static int check_union(const int64_t *u_starts, const int64_t *u_ends, size_t nu)
+{
+    for (size_t j = 1; j < nu; j++)
+        if (u_starts[j] < u_ends[j - 1] || u_ends[j] < u_ends[j - 1])
+            return 0;
+    return 1;
+}
+
 int st_union(const int64_t *starts, const int64_t *ends, size_t n,
              int64_t *out_starts, int64_t *out_ends, size_t *out_n)
 {
@@ -54,9 +63,8 @@ int st_overlap_with_union(const int64_t *q_starts, const int64_t *q_ends, size_t
                           const int64_t *u_starts, const int64_t *u_ends, size_t nu,
                           int64_t *out_overlap)
 {
-    for (size_t j = 1; j < nu; j++)
-        if (u_starts[j] < u_ends[j - 1] || u_ends[j] < u_ends[j - 1])
-            return ST_SWEEP_UNSORTED;
+    if (!check_union(u_starts, u_ends, nu))
+        return ST_SWEEP_UNSORTED;
     for (size_t i = 0; i < nq; i++) {
         int64_t s = q_starts[i], e = q_ends[i], total = 0;
         for (size_t j = first_end_after(u_ends, nu, s); j < nu && u_starts[j] < e; j++) {
@@ -67,6 +75,29 @@ int st_overlap_with_union(const int64_t *q_starts, const int64_t *q_ends, size_t
         }
         out_overlap[i] = total;
     }
+    return ST_SWEEP_OK;
+}
+
+int st_meeting_union(const int64_t *q_starts, const int64_t *q_ends, size_t nq,
+                     const int64_t *u_starts, const int64_t *u_ends, size_t nu,
+                     int64_t *out, size_t *out_n)
+{
+    size_t m = 0, j = 0;
+    *out_n = 0;
+    if (!check_union(u_starts, u_ends, nu))
+        return ST_SWEEP_UNSORTED;
+    for (size_t i = 0; i < nq; i++) {
+        int64_t s = q_starts[i];
+        if (i && s >= q_starts[i - 1]) {   /* sorted so far: walk on from the last window */
+            while (j < nu && u_ends[j] <= s)
+                j++;
+        } else {
+            j = first_end_after(u_ends, nu, s);
+        }
+        if (j < nu && u_starts[j] < q_ends[i])
+            out[m++] = (int64_t)i;
+    }
+    *out_n = m;
     return ST_SWEEP_OK;
 }
 

@@ -25,6 +25,14 @@ int st_overlap_with_union(const int64_t *q_starts, const int64_t *q_ends, size_t
                           const int64_t *u_starts, const int64_t *u_ends, size_t nu,
                           int64_t *out_overlap);
 
+/* Indices (increasing) of the intervals q (any order; empty ones too) that
+ * meet the disjoint sorted union U: some u with u_start < q_end and
+ * u_end > q_start.  out needs room for nq; *out_n is how many.  O(nq + nu)
+ * when the queries come sorted by start, O(nq log nu) otherwise. */
+int st_meeting_union(const int64_t *q_starts, const int64_t *q_ends, size_t nq,
+                     const int64_t *u_starts, const int64_t *u_ends, size_t nu,
+                     int64_t *out, size_t *out_n);
+
 /* Resumable enumeration of intersecting pairs between queries A (any order)
  * and intervals B sorted by start.  b_prefix_max_end[j] must be the maximum
  * end of B[0..j] (st_prefix_max computes it).  Writes (a index, b index,

@@ -237,6 +237,18 @@ def overlap_with_union(q_starts, q_ends, u_starts, u_ends):
     return out
 
 
+def meeting_union(q_starts, q_ends, u_starts, u_ends):
+    """Indices (int64, increasing) of the query intervals that meet a
+    disjoint sorted union: some u with u_start < q_end and u_end > q_start
+    (an empty query inside a window counts)."""
+    q_starts, q_ends, u_starts, u_ends = map(_i64, (q_starts, q_ends, u_starts, u_ends))
+    out = np.empty(len(q_starts), dtype=np.int64)
+    n = ffi.new("size_t *")
+    _check_sweep(lib.st_meeting_union(_ptr(q_starts), _ptr(q_ends), len(q_starts),
+                                      _ptr(u_starts), _ptr(u_ends), len(u_starts), _ptr(out), n))
+    return out[: n[0]]
+
+
 def intersecting_pairs(a_starts, a_ends, b_starts, b_ends, chunk=1 << 16):
     """All (i, j, overlap) with A[i] ∩ B[j] non-empty; B sorted by start.
 

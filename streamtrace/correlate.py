@@ -561,36 +561,39 @@ def _classify(tl, linked):
     tl.compute_comm_frac = np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)
 
 
+SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
+               "contention_pairs", "nccl_inflation", "compute_inflation", "exposed_comm", "correlate_quality"]
+
+
 def analyze(inputs):
     """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
 
-    Part 1 (why the late rank was late) and parts 2-3 (what ran alongside,
-    exposed communication) read the same inputs and write nothing shared, so
-    on two cores they run at once, parts 2-3 in a forked child that sends
-    back its (small) tables and data-quality notes."""
-    late, rest = forked.both(functools.partial(_late_rank_part, inputs), functools.partial(_alongside_part, inputs))
-    sheets = {}
-    for part in (late, rest):
-        sheets.update(part["sheets"])
-    sheets["correlate_quality"] = pd.DataFrame(inputs.quality + late["quality"] + rest["quality"],
+    The analyses read the same inputs and write nothing shared, so on two
+    cores they run in two groups at once, the overlap analysis (part 2) in a
+    forked child that sends back its (small) tables and data-quality notes,
+    the rest here."""
+    here, child = forked.both(functools.partial(_late_and_exposed, inputs), functools.partial(_overlaps, inputs))
+    sheets = {**here["sheets"], **child["sheets"]}
+    sheets["correlate_quality"] = pd.DataFrame(inputs.quality + here["quality"] + child["quality"],
                                                columns=["check", "rank", "detail"])
-    return sheets
+    return {name: sheets[name] for name in SHEET_NAMES}
 
 
-def _late_rank_part(inputs):
+def _late_and_exposed(inputs):
+    """Part 1 (why the late rank was late), compute inflation and part 3."""
     notes = _Notes(inputs)
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(notes)
     return {"sheets": {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
-                       "blocking_host_ops": blocking_host_ops}, "quality": notes.quality}
+                       "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(notes),
+                       "exposed_comm": _exposed_comm(notes)}, "quality": notes.quality}
 
 
-def _alongside_part(inputs):
+def _overlaps(inputs):
+    """Part 2: what ran alongside each collective, and NCCL inflation."""
     notes = _Notes(inputs)
     overlap, pairs = _overlap_analysis(notes)
     return {"sheets": {"collective_overlap": overlap, "contention_pairs": pairs,
-                       "nccl_inflation": _nccl_inflation(notes, overlap),
-                       "compute_inflation": _compute_inflation(notes), "exposed_comm": _exposed_comm(notes)},
-            "quality": notes.quality}
+                       "nccl_inflation": _nccl_inflation(notes, overlap)}, "quality": notes.quality}
 
 
 class _Notes:
@@ -791,8 +794,7 @@ def _ops_meeting(parts, tids, lo, hi):
     picked = []
     for start, end, t, name in parts:
         # windows only (few ops meet one); the threads are picked once, below
-        j = np.searchsorted(w_end, start, side="right")    # the first window ending after the op starts
-        m = np.flatnonzero((j < len(w_end)) & (w_start[np.minimum(j, len(w_end) - 1)] < end))
+        m = _native.meeting_union(start, end, w_start, w_end)
         if len(m):
             picked.append((start[m], end[m], t[m], name[m]))
     if not picked:

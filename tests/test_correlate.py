@@ -139,9 +139,25 @@ def test_sweeps_agree_with_brute_force(a, b):
     assert set(zip(ia.tolist(), ib.tolist(), il.tolist())) == want and len(ia) == len(want)
 
 
+@settings(max_examples=300, deadline=None)
+@given(intervals, intervals, st.booleans())
+def test_meeting_union_agrees_with_brute_force(q, b, sort_queries):
+    qs, qe = q
+    if sort_queries:   # the walking path (sorted) and the searching one (any order)
+        order = np.argsort(qs, kind="stable")
+        qs, qe = qs[order], qe[order]
+    order = np.argsort(b[0], kind="stable")
+    us, ue = _native.interval_union(b[0][order], b[1][order])
+    got = _native.meeting_union(qs, qe, us, ue)
+    want = [i for i in range(len(qs)) if any(u0 < qe[i] and u1 > qs[i] for u0, u1 in zip(us, ue))]
+    assert got.tolist() == want
+
+
 def test_sweep_rejects_unsorted():
     with pytest.raises(ValueError):
         _native.interval_union(np.array([5, 1]), np.array([6, 2]))
+    with pytest.raises(ValueError):   # overlapping windows are not a union
+        _native.meeting_union(np.array([0]), np.array([1]), np.array([0, 5]), np.array([10, 12]))
 
 
 def test_wave_risk_from_geometry():
