@@ -507,7 +507,15 @@ class Inputs:
             # adds events to C, so it changes nothing when all are in C already
             if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
                 _classify(tl, linked)
-        self.compute = _Compute(timelines)
+        self._compute = None
+
+    @property
+    def compute(self):
+        """The _Compute table, built on first use: by each side of analyze's
+        fork, so building it is not serial work."""
+        if self._compute is None:
+            self._compute = _Compute(self.timelines)
+        return self._compute
 
 
 def _in_order_of_appearance(codes, n_codes, chunk=1 << 12):
@@ -569,31 +577,32 @@ def analyze(inputs):
     """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
 
     The analyses read the same inputs and write nothing shared, so on two
-    cores they run in two groups at once, the overlap analysis (part 2) in a
-    forked child that sends back its (small) tables and data-quality notes,
-    the rest here."""
-    here, child = forked.both(functools.partial(_late_and_exposed, inputs), functools.partial(_overlaps, inputs))
+    cores they run in two groups at once, parts 2 and 3 in a forked child that
+    sends back its (small) tables and data-quality notes, the rest here."""
+    here, child = forked.both(functools.partial(_late_and_inflation, inputs),
+                              functools.partial(_overlaps_and_exposed, inputs))
     sheets = {**here["sheets"], **child["sheets"]}
     sheets["correlate_quality"] = pd.DataFrame(inputs.quality + here["quality"] + child["quality"],
                                                columns=["check", "rank", "detail"])
     return {name: sheets[name] for name in SHEET_NAMES}
 
 
-def _late_and_exposed(inputs):
-    """Part 1 (why the late rank was late), compute inflation and part 3."""
+def _late_and_inflation(inputs):
+    """Part 1 (why the late rank was late) and compute inflation."""
     notes = _Notes(inputs)
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(notes)
     return {"sheets": {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
-                       "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(notes),
-                       "exposed_comm": _exposed_comm(notes)}, "quality": notes.quality}
+                       "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(notes)},
+            "quality": notes.quality}
 
 
-def _overlaps(inputs):
-    """Part 2: what ran alongside each collective, and NCCL inflation."""
+def _overlaps_and_exposed(inputs):
+    """Part 2 (what ran alongside each collective, NCCL inflation) and part 3."""
     notes = _Notes(inputs)
     overlap, pairs = _overlap_analysis(notes)
     return {"sheets": {"collective_overlap": overlap, "contention_pairs": pairs,
-                       "nccl_inflation": _nccl_inflation(notes, overlap)}, "quality": notes.quality}
+                       "nccl_inflation": _nccl_inflation(notes, overlap), "exposed_comm": _exposed_comm(notes)},
+            "quality": notes.quality}
 
 
 class _Notes:
