@@ -162,7 +162,11 @@ class _Collector:
         self._kind = np.zeros(1024, dtype=np.uint8)
         self._name = np.zeros(1024, dtype=np.uint8)
         self._sel = np.zeros(1024, dtype=np.uint16)   # SEL_* bits of each category
-        self.gpu_parts, self.cpu_parts, self.kernels = [], [], []
+        self.gpu_parts, self.cpu_parts = [], []
+        # launch geometry per GPU part (dims n x 6, registers, shared memory),
+        # joined as each KERNELS frame arrives; records matching no row of the
+        # latest part wait in ``pending`` and are joined at the rank's end
+        self.geometry_parts, self.pending = [], []
         self.n_events = 0
         self.meta = {}
 
@@ -197,6 +201,8 @@ class _Collector:
                 g + base, ts, ts + records["dur"][g],
                 np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, records["pid"][g])),
                 records["name"][g], records["stream"][g], self._kind[records["cat"][g]]))
+            self.geometry_parts.append(_no_geometry(len(g)))
+
         if len(c):
             ts, tid = records["ts"][c], records["tid"][c]
             # a string tid is a string id; negate to keep it apart from int tids
@@ -204,22 +210,36 @@ class _Collector:
             # CPU ops are most events: 28 bytes each (an event record is 96)
             self.cpu_parts.append((ts, ts + records["dur"][c], tid, records["name"][c]))
 
+    def add_kernels(self, records):
+        """Join a KERNELS frame's geometry to the latest GPU part (extract
+        writes it right after the EVENTS frame of the same batch)."""
+        if not self.gpu_parts:
+            self.pending.append(records)
+            return
+        rest = _join_geometry(self.gpu_parts[-1][0], records, *self.geometry_parts[-1])
+        if len(rest):
+            self.pending.append(rest)
+
     def finish(self):
         gpu = dict(zip([c for c, _ in _GPU_COLUMNS], _concat_columns(self.gpu_parts, _GPU_COLUMNS)))
         # CPU ops stay in their per-frame parts: only the host-gap queries
         # read them, once, at the end (no concatenated or per-thread copies)
-        cpu_parts, kernels = self.cpu_parts, self.kernels
-        self.gpu_parts = self.cpu_parts = self.kernels = None
+        cpu_parts, pending = self.cpu_parts, self.pending
+        dims, regs, smem = (np.concatenate(c) for c in zip(*self.geometry_parts)) if self.geometry_parts \
+            else _no_geometry(0)
+        self.gpu_parts = self.cpu_parts = self.pending = self.geometry_parts = None
         n_str = len(self.strings)
         names = np.array(self.strings + [""], dtype=object)
         gpu["name"][gpu["name"] == _native.NOSTR] = n_str     # the "" slot
         for part in cpu_parts:
             part[3][part[3] == _native.NOSTR] = n_str
         # kernel identity rows (name, grid x y z, block x y z, 0) as int32, so
-        # that 4 int64 hold one row; the geometry is written straight into them
+        # that 4 int64 hold one row
         keys = np.empty((len(gpu["start"]), 8), dtype=np.int32)
         keys[:, 0], keys[:, 7] = gpu["name"], 0
-        regs, smem = _geometry(gpu["event"], kernels, keys[:, 1:7])
+        for records in pending:   # none when the stream comes from extract
+            _join_geometry(gpu["event"], records, dims, regs, smem)
+        keys[:, 1:7] = dims
         has = (keys[:, 1] >= 0) & (keys[:, 4] >= 0)
 
         def product(c):   # as int64: never an int32 overflow
@@ -265,24 +285,22 @@ def _concat_columns(parts, columns):
             for k, (_, t) in enumerate(columns)]
 
 
-def _geometry(events, kernel_parts, dims):
-    """Launch geometry joined to GPU rows by event index (rows in event order):
-    fills dims (n x 6: grid x, y, z, block x, y, z; -1 when absent) and
-    returns (registers, shared memory).  Fields are taken from the KERNELS
-    records one at a time: a gather of whole structured records is several
-    times slower."""
+def _no_geometry(n):
+    """(dims, registers, shared memory) of n GPU rows with no launch geometry:
+    dims n x 6 (grid x, y, z, block x, y, z) of -1, the others NaN."""
+    return np.full((n, 6), -1, dtype=np.int32), np.full(n, np.nan), np.full(n, np.nan)
+
+
+def _join_geometry(events, records, dims, regs, smem):
+    """Write the geometry of KERNELS ``records`` into the rows of the GPU
+    rows whose (increasing) event indices are ``events``; returns the
+    records that match no row.  Fields are taken one at a time: a gather of
+    whole structured records is several times slower."""
     n = len(events)
-    dims[:] = -1
-    regs = np.full(n, np.nan)
-    smem = np.full(n, np.nan)
-    if not kernel_parts or not n:
-        return regs, smem
-
-    def field(name):
-        return np.concatenate([k[name] for k in kernel_parts])
-
-    k_event = field("event").astype(np.int64)
-    at = np.clip(np.searchsorted(events, k_event), 0, n - 1)
+    if not n:
+        return records
+    k_event = records["event"].astype(np.int64)
+    at = np.minimum(np.searchsorted(events, k_event), n - 1)
     hit = events[at] == k_event
     everything = bool(hit.all())
 
@@ -290,12 +308,12 @@ def _geometry(events, kernel_parts, dims):
         return values if everything else values[hit]
 
     rows = hits(at)
-    dims[rows, 0:3] = hits(field("grid"))
-    dims[rows, 3:6] = hits(field("block"))
-    r, m = hits(field("registers_per_thread")), hits(field("shared_memory"))
+    dims[rows, 0:3] = hits(records["grid"])
+    dims[rows, 3:6] = hits(records["block"])
+    r, m = hits(records["registers_per_thread"]), hits(records["shared_memory"])
     regs[rows] = np.where(r >= 0, r, np.nan)
     smem[rows] = np.where(m >= 0, m, np.nan)
-    return regs, smem
+    return records[:0] if everything else records[~hit]
 
 
 def _dims_text(d):
@@ -325,7 +343,7 @@ class StreamCollector:
             elif kind == Kind.EVENTS:
                 c.add_events(frame.records())
             elif kind == Kind.KERNELS:
-                c.kernels.append(frame.records())   # a view: the payload is exactly the records
+                c.add_kernels(frame.records())
             else:
                 c.meta = frame.json()
                 self.done[frame.rank] = self.collectors.pop(frame.rank).finish()

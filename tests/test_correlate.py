@@ -4,6 +4,7 @@ import json
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from streamtrace.align import align_frames
 from streamtrace.correlate import TABLE_PREFIX, correlate_frames, resident_blocks_per_sm, wave_risk
 from streamtrace.extract import extract_rank
 from streamtrace.sources import resolve_inputs
+from streamtrace.stream import Kind
 
 
 def run_chain(paths_by_rank):
@@ -48,6 +50,45 @@ def host(tmp_path_factory):
 def inflated(tmp_path_factory):
     return generated(tmp_path_factory, "infl", ranks=4, steps=6, inflate_kernel_factor=1.5,
                      clock_offsets_us="random")
+
+
+def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path, monkeypatch):
+    """Launch geometry is joined per KERNELS frame to the GPU rows of the
+    frame before it (extract's order); KERNELS frames elsewhere in a stream
+    (all at a rank's end, or before their events) are joined at the end."""
+    truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=3, slow_kernel_rank=1)
+    paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
+
+    class SmallBatches(_native.Tokenizer):   # many EVENTS/KERNELS frame pairs per rank
+        def __init__(self, **options):
+            super().__init__(capacity=256, **options)
+
+    monkeypatch.setattr(_native, "Tokenizer", SmallBatches)
+
+    def frames(order):
+        for r, p in sorted(paths.items()):
+            rank_frames = list(extract_rank(p, r))
+            kernels = [f for f in rank_frames if f.kind == Kind.KERNELS]
+            others = [f for f in rank_frames if f.kind != Kind.KERNELS]
+            assert len(kernels) > 2
+            yield from (rank_frames if order == "extract" else
+                        others[:-1] + kernels + others[-1:] if order == "late" else kernels + others)
+
+    def sheets(order):
+        out = {}
+        for f in correlate_frames(align_frames(frames(order))):
+            if f.kind == Kind.TABLE:
+                name, df = f.table()
+                out[name] = df
+        return out
+
+    want = sheets("extract")
+    assert (want["correlate.collective_overlap"]["top_kernel_grid"].fillna("") != "").any()
+    for order in ("late", "early"):
+        got = sheets(order)
+        assert got.keys() == want.keys()
+        for name in want:
+            pd.testing.assert_frame_equal(got[name], want[name])
 
 
 def test_slow_kernel_is_the_top_blocker(slow):
