@@ -7,8 +7,8 @@
  *                                                about half with drop_flows
  *   st_driver -w ROUNDS                          random interval sweeps checked
  *                                                against brute force
- * Every batch of records is also run through st_select, checked against a
- * plain loop.  Prints one line per file.  Exit 0 when every file was
+ * Every batch of records is also run through st_select and st_select_spans,
+ * checked against a plain loop.  Prints one line per file.  Exit 0 when every file was
  * tokenized or refused with an error code and every sweep and selection
  * agreed; 1 on a mismatch; 2 on usage errors.  Memory errors abort under AddressSanitizer/UBSan.
  */
@@ -37,7 +37,7 @@ static st_kernel kernels[OUT_CAP];
 static st_comm comms[OUT_CAP];
 static int select_mismatches;
 
-/* st_select on a batch of real records, with random class bits for the
+/* st_select and st_select_spans on a batch of real records, with random class bits for the
  * strings seen so far (some ids left past the table) and a random rule,
  * against a plain loop; also run with a small cap, which must stop early. */
 static void check_select(const st_event *ev, size_t n, uint32_t n_strings)
@@ -61,6 +61,14 @@ static void check_select(const st_event *ev, size_t n, uint32_t n_strings)
             select_mismatches += k >= m || got[k++] != (int64_t)i;
     }
     select_mismatches += k != m;
+    static int64_t start[OUT_CAP], end[OUT_CAP], thread[OUT_CAP];
+    static uint32_t name[OUT_CAP];
+    select_mismatches += st_select_spans(ev, n, cls, n_cls, &rule, start, end, thread, name, OUT_CAP) != m;
+    for (k = 0; k < m; k++) {
+        const st_event *e = &ev[got[k]];
+        select_mismatches += start[k] != e->ts || end[k] != (int64_t)((uint64_t)e->ts + (uint64_t)e->dur) ||
+                             name[k] != e->name || thread[k] != ((e->flags & ST_F_TID_STR) ? -1 - e->tid : e->tid);
+    }
     size_t cap = next_chunk(4) - 1;
     select_mismatches += st_select(ev, n, cls, n_cls, &rule, got, cap) != (m < cap ? m : cap);
 }

@@ -6,21 +6,42 @@ static uint16_t class_of(const uint16_t *cls, size_t n_cls, uint32_t id)
     return id < n_cls ? cls[id] : 0;
 }
 
+static int meets(const st_event *e, const uint16_t *cls, size_t n_cls, const st_select_rule *rule)
+{
+    if (rule->ph && e->ph != rule->ph)
+        return 0;
+    if ((e->flags & rule->flags_all) != rule->flags_all)
+        return 0;
+    if (!(class_of(cls, n_cls, e->cat) & rule->cat_any))
+        return 0;
+    return !rule->name_any || (class_of(cls, n_cls, e->name) & rule->name_any);
+}
+
 size_t st_select(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
                  const st_select_rule *rule, int64_t *out, size_t cap)
 {
     size_t m = 0;
+    for (size_t i = 0; i < n && m < cap; i++)
+        if (meets(&ev[i], cls, n_cls, rule))
+            out[m++] = (int64_t)i;
+    return m;
+}
+
+size_t st_select_spans(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
+                       const st_select_rule *rule, int64_t *start, int64_t *end, int64_t *thread,
+                       uint32_t *name, size_t cap)
+{
+    size_t m = 0;
     for (size_t i = 0; i < n && m < cap; i++) {
         const st_event *e = &ev[i];
-        if (rule->ph && e->ph != rule->ph)
+        if (!meets(e, cls, n_cls, rule))
             continue;
-        if ((e->flags & rule->flags_all) != rule->flags_all)
-            continue;
-        if (!(class_of(cls, n_cls, e->cat) & rule->cat_any))
-            continue;
-        if (rule->name_any && !(class_of(cls, n_cls, e->name) & rule->name_any))
-            continue;
-        out[m++] = (int64_t)i;
+        start[m] = e->ts;
+        /* wrapping add, as numpy's: values from the tokenizer never overflow */
+        end[m] = (int64_t)((uint64_t)e->ts + (uint64_t)e->dur);
+        thread[m] = (e->flags & ST_F_TID_STR) ? -1 - e->tid : e->tid;
+        name[m] = e->name;
+        m++;
     }
     return m;
 }

@@ -26,6 +26,14 @@ typedef struct st_select_rule {
  * id for id < n_cls; any other id (ST_NOSTR, not yet defined) has none. */
 size_t st_select(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
                  const st_select_rule *rule, int64_t *out, size_t cap);
+
+/* The same selection written as time spans, in one pass: start (ts), end
+ * (ts + dur), thread (tid; a string tid, ST_F_TID_STR, as -1 - its string id
+ * so that it never equals an integer tid) and name of each row kept.  Each
+ * output holds cap entries; returns how many rows were written. */
+size_t st_select_spans(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
+                       const st_select_rule *rule, int64_t *start, int64_t *end, int64_t *thread,
+                       uint32_t *name, size_t cap);
 /* CDEF END */
 
 #endif

@@ -194,7 +194,10 @@ class _Collector:
         # of whole structured records is several times slower)
         n_cls, has_ts = len(self.strings), _native.FLAGS["has_ts"]
         g = _native.select_rows(records, self._sel, n_cls, SEL_GPU, flags_all=has_ts, ph=b"X")
-        c = _native.select_rows(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
+        # CPU ops are most events: kept as spans, 28 bytes each (an event record is 96)
+        spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
+        if len(spans[0]):
+            self.cpu_parts.append(spans)
         if len(g):
             ts, flags, device = records["ts"][g], records["flags"][g], records["device"][g]
             self.gpu_parts.append((
@@ -203,12 +206,6 @@ class _Collector:
                 records["name"][g], records["stream"][g], self._kind[records["cat"][g]]))
             self.geometry_parts.append(_no_geometry(len(g)))
 
-        if len(c):
-            ts, tid = records["ts"][c], records["tid"][c]
-            # a string tid is a string id; negate to keep it apart from int tids
-            tid = np.where(records["flags"][c] & _native.FLAGS["tid_str"], -1 - tid, tid)
-            # CPU ops are most events: 28 bytes each (an event record is 96)
-            self.cpu_parts.append((ts, ts + records["dur"][c], tid, records["name"][c]))
 
     def add_kernels(self, records):
         """Join a KERNELS frame's geometry to the latest GPU part (extract

@@ -53,6 +53,22 @@ def test_select_rows_matches_the_numpy_reference(case):
     assert got.tolist() == reference(*case).tolist()
 
 
+@given(cases())
+@settings(max_examples=300, deadline=None)
+def test_select_spans_are_the_selected_rows_as_spans(case):
+    recs, classes, n_classes, cat_any, name_any, flags_all, ph = case
+    rng = np.random.default_rng(len(recs))
+    recs["ts"], recs["dur"] = rng.integers(-10**12, 10**12, len(recs)), rng.integers(0, 10**9, len(recs))
+    recs["tid"] = rng.integers(0, 50, len(recs))
+    rows = reference(*case)
+    start, end, thread, name = _native.select_spans(recs, classes, n_classes, cat_any, name_any, flags_all, ph)
+    assert start.tolist() == recs["ts"][rows].tolist()
+    assert end.tolist() == (recs["ts"] + recs["dur"])[rows].tolist()
+    string_tid = (recs["flags"][rows] & _native.FLAGS["tid_str"]) != 0
+    assert thread.tolist() == np.where(string_tid, -1 - recs["tid"][rows], recs["tid"][rows]).tolist()
+    assert name.dtype == np.uint32 and name.tolist() == recs["name"][rows].tolist()
+
+
 def test_select_rows_reads_a_read_only_frame_payload():
     recs = np.zeros(3, _native.EVENT_DTYPE)
     recs["ph"], recs["cat"] = ord("X"), [0, 1, 0]
@@ -61,7 +77,7 @@ def test_select_rows_reads_a_read_only_frame_payload():
 
 
 def test_select_rows_refuses_other_records_and_a_short_class_table():
-    with pytest.raises(TypeError, match="EVENTS records"):
+    with pytest.raises(TypeError, match="needs EVENTS records"):
         _native.select_rows(np.zeros(2, _native.KERNEL_DTYPE), np.zeros(1, np.uint16), 1, 1)
     with pytest.raises(ValueError, match="outside"):
         _native.select_rows(np.zeros(2, _native.EVENT_DTYPE), np.zeros(1, np.uint16), 5, 1)
