@@ -204,7 +204,9 @@ def select_spans(records, classes, n_classes, cat_any, name_any=0, flags_all=0, 
     n = lib.st_select_spans(*_selection(records, classes, n_classes, cat_any, name_any, flags_all, ph),
                             _ptr(start), _ptr(end), _ptr(thread), ffi.cast("uint32_t *", ffi.from_buffer(name)),
                             n_rows)
-    return start[:n], end[:n], thread[:n], name[:n]
+    for a in (start, end, thread, name):   # kept for the whole rank: shrink in place, no views of the full size
+        a.resize(n, refcheck=False)
+    return start, end, thread, name
 
 
 def _selection(records, classes, n_classes, cat_any, name_any, flags_all, ph):
