@@ -4,8 +4,12 @@
 
 Generates RANKS traces of about MB each (reused when present), then measures,
 each in a fresh process: (1) extract alone, every rank, frames consumed and
-dropped; (2) extract | align | correlate in one process.  Prints both wall
-and CPU times (user + sys, all threads), peak RSS and the overhead ratios.
+dropped; (2) extract | align; (3) extract | align | correlate in one process.
+Prints wall and CPU times (user + sys, all threads), peak RSS and the
+overhead ratios: of the fastest runs, and the median over rounds of each
+round's own ratio (the cases run one after another in every round, so a
+round's ratio compares runs made under the same load: this machine's speed
+drifts by tens of percent within minutes).
 """
 import argparse
 import json
@@ -14,6 +18,8 @@ import resource
 import subprocess
 import sys
 import time
+
+from measure import machine_speed  # bench/ is on sys.path when run as a script
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -38,11 +44,14 @@ def child(mode, directory, ranks):
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     frames = trace_frames(inputs, world_size=ranks)
-    if mode == "chain":
+    if mode in ("align", "chain"):
         from streamtrace.align import align_frames
+
+        frames = align_frames(frames)
+    if mode == "chain":
         from streamtrace.correlate import correlate_frames
 
-        frames = correlate_frames(align_frames(frames))
+        frames = correlate_frames(frames)
     n = sum(1 for _ in frames)
     usage = resource.getrusage(resource.RUSAGE_SELF)   # every thread of the process
     print(json.dumps({"seconds": time.perf_counter() - t0, "frames": n,
@@ -68,20 +77,31 @@ def main():
     directory = generate(args.ranks, args.mb)
     total_mb = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
                    if f.endswith(".json")) / 1e6
-    runs = {"extract": [], "chain": []}
+    runs = {"extract": [], "align": [], "chain": []}
     for _ in range(max(1, args.repeat)):
         for mode in runs:
             runs[mode].append(measure(mode, directory, args.ranks))
-    ext, chain = (min(runs[mode], key=lambda m: m["seconds"]) for mode in ("extract", "chain"))
+    best = {mode: min(ms, key=lambda m: m["seconds"]) for mode, ms in runs.items()}
     seconds = {mode: ", ".join(f"{m['seconds']:.2f}" for m in ms) for mode, ms in runs.items()}
-    print(f"  (best of {max(1, args.repeat)}; all runs: extract {seconds['extract']} s; chain {seconds['chain']} s)")
-    print(f"{args.ranks} ranks x ~{args.mb} MB ({total_mb:.0f} MB of JSON)")
-    for label, m in (("extract only               ", ext), ("extract | align | correlate", chain)):
+    print(f"  (best of {max(1, args.repeat)}; all runs: extract {seconds['extract']} s; "
+          f"extract | align {seconds['align']} s; chain {seconds['chain']} s)")
+    print(f"{args.ranks} ranks x ~{args.mb} MB ({total_mb:.0f} MB of JSON); {machine_speed()}")
+    for label, mode in (("extract only               ", "extract"), ("extract | align            ", "align"),
+                        ("extract | align | correlate", "chain")):
+        m = best[mode]
         print(f"  {label}   {m['seconds']:7.2f} s  {total_mb / m['seconds']:6.0f} MB/s  "
               f"CPU {m['cpu_seconds']:6.2f} s  peak RSS {m['peak_rss_mb']:6.0f} MB")
-    print(f"  align + correlate add {100 * (chain['seconds'] / ext['seconds'] - 1):.1f} % to extraction "
-          f"(target <= 20 %), {100 * (chain['cpu_seconds'] / ext['cpu_seconds'] - 1):.1f} % in CPU time")
 
+    def added(mode, key="seconds"):
+        fastest = 100 * (best[mode][key] / best["extract"][key] - 1)
+        rounds = sorted(100 * (c[key] / e[key] - 1) for c, e in zip(runs[mode], runs["extract"]))
+        return fastest, rounds[len(rounds) // 2]
+
+    for label, mode in (("align", "align"), ("align + correlate", "chain")):
+        fastest, median = added(mode)
+        print(f"  {label} add {fastest:.1f} % to extraction, fastest runs; {median:.1f} % median of the "
+              f"rounds' own ratios; {added(mode, 'cpu_seconds')[0]:.1f} % in CPU time"
+              + (" (target <= 20 %)" if mode == "chain" else ""))
 
 if __name__ == "__main__":
     main()

@@ -34,6 +34,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "fixtures"))
+from measure import machine_speed  # noqa: E402 - bench/ is on sys.path when run as a script
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
 
 
@@ -244,6 +245,7 @@ def main():
     os.makedirs(args.workdir, exist_ok=True)
     print(f"streamtrace collective-report benchmark, scale {args.scale:g}, {os.cpu_count()} CPUs, "
           f"python {sys.version.split()[0]}, best of {REPEAT}, load average {os.getloadavg()[0]:.2f}")
+    print("  " + machine_speed())
     out = tempfile.mkdtemp(prefix="bench-out-", dir=args.workdir)
     try:
         for case in args.cases.split(","):

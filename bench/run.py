@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+from measure import machine_speed  # bench/ is on sys.path when run as a script
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUT = os.path.join(HERE, "out")
@@ -91,7 +93,7 @@ def main():
         rss = f"{result['peak_rss_mb']:.0f}" if result["peak_rss_mb"] is not None else "-"
         print(f"  {label:<44} {result['seconds']:8.2f} s {mbps:9.0f} MB/s  peak RSS {rss:>6} MB", flush=True)
 
-    print(f"\nbig trace: {big_mb:.0f} MB of JSON; small trace: {small_mb:.0f} MB")
+    print(f"\nbig trace: {big_mb:.0f} MB of JSON; small trace: {small_mb:.0f} MB; {machine_speed()}")
     add("extract .json", big_mb, measure("extract", big, repeat=args.repeat))
     add("extract .json.gz (ISA-L)", big_mb, measure("extract", big + ".gz", repeat=args.repeat))
     add("extract .json.gz (zlib in the C core)", big_mb, measure("extract_zlib", big + ".gz", repeat=args.repeat))
