@@ -23,9 +23,9 @@ Times are integer ns on the aligned timeline; sheets show µs.
 
 Memory: per rank, the GPU activities (about 100 bytes each with launch
 geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
-thread, name), filtered out of each EVENTS frame with numpy as it streams
-past; a rank is compacted at its META frame.  Nothing else of the trace is
-kept.
+thread, name), picked out of each EVENTS frame by a C pass as it streams
+past, with launch geometry joined per KERNELS frame; a rank is compacted at
+its META frame.  Nothing else of the trace is kept.
 """
 import functools
 import logging
@@ -205,7 +205,6 @@ class _Collector:
                 np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, records["pid"][g])),
                 records["name"][g], records["stream"][g], self._kind[records["cat"][g]]))
             self.geometry_parts.append(_no_geometry(len(g)))
-
 
     def add_kernels(self, records):
         """Join a KERNELS frame's geometry to the latest GPU part (extract
