@@ -119,9 +119,7 @@ def finish_rank(c):
     C = _concat(c.comms, COMM_DTYPE)
     K, L = _candidates(c.kernels, c.launches, O, C, c.lookup)
     c.kernels = c.launches = c.ops = c.comms = None
-    quality = []
-    rows, extra_quality = _describe_rank(c.rank, K, L, O, C, c.strings, c.lookup, meta)
-    quality += extra_quality
+    rows, quality = _describe_rank(c.rank, K, L, O, C, c.strings, c.lookup, meta)
     if c.meta is None:
         quality.append(_finding("warning", "incomplete_rank", f"rank {c.rank}: no metadata frame "
                                 "(the stream section of this rank is incomplete)", rank=c.rank))

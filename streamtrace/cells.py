@@ -90,6 +90,18 @@ def by_distinct(a, fmt):
     return np.asarray(fmt(uniques), dtype=object)[codes]
 
 
+def str_texts(values, text, na):
+    """Per value of an object array: ``text(value)``, computed once per
+    distinct value, and ``na`` where missing, when every value present is a
+    str (one hashing pass); else None.  (str only equals str, so hashing
+    merged nothing that must stay apart.)"""
+    codes, uniques = pd.factorize(values, use_na_sentinel=True)   # -1: missing
+    uniques = list(uniques)
+    if not all(type(u) is str for u in uniques):
+        return None
+    return np.array([text(u) for u in uniques] + [na], dtype=object)[codes]   # code -1 picks na
+
+
 def object_text(v):
     """What the csv module writes for a non-missing, non-str object (pandas
     passes objects through): str() of it, repr() of floats (numpy's too)."""
@@ -127,12 +139,9 @@ def column_texts(series, text=lambda s: s, other=object_text, na=""):
         values = series.to_numpy(dtype=object, na_value=None)
     else:
         return None
-    # one hashing pass: codes of the distinct values, -1 for missing ones
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
-    uniques = list(uniques)
-    if all(type(u) is str for u in uniques):  # (str only equals str: nothing was merged)
-        table = np.array([text(u) for u in uniques] + [na], dtype=object)
-        return table[codes]   # code -1 picks na
+    out = str_texts(values, text, na)
+    if out is not None:
+        return out
     mask = pd.isna(values)   # mixed objects: each value on its own (1 and 1.0 must stay apart)
     out = np.empty(len(values), dtype=object)
     out[mask] = na

@@ -88,12 +88,16 @@ def group_ids(*keys):
     return ids
 
 
-def dense_rank(primary, secondary):
-    """Per row: the rank of (primary, secondary) among the distinct pairs in
-    lexicographic order (as ``groupby([primary, secondary], sort=True).ngroup()``)."""
-    order = np.lexsort((secondary, primary))
-    p, s = primary[order], secondary[order]
-    new = np.r_[True, (p[1:] != p[:-1]) | (s[1:] != s[:-1])] if len(order) else np.empty(0, dtype=bool)
+def dense_rank(*keys):
+    """Per row: the rank of its key tuple among the distinct tuples in
+    lexicographic order (as ``groupby(keys, sort=True).ngroup()``)."""
+    order = np.lexsort(keys[::-1])   # lexsort sorts by its last key first
+    new = np.zeros(len(order), dtype=bool)
+    if len(order):
+        new[0] = True
+        for key in keys:
+            k = key[order]
+            new[1:] |= k[1:] != k[:-1]
     out = np.empty(len(order), dtype=np.int64)
     out[order] = np.cumsum(new) - 1
     return out

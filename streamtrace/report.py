@@ -49,7 +49,7 @@ from pandas.api.types import infer_dtype
 from . import collectives as coll
 from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
 from .atomic import atomic_path, umask
-from .codes import Text, group_ids
+from .codes import Text, dense_rank, group_ids
 from .errors import StreamtraceError
 from .forked import Child, balanced, can_fork, split_in_two
 from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
@@ -591,17 +591,6 @@ def _sorted_codes(long, text, col):
     return pd.factorize(long[col], sort=True, use_na_sentinel=True)[0]
 
 
-def _lex_group_ids(keys):
-    """Per row: the position of its key tuple among the distinct tuples in
-    lexicographic order (as ``groupby(keys, sort=True).ngroup()``; keys are
-    sorted codes >= 0)."""
-    ids = np.zeros(len(keys[0]), dtype=np.int64)
-    for key in keys:
-        ids = ids * (int(key.max()) + 1) + key
-        ids = pd.factorize(ids, sort=True)[0].astype(np.int64)  # dense again: no overflow
-    return ids
-
-
 def _summary_long(long, nodes, text):
     """``long.groupby(SUMMARY_LONG_KEYS, sort=True, dropna=True)`` aggregated,
     grouped by one integer id built from the column codes (``text``: the
@@ -612,7 +601,7 @@ def _summary_long(long, nodes, text):
     if not len(keep):  # rows with a missing key are in no group (dropna)
         res = pd.DataFrame({c: [] for c in SUMMARY_LONG_KEYS + SUMMARY_LONG_METRICS})
     else:
-        ids = _lex_group_ids([k[keep] for k in codes])
+        ids = dense_rank(*[k[keep] for k in codes])
         _, first = np.unique(ids, return_index=True)
         keys = long[SUMMARY_LONG_KEYS].iloc[keep[first]].reset_index(drop=True)
         for k in [k for k in SUMMARY_LONG_KEYS if k in text]:  # as groupby's own key columns: text as pandas' str
@@ -1170,7 +1159,6 @@ def _xml_cells(series):
         if dtype.kind == "f":
             a = values.astype(np.float64)
             a = np.where(np.isfinite(a), a, np.nan)  # inf: an empty cell, as NaN
-
             return cells.float_texts(a, na=_EMPTY, prefix="<c><v>", suffix="</v></c>").tolist()
         if dtype.kind == "b":
             return np.where(values, '<c t="b"><v>1</v></c>', '<c t="b"><v>0</v></c>').tolist()
@@ -1182,11 +1170,9 @@ def _xml_cells(series):
         out[missing] = _EMPTY
         return out.tolist()
     values = series.astype(object).to_numpy()
-    # text: one hashing pass (code -1: missing); each distinct string escaped once
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
-    uniques = list(uniques)
-    if len(values) and all(type(u) is str for u in uniques):
-        return np.array([_str_cell(u) for u in uniques] + [_EMPTY], dtype=object)[codes].tolist()
+    texts = cells.str_texts(values, _str_cell, _EMPTY)   # each distinct string escaped once
+    if texts is not None:
+        return texts.tolist()
     out = []
     for v in values.tolist():
         if v is None or v is pd.NA:
