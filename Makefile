@@ -32,13 +32,13 @@ pytest: $(STAMP)
 	$(PY) -m pytest -q
 
 # The C core under AddressSanitizer + UBSan: the hostile corpus (full sizes),
-# the real traces, random chunkings, and random interval sweeps.
+# the real traces, random chunkings, random interval sweeps and report row writes.
 SANITIZE_FLAGS := -std=c99 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
                   -fno-omit-frame-pointer -Wall -Wextra -Werror
 $(BUILD)/st_driver_asan: $(CSRC)
 	@mkdir -p $(BUILD)
 	$(CC) $(SANITIZE_FLAGS) -Icsrc csrc/st_driver.c csrc/st_tokenizer.c csrc/st_inflate.c csrc/st_select.c \
-	    csrc/st_sweep.c -lz -lm -o $@
+	    csrc/st_sweep.c csrc/st_cells.c -lz -lm -o $@
 
 $(BUILD)/st_fuse_driver_asan: $(CSRC)
 	@mkdir -p $(BUILD)

@@ -5,7 +5,8 @@
  *   st_driver [-s SEED] [-c MAX_CHUNK] FILE...   tokenize (gzip sniffed) in
  *                                                pseudo-random chunk sizes,
  *                                                about half with drop_flows
- *   st_driver -w ROUNDS                          random interval sweeps checked
+ *   st_driver -w ROUNDS                          random interval sweeps and
+ *                                                report row writes checked
  *                                                against brute force
  * Every batch of records is also run through st_select and st_select_spans,
  * checked against a plain loop.  Prints one line per file.  Exit 0 when every file was
@@ -13,6 +14,7 @@
  * agreed; 1 on a mismatch; 2 on usage errors.  Memory errors abort under AddressSanitizer/UBSan.
  */
 #include "st_tokenizer.h"
+#include "st_cells.h"
 #include "st_select.h"
 #include "st_sweep.h"
 
@@ -368,6 +370,109 @@ static int check_correlate_sweeps(int rounds)
     return bad;
 }
 
+/* The text of number v (scale 0 or 3) by snprintf: the reference for st_format_rows. */
+static size_t reference_number(char *p, int64_t v, int scale)
+{
+    if (scale == 0)
+        return (size_t)sprintf(p, "%lld", (long long)v);
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    int n = sprintf(p, "%s%llu.%03u", v < 0 ? "-" : "", (unsigned long long)(u / 1000), (unsigned)(u % 1000));
+    while (p[n - 1] == '0' && p[n - 2] != '.')
+        n--;
+    return (size_t)n;
+}
+
+/* Random tables written by st_format_rows into buffers of random sizes,
+ * piece after piece, against rows built with snprintf; then broken columns
+ * (codes past the table, offsets out of order, a bad scale), which must be
+ * refused. */
+static int check_cells(int rounds)
+{
+    enum { ROWS = 64, COLS = 4, TEXTS = 3, OUT = 1 << 14 };
+    static int64_t values[COLS][ROWS];
+    static int32_t codes[COLS][ROWS];
+    static int64_t offs[COLS][TEXTS + 1];
+    static char expect[OUT], got[OUT];
+    static const int64_t edge[] = {0, -1, 1, 999, -1000, 1001, INT64_MAX, INT64_MIN, 1000000000000000ll};
+    const char table[] = "ab\",x<y>";
+    int bad = 0;
+    for (int round = 0; round < rounds; round++) {
+        size_t n_rows = (size_t)rnd(0, ROWS), n_cols = (size_t)rnd(1, COLS);
+        st_cell_column cols[COLS];
+        for (size_t k = 0; k < n_cols; k++) {
+            int numbers = (int)rnd(0, 1);
+            size_t n_texts = (size_t)rnd(numbers ? 0 : 1, TEXTS);
+            offs[k][0] = 0;
+            for (size_t j = 0; j < n_texts; j++)
+                offs[k][j + 1] = rnd(offs[k][j], (int64_t)sizeof table - 1);
+            for (size_t r = 0; r < n_rows; r++) {
+                values[k][r] = rnd(0, 3) ? rnd(-2000000, 2000000) : edge[rnd(0, sizeof edge / sizeof *edge - 1)];
+                codes[k][r] = (int32_t)rnd(numbers ? -1 : 0, (int64_t)n_texts - 1);
+            }
+            cols[k] = (st_cell_column){numbers ? values[k] : NULL, n_texts ? codes[k] : NULL, rnd(0, 1) ? 3 : 0,
+                                       table, sizeof table - 1, offs[k], n_texts};
+        }
+        st_row_format fmt = {",", 1, "<r>", 3, "\n", 1, "[", 1, "]", 1};
+        size_t m = 0;
+        for (size_t r = 0; r < n_rows; r++) {
+            m += (size_t)sprintf(expect + m, "<r>");
+            for (size_t k = 0; k < n_cols; k++) {
+                if (k)
+                    expect[m++] = ',';
+                int32_t code = cols[k].codes ? codes[k][r] : -1;
+                if (code >= 0) {
+                    size_t len = (size_t)(offs[k][code + 1] - offs[k][code]);
+                    memcpy(expect + m, table + offs[k][code], len);
+                    m += len;
+                } else {
+                    expect[m++] = '[';
+                    m += reference_number(expect + m, values[k][r], cols[k].scale);
+                    expect[m++] = ']';
+                }
+            }
+            expect[m++] = '\n';
+        }
+        size_t cap = (size_t)rnd(1, 200), done = 0, g = 0;
+        while (done < n_rows) {
+            size_t used = 0;
+            int64_t rows = st_format_rows(cols, n_cols, done, n_rows, &fmt, got + g, cap, &used);
+            if (rows < 0 || used > cap) {
+                bad++;
+                break;
+            }
+            if (rows == 0)
+                cap *= 2;
+            done += (size_t)rows;
+            g += used;
+        }
+        if (g != m || memcmp(got, expect, m) != 0)
+            bad++;
+        /* broken columns: refused with the right code, nothing written past the buffer */
+        if (n_rows && cols[0].codes) {
+            int32_t saved = codes[0][0];
+            codes[0][0] = (int32_t)cols[0].table_n;
+            size_t used = 0;
+            if (st_format_rows(cols, n_cols, 0, n_rows, &fmt, got, OUT, &used) != ST_CELLS_BAD_CODE || used)
+                bad++;
+            codes[0][0] = saved;
+        }
+        if (cols[0].table_n) {
+            int64_t saved = offs[0][cols[0].table_n];
+            offs[0][cols[0].table_n] = (int64_t)sizeof table + 5;
+            size_t used = 0;
+            if (st_format_rows(cols, n_cols, 0, n_rows, &fmt, got, OUT, &used) != ST_CELLS_BAD_TABLE)
+                bad++;
+            offs[0][cols[0].table_n] = saved;
+        }
+        cols[0].scale = 2;
+        size_t used = 0;
+        if (st_format_rows(cols, n_cols, 0, n_rows, &fmt, got, OUT, &used) != ST_CELLS_BAD_SCALE)
+            bad++;
+    }
+    printf("cells: %d rounds, %d mismatches\n", rounds, bad);
+    return bad;
+}
+
 int main(int argc, char **argv)
 {
     size_t max_chunk = 1 << 16;
@@ -380,7 +485,7 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-w") == 0 && i + 1 < argc)
         {
             int rounds = atoi(argv[++i]);
-            return check_sweeps(rounds) + check_correlate_sweeps(rounds) ? 1 : 0;
+            return check_sweeps(rounds) + check_correlate_sweeps(rounds) + check_cells(rounds) ? 1 : 0;
         }
         else {
             fprintf(stderr, "usage: st_driver [-s SEED] [-c MAX_CHUNK] FILE... | st_driver -w ROUNDS\n");

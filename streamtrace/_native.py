@@ -557,3 +557,65 @@ def innermost_self(start, end, q_a, q_b, q_lo, q_hi):
                                len(q_a), _ptr(sel), _ptr(heap), _ptr(acc), _ptr(cuts), cap,
                                *(_ptr(o) for o in out), total, n))
     return tuple(o[: n[0]] for o in out)
+
+
+# ---------------------------------------------------------------- report rows as text
+
+_CELLS_ERRORS = {lib.ST_CELLS_BAD_CODE: "a cell code outside its column's table",
+                 lib.ST_CELLS_BAD_TABLE: "cell table offsets out of order or past the table",
+                 lib.ST_CELLS_BAD_SCALE: "a number scale other than 0 or 3"}
+
+
+def format_rows(columns, n_rows, sep=b",", row_open=b"", row_close=b"\n", num_open=b"", num_close=b"",
+                buffer_size=1 << 22):
+    """The rows of a table as text, in pieces (bytes) of up to ``buffer_size``.
+
+    ``columns`` is a list of ``(values, codes, scale, table)``: ``values`` an
+    int64 array (or None) of numbers -- integers (``scale`` 0) or thousandths
+    written as ``k / 1000`` (``scale`` 3) --, ``codes`` an int32 array (or
+    None) that picks a text of ``table`` (a list of bytes) per row, -1 for
+    the row's number.  Each number is written between ``num_open`` and
+    ``num_close``; cells are joined by ``sep`` and each row is wrapped in
+    ``row_open`` / ``row_close``.  The rows are written in C, without the GIL."""
+    keep = []   # the buffers the C structs point into, alive until the last call
+
+    def buffer_of(a, dtype, ctype):
+        a = np.ascontiguousarray(a, dtype=dtype)
+        if len(a) < n_rows:
+            raise ValueError(f"a column has {len(a)} rows, not {n_rows}")
+        keep.append(a)
+        return ffi.cast(ctype, ffi.from_buffer(a))
+
+    cols = ffi.new("st_cell_column[]", max(1, len(columns)))
+    for c, (values, codes, scale, table) in zip(cols, columns):
+        if values is not None:
+            c.values = buffer_of(values, np.int64, "const int64_t *")
+        if codes is not None:
+            c.codes = buffer_of(codes, np.int32, "const int32_t *")
+        c.scale = scale
+        blob = b"".join(table)
+        off = np.zeros(len(table) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, table), dtype=np.int64, count=len(table)), out=off[1:])
+        keep += [blob, off]
+        c.table = ffi.from_buffer(blob) if blob else ffi.NULL
+        c.table_len = len(blob)
+        c.table_off = ffi.cast("const int64_t *", ffi.from_buffer(off))
+        c.table_n = len(table)
+    parts = (sep, row_open, row_close, num_open, num_close)
+    fmt = ffi.new("st_row_format *")
+    texts = [ffi.new("char[]", p) for p in parts]   # (NUL-terminated copies; lengths given)
+    for name, text, p in zip(("sep", "row_open", "row_close", "num_open", "num_close"), texts, parts):
+        setattr(fmt, name, text)
+        setattr(fmt, name + "_len", len(p))
+    out = bytearray(buffer_size)
+    used = ffi.new("size_t *")
+    row = 0
+    while row < n_rows:
+        rc = lib.st_format_rows(cols, len(columns), row, n_rows, fmt, ffi.from_buffer(out), len(out), used)
+        if rc < 0:
+            raise ValueError(f"format_rows: {_CELLS_ERRORS.get(rc, rc)}")
+        if rc == 0:   # one row longer than the buffer: a larger one
+            out = bytearray(2 * len(out))
+            continue
+        row += rc
+        yield bytes(out[:used[0]])

@@ -1,105 +1,137 @@
-"""Column values -> text, fast, and exactly as pandas and Python format them.
+"""Report columns -> cells, fast, and exactly as pandas and Python format them.
 
 The report writers (CSV and the fast xlsx engine) spend most of their time
 turning ~100k-row sheets into text.  pandas' ``to_csv`` formats floats with
 numpy's ``astype(str)`` and writes through the ``csv`` module, about 0.4 us a
-cell; this module formats a whole column at once instead:
+cell.  Here a column becomes ``Cells``: its numbers as int64, which the C core
+writes (``_native.format_rows``, without the GIL), and every other cell as a
+code into a table of texts made once per distinct value:
 
 * floats on the microsecond-with-ns-digits grid (every ts/dur/latency/skew of
-  the report is ``int ns / 1000``) are built from their integers (integer
-  part, then one of 1000 fraction texts); the result is the shortest
-  round-trip text, i.e. ``repr(x)`` (see ``float_texts``); all other floats go
-  through ``repr``, which for float64 is what numpy's ``astype(str)`` gives;
-* ints through ``str``, booleans ``True``/``False``;
-* text columns are formatted and quoted once per distinct value.
+  the report is ``int ns / 1000``) go to C as their thousandths k, written as
+  k / 1000 with the fewest fraction digits: that is the shortest round-trip
+  text, i.e. ``repr(x)`` (see ``_GRID_LIMIT``); every other float (and -0.0)
+  is a table text made by ``repr``, which for float64 is what numpy's
+  ``astype(str)`` gives;
+* ints go to C as they are, booleans are two texts;
+* text columns are formatted (quoted, escaped) once per distinct value.
 
-``column_texts`` returns None for a column it does not know (the caller then
+``column_cells`` returns None for a column it does not know (the caller then
 uses pandas), so exotic dtypes keep pandas' own formatting.
 """
 import csv
 import io
 import re
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 import pandas as pd
+
+from ._native import format_rows
 
 #: |x| below this: a float equal to k/1000 (k integer) has ulp < 1e-4, so its
 #: shortest round-trip text is the decimal k/1000 itself (no shorter decimal
 #: rounds to the same double), and repr uses positional notation (< 1e16)
 _GRID_LIMIT = 1e12
 
-#: ".0", ".001", ..., ".999": the fraction text of k/1000 by k % 1000 (trailing zeros stripped)
-_FRAC = [".0"] + [("." + f"{i:03d}").rstrip("0") for i in range(1, 1000)]
+
+@dataclass(frozen=True)
+class CellStyle:
+    """How one output format writes a cell."""
+    na: str                     # a missing value: NaN, None, NA
+    true: str
+    false: str
+    text: Callable              # a str value -> its cell (quoting, escaping)
+    other: Callable             # any other object of a mixed column -> its cell
+    number_open: str = ""       # around every number
+    number_close: str = ""
+    nonfinite_na: bool = False  # +-inf written as ``na`` (not as repr's "inf")
 
 
-def float_texts(values, na="", prefix="", suffix=""):
-    """Text of each float64: ``prefix + repr(x) + suffix`` (repr = numpy's
-    ``str``), ``na`` for NaN."""
-    return by_distinct(np.asarray(values, dtype=np.float64), lambda u: _float_texts(u, na, prefix, suffix))
+class Cells(NamedTuple):
+    """One column, ready for ``_native.format_rows``: per row either the
+    number ``values[row]`` (``codes[row]`` -1) or ``table[codes[row]]``."""
+    values: Optional[np.ndarray]   # int64, or None
+    codes: Optional[np.ndarray]    # int32, or None: every row a number
+    scale: int                     # 0: integers, 3: thousandths
+    table: list                    # str
 
 
-def _float_texts(a, na, prefix="", suffix=""):
-    out = np.empty(len(a), dtype=object)
+def column_cells(series, style):
+    """The ``Cells`` of ``series`` in ``style``, or None for a dtype this
+    module does not format."""
+    dtype = series.dtype
+    if isinstance(dtype, np.dtype):
+        kind = dtype.kind
+        if kind == "f" and dtype.itemsize == 8:
+            return _float_cells(series.to_numpy(), style)
+        if kind in "iu":
+            values = series.to_numpy()
+            if dtype == np.uint64 and len(values) and values.max() > np.iinfo(np.int64).max:
+                return _texts_cells([str(v) for v in values.tolist()])
+            return Cells(values.astype(np.int64, copy=False), None, 0, [])
+        if kind == "b":
+            return Cells(None, series.to_numpy().astype(np.int32), 0, [style.false, style.true])
+        if kind != "O":
+            return None
+        values = series.to_numpy()
+    elif isinstance(dtype, pd.Int64Dtype):
+        missing = series.isna().to_numpy()
+        return Cells(series.to_numpy(dtype=np.int64, na_value=0), np.where(missing, 0, -1).astype(np.int32), 0,
+                     [style.na])
+    elif isinstance(dtype, pd.StringDtype):
+        values = series.to_numpy(dtype=object, na_value=None)
+    else:
+        return None
+    return _object_cells(values, style)
+
+
+def _float_cells(a, style):
+    a = np.asarray(a, dtype=np.float64)
+    if style.nonfinite_na:
+        a = np.where(np.isfinite(a), a, np.nan)
     nan = np.isnan(a)
-    out[nan] = na
-    rest = ~nan
+    with np.errstate(invalid="ignore", over="ignore"):
+        k = np.rint(a * 1000.0)
+        # -0.0 is on the grid, but its k (0) would be written "0.0": repr writes "-0.0"
+        grid = ~nan & (np.abs(a) < _GRID_LIMIT) & (k / 1000.0 == a) & ~((a == 0) & np.signbit(a))
+    values = np.where(grid, k, 0.0).astype(np.int64)
+    codes = np.where(grid, -1, 0).astype(np.int32)   # 0: the table's na text
+    table = [style.na]
+    rest = ~grid & ~nan
     if rest.any():
-        with np.errstate(invalid="ignore", over="ignore"):
-            k = np.rint(a * 1000.0)
-            grid = rest & (np.abs(a) < _GRID_LIMIT) & (k / 1000.0 == a)
-        if grid.any():
-            # integer part and fraction from the int k: one small f-string per
-            # value (faster than repr, and than numpy's string functions)
-            whole, frac = np.divmod(np.abs(k[grid]).astype(np.int64), 1000)
-            neg = np.signbit(a[grid])  # signbit, so -0.0 is "-0.0" as repr writes it
-            if neg.any():
-                out[grid] = [f"{prefix}-{w}{_FRAC[f]}{suffix}" if n else f"{prefix}{w}{_FRAC[f]}{suffix}"
-                             for w, f, n in zip(whole.tolist(), frac.tolist(), neg.tolist())]
-            else:
-                out[grid] = [f"{prefix}{w}{_FRAC[f]}{suffix}" for w, f in zip(whole.tolist(), frac.tolist())]
-            rest &= ~grid
-    if rest.any():
-        out[rest] = [prefix + float.__repr__(v) + suffix for v in a[rest].tolist()]
-    return out
+        codes[rest] = np.arange(1, 1 + int(rest.sum()), dtype=np.int32)
+        table += [style.number_open + float.__repr__(v) + style.number_close for v in a[rest].tolist()]
+    return Cells(values, codes, 3, table)
 
 
-def int_texts(values):
-    def fmt(u):
-        out = np.empty(len(u), dtype=object)
-        out[:] = list(map(str, u.tolist()))
-        return out
-
-    return by_distinct(np.asarray(values), fmt)
-
-
-def by_distinct(a, fmt):
-    """``fmt`` (array -> texts) applied to the distinct values of ``a`` only,
-    when there are few (sizes, ranks, group sizes, stream ids...)."""
-    if len(a) < 64:
-        return np.asarray(fmt(a), dtype=object)
-    # floats by bit pattern: -0.0 and 0.0 stay apart, NaN is a value like any other
-    key = a.view(np.int64) if a.dtype == np.float64 else a
-    head = key[:256]
-    if len(np.unique(head)) * 4 > len(head):  # mostly distinct (times, ids): hashing would not pay
-        return np.asarray(fmt(a), dtype=object)
-    codes, uniques = pd.factorize(key)
-    if len(uniques) * 4 > len(a):
-        return np.asarray(fmt(a), dtype=object)
-    if key is not a:
-        uniques = uniques.view(np.float64)
-    return np.asarray(fmt(uniques), dtype=object)[codes]
-
-
-def str_texts(values, text, na):
-    """Per value of an object array: ``text(value)``, computed once per
-    distinct value, and ``na`` where missing, when every value present is a
-    str (one hashing pass); else None.  (str only equals str, so hashing
-    merged nothing that must stay apart.)"""
+def _object_cells(values, style):
+    # one hashing pass; when every value present is a str, each distinct one
+    # is formatted once (str only equals str, so hashing merged nothing that
+    # must stay apart)
     codes, uniques = pd.factorize(values, use_na_sentinel=True)   # -1: missing
     uniques = list(uniques)
-    if not all(type(u) is str for u in uniques):
-        return None
-    return np.array([text(u) for u in uniques] + [na], dtype=object)[codes]   # code -1 picks na
+    if all(type(u) is str for u in uniques):
+        codes = codes.astype(np.int32)
+        codes[codes < 0] = len(uniques)
+        return Cells(None, codes, 0, [style.text(u) for u in uniques] + [style.na])
+    # mixed objects: each value on its own (1 and 1.0 must stay apart)
+    missing = pd.isna(values).tolist()
+    return _texts_cells([style.na if m else style.text(v) if isinstance(v, str) else style.other(v)
+                         for v, m in zip(values.tolist(), missing)])
+
+
+def _texts_cells(texts):
+    return Cells(None, np.arange(len(texts), dtype=np.int32), 0, texts)
+
+
+def table_rows(columns, style, sep, row_open="", row_close=""):
+    """The rows of a list of ``Cells`` as text, in pieces (utf-8 bytes)."""
+    return format_rows([(c.values, c.codes, c.scale, [t.encode("utf-8") for t in c.table]) for c in columns],
+                       len(columns[0].codes if columns[0].values is None else columns[0].values),
+                       sep=sep.encode(), row_open=row_open.encode(), row_close=row_close.encode(),
+                       num_open=style.number_open.encode(), num_close=style.number_close.encode())
 
 
 def object_text(v):
@@ -108,45 +140,6 @@ def object_text(v):
     if isinstance(v, float):
         return float.__repr__(float(v))
     return str(v)
-
-
-def column_texts(series, text=lambda s: s, other=object_text, na=""):
-    """Object array with the text of every value of ``series`` (``na`` for
-    missing), or None for a dtype this module does not format.
-
-    In object and string columns, ``text`` maps each str value to its
-    written form (quoting, formula neutralisation; called once per distinct
-    value) and ``other`` any other object.
-    """
-    dtype = series.dtype
-    if isinstance(dtype, np.dtype):
-        kind = dtype.kind
-        if kind == "f" and dtype.itemsize == 8:
-            return float_texts(series.to_numpy(), na)
-        if kind in "iu":
-            return int_texts(series.to_numpy())
-        if kind == "b":
-            return np.where(series.to_numpy(), "True", "False").astype(object)
-        if kind != "O":
-            return None
-        values = series.to_numpy()
-    elif isinstance(dtype, pd.Int64Dtype):
-        mask = series.isna().to_numpy()
-        out = int_texts(series.to_numpy(dtype=np.int64, na_value=0))
-        out[mask] = na
-        return out
-    elif isinstance(dtype, pd.StringDtype):
-        values = series.to_numpy(dtype=object, na_value=None)
-    else:
-        return None
-    out = str_texts(values, text, na)
-    if out is not None:
-        return out
-    mask = pd.isna(values)   # mixed objects: each value on its own (1 and 1.0 must stay apart)
-    out = np.empty(len(values), dtype=object)
-    out[mask] = na
-    out[~mask] = [text(v) if isinstance(v, str) else other(v) for v in values[~mask].tolist()]
-    return out
 
 
 class CsvQuoter:

@@ -1146,48 +1146,24 @@ def _num_cell(v):
     return f"<c><v>{v!r}</v></c>" if v == v and v not in (math.inf, -math.inf) else _EMPTY
 
 
-def _xml_cells(series):
-    """The <c> elements of one column (inline strings: text is never a formula).
+def _xml_other(v):
+    """The <c> element of a non-str, non-missing object in a mixed column."""
+    if isinstance(v, (bool, np.bool_)):
+        return '<c t="b"><v>1</v></c>' if v else '<c t="b"><v>0</v></c>'
+    if isinstance(v, (int, np.integer)):
+        return f"<c><v>{int(v)}</v></c>"
+    if isinstance(v, (float, np.floating)):
+        return _num_cell(float(v))
+    return _str_cell(str(v))
 
-    Whole-column formatting (streamtrace.cells): numbers as repr/str, text
-    escaped once per distinct value."""
-    from . import cells
 
-    dtype = series.dtype
-    if isinstance(dtype, np.dtype) and dtype.kind in "fiub":
-        values = series.to_numpy()
-        if dtype.kind == "f":
-            a = values.astype(np.float64)
-            a = np.where(np.isfinite(a), a, np.nan)  # inf: an empty cell, as NaN
-            return cells.float_texts(a, na=_EMPTY, prefix="<c><v>", suffix="</v></c>").tolist()
-        if dtype.kind == "b":
-            return np.where(values, '<c t="b"><v>1</v></c>', '<c t="b"><v>0</v></c>').tolist()
-        return cells.by_distinct(values, lambda u: [f"<c><v>{v}</v></c>" for v in u.tolist()]).tolist()
-    if isinstance(dtype, pd.Int64Dtype):
-        missing = series.isna().to_numpy()
-        out = cells.by_distinct(series.to_numpy(dtype=np.int64, na_value=0),
-                                lambda u: [f"<c><v>{v}</v></c>" for v in u.tolist()])
-        out[missing] = _EMPTY
-        return out.tolist()
-    values = series.astype(object).to_numpy()
-    texts = cells.str_texts(values, _str_cell, _EMPTY)   # each distinct string escaped once
-    if texts is not None:
-        return texts.tolist()
-    out = []
-    for v in values.tolist():
-        if v is None or v is pd.NA:
-            out.append(_EMPTY)
-        elif isinstance(v, str):
-            out.append(_str_cell(v))
-        elif isinstance(v, (bool, np.bool_)):
-            out.append('<c t="b"><v>1</v></c>' if v else '<c t="b"><v>0</v></c>')
-        elif isinstance(v, (int, np.integer)):
-            out.append(f"<c><v>{int(v)}</v></c>")
-        elif isinstance(v, (float, np.floating)):
-            out.append(_num_cell(float(v)))
-        else:
-            out.append(_str_cell(str(v)))
-    return out
+def _xml_style():
+    """Cells as <c> elements: numbers as repr/str, text as inline strings
+    (never a formula), escaped once per distinct value; NaN and +-inf empty."""
+    from .cells import CellStyle
+
+    return CellStyle(na=_EMPTY, true='<c t="b"><v>1</v></c>', false='<c t="b"><v>0</v></c>', text=_str_cell,
+                     other=_xml_other, number_open="<c><v>", number_close="</v></c>", nonfinite_na=True)
 
 
 class _ZipWriterThread:
@@ -1254,18 +1230,23 @@ def _sheet_xml(part):
     """The worksheet XML of one sheet, in pieces (20,000 rows each)."""
     yield (_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode()
     yield ("<row>" + "".join(_str_cell(str(c)) for c in part.columns) + "</row>").encode()
-    step = 20000
-    for start in range(0, len(part), step):
-        chunk = part.iloc[start:start + step]
-        cols = [_xml_cells(chunk[c]) for c in chunk.columns]
-        if cols:
-            # the row tags go onto the first and last cells, so the chunk is
-            # one flat join (no string per row)
-            cols[0] = ["<row>" + c for c in cols[0]]
-            cols[-1] = [c + "</row>" for c in cols[-1]]
-            yield "".join(itertools.chain.from_iterable(zip(*cols))).encode()
-        else:
-            yield ("<row/>" * len(chunk)).encode()
+    from .cells import column_cells, table_rows
+
+    style = _xml_style()
+    for start in range(0, len(part), _CHUNK_ROWS):
+        chunk = part.iloc[start:start + _CHUNK_ROWS]
+        if not len(chunk.columns):
+            yield b"<row/>" * len(chunk)
+            continue
+        cols = []
+        for c in range(len(chunk.columns)):
+            cells = column_cells(chunk.iloc[:, c], style)
+            if cells is None:   # a dtype cells does not know: float32 as float64, others value by value
+                col = chunk.iloc[:, c]
+                wider = np.float64 if isinstance(col.dtype, np.dtype) and col.dtype.kind == "f" else object
+                cells = column_cells(col.astype(wider), style)
+            cols.append(cells)
+        yield from table_rows(cols, style, sep="", row_open="<row>", row_close="</row>")
     yield b"</sheetData></worksheet>"
 
 
@@ -1366,47 +1347,51 @@ def _csv_safe(df):
     return df if out is None else out
 
 
-_CSV_CHUNK_ROWS = 20000  # rows formatted at a time: bounds the memory of the cell texts
+_CHUNK_ROWS = 20000  # rows formatted at a time: bounds the memory of a chunk's cells
 #: below this many cells in all sheets (~40 ms of formatting) forking a writer does not pay
 _PARALLEL_MIN_CELLS = 200_000
 
 
-def _write_csv(df, path):
-    """``_csv_safe(df).to_csv(path, index=False)``, byte for byte, about 4x
-    faster: columns are formatted whole (streamtrace.cells) and rows joined,
-    instead of pandas' per-cell csv-module path.  Frames the fast path does not
-    cover (a dtype cells does not format, one column, no rows, non-text
-    column names, another line separator) go to pandas itself."""
+def _csv_style():
+    """Cells as ``to_csv`` writes them: str values formula-neutralised (as
+    ``_csv_safe``) and quoted as the csv module quotes them."""
     from . import cells
+
+    quote = cells.CsvQuoter()
+    return cells.CellStyle(na="", true="True", false="False",
+                           text=lambda v: quote("'" + v if v[:1] in _RISKY_FIRST else v),
+                           other=lambda v: quote(cells.object_text(v)))
+
+
+def _write_csv(df, path):
+    """``_csv_safe(df).to_csv(path, index=False)``, byte for byte, about 10x
+    faster: columns become cells (streamtrace.cells: numbers as int64, texts
+    made once per distinct value) that the C core writes as rows, instead of
+    pandas' per-cell csv-module path.  Frames the fast path does not cover (a
+    dtype cells does not format, one column, no rows, non-text column names,
+    another line separator) go to pandas itself."""
+    from .cells import column_cells, table_rows
+
+    style = _csv_style()
+
+    def chunk_cells(start):
+        part = df.iloc[start:start + _CHUNK_ROWS]
+        cols = [column_cells(part.iloc[:, j], style) for j in range(len(df.columns))]
+        return None if any(c is None for c in cols) else cols
 
     simple = (len(df.columns) >= 2 and len(df) and os.linesep == "\n" and df.columns.is_unique
               and all(isinstance(c, str) for c in df.columns))
-    if simple:
-        quote = cells.CsvQuoter()
-
-        def text(v):  # a str cell: formula neutralised (as _csv_safe), then quoted
-            return quote("'" + v if v[:1] in _RISKY_FIRST else v)
-
-        def other(v):
-            return quote(cells.object_text(v))
-
-        def rows(start):
-            part = df.iloc[start:start + _CSV_CHUNK_ROWS]
-            cols = [cells.column_texts(part.iloc[:, j], text, other) for j in range(len(df.columns))]
-            return None if any(c is None for c in cols) else "\n".join(map(",".join, zip(*cols))) + "\n"
-
-        first = rows(0)  # dtypes are the same in every chunk: the first one decides
-        simple = first is not None
-    if not simple:
+    first = chunk_cells(0) if simple else None   # dtypes are the same in every chunk: the first one decides
+    if first is None:
         _csv_safe(df).to_csv(path, index=False)
         return
     header = io.StringIO()
     csv.writer(header, lineterminator="\n").writerow(list(df.columns))
     with open(path, "wb") as f:
         f.write(header.getvalue().encode("utf-8"))
-        f.write(first.encode("utf-8"))
-        for start in range(_CSV_CHUNK_ROWS, len(df), _CSV_CHUNK_ROWS):
-            f.write(rows(start).encode("utf-8"))
+        for start in range(0, len(df), _CHUNK_ROWS):
+            for piece in table_rows(first if start == 0 else chunk_cells(start), style, sep=",", row_close="\n"):
+                f.write(piece)
 
 
 def write_csvs(sheets, directory):

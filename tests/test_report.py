@@ -653,7 +653,7 @@ def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
         "I": pd.array(np.where(rng.random(m) > 0.3, rng.integers(0, 10**6, m), None), dtype="Int64"),
         "s": texts[rng.integers(0, len(texts), m)], "o": mixed[rng.integers(0, len(mixed), m)],
         "str": pd.Series(texts[rng.integers(0, len(texts), m)]).astype("str"), 'col,"x"': 1.0})
-    monkeypatch.setattr(report_mod, "_CSV_CHUNK_ROWS", 1000)
+    monkeypatch.setattr(report_mod, "_CHUNK_ROWS", 1000)
     expected = tmp_path / "pandas.csv"
     report_mod._csv_safe(df).to_csv(expected, index=False)
     monkeypatch.setattr(report_mod, "_csv_safe", lambda d: pytest.fail("the fast path fell back to pandas"))
