@@ -47,6 +47,7 @@ class CellStyle:
     number_open: str = ""       # around every number
     number_close: str = ""
     nonfinite_na: bool = False  # +-inf written as ``na`` (not as repr's "inf")
+    texts: Optional[Callable] = None   # ``text`` of a list of str at once (faster), if given
 
 
 class Cells(NamedTuple):
@@ -115,7 +116,8 @@ def _object_cells(values, style):
     if all(type(u) is str for u in uniques):
         codes = codes.astype(np.int32)
         codes[codes < 0] = len(uniques)
-        return Cells(None, codes, 0, [style.text(u) for u in uniques] + [style.na])
+        texts = style.texts(uniques) if style.texts else [style.text(u) for u in uniques]
+        return Cells(None, codes, 0, texts + [style.na])
     # mixed objects: each value on its own (1 and 1.0 must stay apart)
     missing = pd.isna(values).tolist()
     return _texts_cells([style.na if m else style.text(v) if isinstance(v, str) else style.other(v)
@@ -152,6 +154,12 @@ class CsvQuoter:
     def __init__(self):
         self._buf = io.StringIO()
         self._writer = csv.writer(self._buf, lineterminator="\n")
+
+    def many(self, values):
+        """The quoted form of each str: one search over them all when none needs quotes."""
+        if not self._SPECIAL.search("\0".join(values)):   # NUL: never special, so it adds no match
+            return list(values)
+        return [self(s) for s in values]
 
     def __call__(self, s):
         if not self._SPECIAL.search(s):

@@ -149,3 +149,16 @@ def test_sheet_xml_cells(monkeypatch):
                                          for v in row) + "</row>"
                        for row in df.astype(object).itertuples(index=False))
     assert body == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.text(max_size=8), st.text(alphabet="ab ,\"\n\r\t&<>\x01=-", max_size=6)), max_size=20))
+def test_batched_texts_equal_one_by_one(values):
+    from streamtrace.report import _csv_style, _str_cells
+
+    assert _str_cells(values) == [_str_cell(v) for v in values]
+    style = _csv_style()
+    assert style.texts(values) == [style.text(v) for v in values]
+    plain = [v for v in values if not any(c in v for c in ",\"\r\n&<>\x01")]   # the one-search path
+    assert _str_cells(plain) == [_str_cell(v) for v in plain]
+    assert style.texts(plain) == [style.text(v) for v in plain]
