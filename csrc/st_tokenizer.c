@@ -1357,7 +1357,12 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
              * a first such key is seen (copying all ~450 bytes per event
              * cost more than parsing the small events) */
             event_fields f;
-            memcpy(&f, &FIELDS_INIT, offsetof(event_fields, comm));
+            /* in two halves: one copy of this size compiles to "rep movsq",
+             * whose start-up cost showed as ~5 % of tokenizing small events */
+            memcpy(&f, &FIELDS_INIT, offsetof(event_fields, comm) / 2);
+            memcpy((char *)&f + offsetof(event_fields, comm) / 2,
+                   (const char *)&FIELDS_INIT + offsetof(event_fields, comm) / 2,
+                   offsetof(event_fields, comm) - offsetof(event_fields, comm) / 2);
             r = parse_object(t, base, p, end, event_member, &f, next);
             if (r != P_OK)
                 return r;
