@@ -51,7 +51,7 @@ from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
 from .atomic import atomic_path, umask
 from .codes import Text, dense_rank, group_ids
 from .errors import StreamtraceError
-from .forked import Child, balanced, can_fork, split_in_two
+from .forked import Child, balanced, both, can_fork, split_in_two
 from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
 from .stream import Kind, iter_frames
 
@@ -205,7 +205,7 @@ class _Nodes:
             except (ValueError, TypeError):
                 continue
         self._cache = {}
-        self.unresolved = 0
+        self.unresolved_keys = set()   # the (ranks list, pg name) pairs that stayed truncated
 
     def node_id(self, ranks):
         return np.asarray(ranks, dtype=np.int64) // self.G
@@ -220,7 +220,7 @@ class _Nodes:
             if full:
                 ranks, truncated = full[0], False
             else:
-                self.unresolved += 1
+                self.unresolved_keys.add(key)
         if ranks is None or truncated or not ranks:
             value = "unknown"
         else:
@@ -285,33 +285,53 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
 
     long, ns = _long_table(c, common_base)
     inst = _instance_stats(ns)
-    sheets = {}
-    implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, findings)
-    sheets["nccl_summary_implicit_sync"] = _summary_implicit(implicit, aggs)
-    sheets["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
-    a2av = _all2allv(long, ns, inst, strict, findings, nodes)
-    if len(a2av):
-        sheets["nccl_summary_all2allv"] = _summary_all2allv(a2av, aggs, nodes)
-    if all2allv_heatmap:
-        world = max([int(x) for x in ranks_t["world_size"].dropna().tolist()] + [len(ranks_t)] +
-                    [int(world_size or 0)])
-        heat = _heatmap(long, world, findings)
-        if heat is not None and len(heat):
-            sheets["nccl_all2allv_heatmap"] = heat
-    if detailed_analysis:
-        sheets["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
-                                          text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
-        sheets["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+
+    def implicit_part():
+        """The implicit-sync sheets, nccl_long, straggler_summary, by size."""
+        part, notes = {}, []
+        implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, notes)
+        part["nccl_summary_implicit_sync"] = _summary_implicit(implicit, aggs)
+        if detailed_analysis:
+            part["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
+                                            text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
+            part["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+        if len(implicit):
+            part["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
+        part["nccl_summary_by_size"] = _by_size(long, ns, inst)
+        return part, notes, nodes.unresolved_keys if nodes is not None else set()
+
+    def other_part():
+        """nccl_summary_long and the all_to_allv sheets."""
+        part, notes = {}, []
+        part["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
+        a2av = _all2allv(long, ns, inst, strict, notes, nodes)
         if len(a2av):
-            sheets["nccl_all2allv"] = a2av
-    if len(implicit):
-        sheets["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
-    sheets["nccl_summary_by_size"] = _by_size(long, ns, inst)
+            part["nccl_summary_all2allv"] = _summary_all2allv(a2av, aggs, nodes)
+            if detailed_analysis:
+                part["nccl_all2allv"] = a2av
+        if all2allv_heatmap:
+            world = max([int(x) for x in ranks_t["world_size"].dropna().tolist()] + [len(ranks_t)] +
+                        [int(world_size or 0)])
+            heat = _heatmap(long, world, notes)
+            if heat is not None and len(heat):
+                part["nccl_all2allv_heatmap"] = heat
+        return part, notes, nodes.unresolved_keys if nodes is not None else set()
+
+    # two groups of sheets that share nothing they write: on two cores the
+    # second runs in a forked child meanwhile (large reports only: forking a
+    # process that holds every row costs ~20 ms) and sends back its tables
+    if len(c) >= _PARALLEL_MIN_ROWS and available_cpus() > 1:
+        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(implicit_part, other_part)
+    else:
+        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = implicit_part(), other_part()
+    sheets = {**mine, **theirs}
+    findings += mine_notes + their_notes   # the order the sheets were once built in: implicit first
     sheets["clock_alignment"] = _clock_sheet(clocks, applied)
-    if nodes is not None and nodes.unresolved:
+    unresolved = len(mine_keys | their_keys)
+    if unresolved:
         findings.append({"severity": "info", "category": "node_span_unknown", "rank": None, "pg": None,
-                         "collective_id": None, "count": nodes.unresolved,
-                         "message": f"{nodes.unresolved} truncated 'Process Group Ranks' list(s) could not be "
+                         "collective_id": None, "count": unresolved,
+                         "message": f"{unresolved} truncated 'Process Group Ranks' list(s) could not be "
                                     "completed from distributedInfo.pg_config: node_span is 'unknown' there"})
     for name in BLOCKING_SHEETS:
         if f"correlate.{name}" in tables:
@@ -1378,6 +1398,8 @@ def _csv_safe(df):
 _CHUNK_ROWS = 20000  # rows formatted at a time: bounds the memory of a chunk's cells
 #: below this many cells in all sheets (~40 ms of formatting) forking a writer does not pay
 _PARALLEL_MIN_CELLS = 200_000
+#: collective rows from which build_report computes its two groups of sheets at once
+_PARALLEL_MIN_ROWS = 20_000
 
 
 def _csv_style():

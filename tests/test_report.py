@@ -11,7 +11,9 @@ import pytest
 import generate_fixture
 from conftest import needs_real, real_id, real_traces
 from streamtrace import StreamtraceError, generate_collective_report
+from streamtrace.oneshot import collect_tables_from_traces
 from streamtrace.report import build_report, sheet_parts, write_csvs, write_xlsx
+from streamtrace.sources import resolve_inputs
 from synthtrace import NCCL_SENDRECV, coll_kernel, compute_kernel, write_trace
 
 MIB = 1 << 20
@@ -659,3 +661,33 @@ def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
     monkeypatch.setattr(report_mod, "_csv_safe", lambda d: pytest.fail("the fast path fell back to pandas"))
     report_mod._write_csv(df, tmp_path / "fast.csv")
     assert (tmp_path / "fast.csv").read_bytes() == expected.read_bytes()
+
+
+@pytest.mark.parametrize("case", ["fixture", "big_group"])
+def test_sheets_built_in_two_processes_equal_one(case, fx_report, tmp_path, monkeypatch):
+    """build_report's two groups of sheets, one in a forked child, give the
+    sheets (and data-quality rows, in order) of building them all here: the
+    truncated rank list seen by both groups is counted once."""
+    import streamtrace.forked as forked
+    import streamtrace.report as report_mod
+
+    if case == "fixture":
+        tables = collect_tables_from_traces(resolve_inputs(trace_dir=fx_report[0], world_size=4), world_size=4)
+    else:
+        d = _big_group_set(tmp_path / "set", with_pg_config=False)
+        tables = collect_tables_from_traces(resolve_inputs(trace_dir=d, world_size=32), world_size=32)
+    monkeypatch.setattr(report_mod, "available_cpus", lambda: 1)
+    serial = build_report(tables, all2allv_heatmap=True)
+    forks = []
+    real_both = report_mod.both
+    monkeypatch.setattr(report_mod, "both", lambda a, b: forks.append(forked.can_fork()) or real_both(a, b))
+    monkeypatch.setattr(report_mod, "available_cpus", lambda: 2)
+    monkeypatch.setattr(report_mod, "_PARALLEL_MIN_ROWS", 0)
+    parallel = build_report(tables, all2allv_heatmap=True)
+    assert forks == [True]   # the child really ran
+    assert list(parallel) == list(serial)
+    for name in serial:
+        pd.testing.assert_frame_equal(parallel[name], serial[name], check_exact=True)
+    if case == "big_group":
+        unknown = serial["data_quality"].query("category == 'node_span_unknown'")
+        assert unknown["count"].tolist() == [1]
