@@ -49,6 +49,7 @@ Memory: the collective rows, plus, for the rank being read, its kernels and
 kernel launches (about 100 bytes per kernel) -- never CPU ops it does not use,
 python frames, flows or other events.
 """
+import functools
 import json
 import logging
 import math
@@ -60,6 +61,8 @@ import pandas as pd
 from . import collectives as coll
 from ._native import COMM_DTYPE, NONE, NOSTR
 from .codes import Text, dense_rank, group_ids, joined_labels, occurrence
+from .forked import both
+from .oneshot import available_cpus
 from .errors import StreamtraceError
 # the per-frame collector lives apart, free of pandas; re-exported here
 from .rankcollect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE
@@ -993,6 +996,11 @@ def _seq_slots(g_rank, g_seq, key, quality):
     return slot, keys
 
 
+#: collective rows from which match_ranks estimates clock offsets in a forked
+#: child while it builds the rows (forking a process that holds every row
+#: costs ~20 ms)
+_PARALLEL_MIN_ROWS = 20_000
+
 #: match_method values, by code
 METHODS = np.array(["seq", "ordinal", "aligned", "unmatched"], dtype=object)
 M_SEQ, M_ORDINAL, M_ALIGNED, M_UNMATCHED = 0, 1, 2, 3
@@ -1136,89 +1144,105 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         clock_method = "all_collectives"
     else:
         clock_method = "implicit_sync_ends"
-    est = estimate_clock_offsets(inst[sync], rank[sync], abs_end[sync])
-    clock_rows = []
-    for r in present:
-        e = est.get(r)
-        if e is None:
-            clock_rows.append({"rank": r, "offset_ns": 0, "residual_ns": math.nan, "max_residual_ns": math.nan,
-                               "collectives": 0, "reference_rank": r, "applied": apply, "method": "none"})
-        else:
-            clock_rows.append({"rank": r, **e, "applied": apply, "method": clock_method})
-    clocks = pd.DataFrame(clock_rows, columns=CLOCK_COLUMNS)
-    clocks = clocks.astype({"rank": "int64", "offset_ns": "int64", "collectives": "int64", "reference_rank": "int64",
-                            "applied": bool, "residual_ns": "float64", "max_residual_ns": "float64"})
-    quality += _clock_findings(clocks, apply, multi_node, G)
+    est_args = (inst[sync], rank[sync], abs_end[sync])
+
+    def clocks_table(est):
+        clock_rows = []
+        for r in present:
+            e = est.get(r)
+            if e is None:
+                clock_rows.append({"rank": r, "offset_ns": 0, "residual_ns": math.nan, "max_residual_ns": math.nan,
+                                   "collectives": 0, "reference_rank": r, "applied": apply, "method": "none"})
+            else:
+                clock_rows.append({"rank": r, **e, "applied": apply, "method": clock_method})
+        clocks = pd.DataFrame(clock_rows, columns=CLOCK_COLUMNS)
+        return clocks.astype({"rank": "int64", "offset_ns": "int64", "collectives": "int64",
+                              "reference_rank": "int64", "applied": bool, "residual_ns": "float64",
+                              "max_residual_ns": "float64"})
+
+    def rows_table(applied_off):
+        """align.collectives with these clock offsets, and its findings."""
+        ts_aligned = abs_ts - applied_off
+        # ---- instance order (by first start, process group, index), ids, collective_id
+        first_ts = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first_ts, inst, ts_aligned)
+        inst_pg = np.empty(n_inst, dtype=np.int64)
+        inst_pg[inst] = pg_key.codes
+        inst_ix = np.empty(n_inst, dtype=np.int64)
+        inst_ix[inst] = index_in_group
+        by_time = np.lexsort((inst_ix, pg_key.sort_rank()[inst_pg], first_ts))
+        new_id = np.empty(n_inst, dtype=np.int64)
+        new_id[by_time] = np.arange(n_inst)
+        instance = new_id[inst]
+        inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code
+        prefixes = [""] * len(pg_key.uniques) if simplified else [f"{u}_" for u in pg_key.uniques.tolist()]
+        for i, (p, ix) in enumerate(zip(inst_pg.tolist(), inst_ix.tolist())):
+            inst_ids[i] = f"{prefixes[p]}{ix}"
+        collective_id = Text(inst, inst_ids)
+
+        # ---- rows in (instance, rank) order: one take per column (text columns
+        # as codes: the objects are looked up after the take, from a few values)
+        order = np.lexsort((rank, instance))
+        cols = {"instance": instance, "collective_id": collective_id, "index_in_group": index_in_group,
+                "pg": pg, "pg_key": pg_key, "match_key": mkey,
+                "clock_offset_ns": applied_off, "ts_aligned_ns": ts_aligned, "dur_aligned_ns": d["dur"],
+                "ts_ns": d["ts"], "dur_ns": d["dur"], "launch_ts_ns": d["launch_ts"], "launch_dur_ns": d["launch_dur"],
+                "category": category, "kind": kind, "implicit_sync": implicit_sync,
+                "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
+                "participants": participants, "metadata_mismatch": metadata_mismatch,
+                "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
+        for col in COLLECTIVE_COLUMNS:
+            if col not in cols and col not in ("match_method", "in_bytes", "out_bytes", "flags"):  # those come below
+                cols[col] = text.get(col, d[col])
+        cols["no_ids"] = d["no_ids"]
+        cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
+        row_method = method[order]
+        cols["match_method"] = Text(row_method.astype(np.int64, copy=False), METHODS)
+
+        # ---- flags and findings
+        cols["flags"] = _flags(cols, row_method, cname.missing()[order])
+        findings = _instance_findings(cols, row_method, present)
+        bpe = cols["bytes_per_elem"]
+        for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
+            v = cols[src]
+            ok = (v != NONE) & ~np.isnan(bpe)
+            vals = np.zeros(n, dtype=np.int64)
+            vals[ok] = v[ok] * bpe[ok].astype(np.int64, copy=False)
+            cols[dst] = pd.arrays.IntegerArray(vals, ~ok)
+        # nullable integers (the arrays are this function's own: no copy needed)
+        for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
+                    "correlation", "external_id"):
+            v = cols[col].astype(np.int64, copy=False)
+            cols[col] = pd.arrays.IntegerArray(v, v == NONE)
+        for col in ("stream", "device"):
+            v = cols[col].astype(np.int64, copy=False)
+            cols[col] = pd.arrays.IntegerArray(v, v == -1)
+        columns = {}
+        for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
+            v = cols[col]
+            if isinstance(v, Text):
+                v = v.objects()
+            columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
+        # copy=False: one block per column instead of copying them into 2-D blocks
+        out_df = pd.DataFrame(columns, copy=False)
+        return out_df, findings
+
     if apply:
+        clocks = clocks_table(estimate_clock_offsets(*est_args))
         offs = dict(zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist()))
         ranks_u, rank_inv = np.unique(rank, return_inverse=True)
-        applied_off = np.array([offs[r] for r in ranks_u.tolist()], dtype=np.int64)[rank_inv]
+        out_df, row_findings = rows_table(np.array([offs[r] for r in ranks_u.tolist()], dtype=np.int64)[rank_inv])
     else:
-        applied_off = np.zeros(n, dtype=np.int64)
-    ts_aligned = abs_ts - applied_off
-
-    # ---- instance order (by first start, process group, index), ids, collective_id
-    first_ts = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_ts, inst, ts_aligned)
-    inst_pg = np.empty(n_inst, dtype=np.int64)
-    inst_pg[inst] = pg_key.codes
-    inst_ix = np.empty(n_inst, dtype=np.int64)
-    inst_ix[inst] = index_in_group
-    by_time = np.lexsort((inst_ix, pg_key.sort_rank()[inst_pg], first_ts))
-    new_id = np.empty(n_inst, dtype=np.int64)
-    new_id[by_time] = np.arange(n_inst)
-    instance = new_id[inst]
-    inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code
-    prefixes = [""] * len(pg_key.uniques) if simplified else [f"{u}_" for u in pg_key.uniques.tolist()]
-    for i, (p, ix) in enumerate(zip(inst_pg.tolist(), inst_ix.tolist())):
-        inst_ids[i] = f"{prefixes[p]}{ix}"
-    collective_id = Text(inst, inst_ids)
-
-    # ---- rows in (instance, rank) order: one take per column (text columns
-    # as codes: the objects are looked up after the take, from a few values)
-    order = np.lexsort((rank, instance))
-    cols = {"instance": instance, "collective_id": collective_id, "index_in_group": index_in_group,
-            "pg": pg, "pg_key": pg_key, "match_key": mkey,
-            "clock_offset_ns": applied_off, "ts_aligned_ns": ts_aligned, "dur_aligned_ns": d["dur"],
-            "ts_ns": d["ts"], "dur_ns": d["dur"], "launch_ts_ns": d["launch_ts"], "launch_dur_ns": d["launch_dur"],
-            "category": category, "kind": kind, "implicit_sync": implicit_sync,
-            "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
-            "participants": participants, "metadata_mismatch": metadata_mismatch,
-            "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
-    for col in COLLECTIVE_COLUMNS:
-        if col not in cols and col not in ("match_method", "in_bytes", "out_bytes", "flags"):  # those come below
-            cols[col] = text.get(col, d[col])
-    cols["no_ids"] = d["no_ids"]
-    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
-    method = method[order]
-    cols["match_method"] = Text(method.astype(np.int64, copy=False), METHODS)
-
-    # ---- flags and findings
-    cols["flags"] = _flags(cols, method, cname.missing()[order])
-    quality += _instance_findings(cols, method, present)
-    bpe = cols["bytes_per_elem"]
-    for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
-        v = cols[src]
-        ok = (v != NONE) & ~np.isnan(bpe)
-        vals = np.zeros(n, dtype=np.int64)
-        vals[ok] = v[ok] * bpe[ok].astype(np.int64, copy=False)
-        cols[dst] = pd.arrays.IntegerArray(vals, ~ok)
-    # nullable integers (the arrays are this function's own: no copy needed)
-    for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
-                "correlation", "external_id"):
-        v = cols[col].astype(np.int64, copy=False)
-        cols[col] = pd.arrays.IntegerArray(v, v == NONE)
-    for col in ("stream", "device"):
-        v = cols[col].astype(np.int64, copy=False)
-        cols[col] = pd.arrays.IntegerArray(v, v == -1)
-    columns = {}
-    for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
-        v = cols[col]
-        if isinstance(v, Text):
-            v = v.objects()
-        columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
-    # copy=False: one block per column instead of copying them into 2-D blocks
-    out_df = pd.DataFrame(columns, copy=False)
+        # the offsets change no row, only align.clocks: on two cores (large
+        # sets) they are estimated in a forked child while the rows are built
+        rows, offsets = functools.partial(rows_table, np.zeros(n, dtype=np.int64)), \
+            functools.partial(estimate_clock_offsets, *est_args)
+        if n >= _PARALLEL_MIN_ROWS and available_cpus() > 1:
+            (out_df, row_findings), est = both(rows, offsets)
+        else:
+            (out_df, row_findings), est = rows(), offsets()
+        clocks = clocks_table(est)
+    quality += _clock_findings(clocks, apply, multi_node, G) + row_findings
     return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
             "align.quality": _quality_table(quality)}
 

@@ -518,3 +518,27 @@ print("ok")
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+@pytest.mark.parametrize("align_clocks", [None, True])
+def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeypatch, align_clocks):
+    """Unless applied, the clock offsets are estimated in a forked child while
+    the rows are built (large sets): every table, and the data-quality rows
+    in their order, are those of doing both here."""
+    import streamtrace.align as align_mod
+    import streamtrace.forked as forked
+    from streamtrace.oneshot import RankReading
+
+    results = RankReading(resolve_inputs(trace_dir=fx_new[0], world_size=4), 4).results()
+    monkeypatch.setattr(align_mod, "available_cpus", lambda: 1)
+    serial = align_mod.match_ranks(results, align_clocks=align_clocks)
+    forks = []
+    real_both = align_mod.both
+    monkeypatch.setattr(align_mod, "both", lambda a, b: forks.append(forked.can_fork()) or real_both(a, b))
+    monkeypatch.setattr(align_mod, "available_cpus", lambda: 2)
+    monkeypatch.setattr(align_mod, "_PARALLEL_MIN_ROWS", 0)
+    parallel = align_mod.match_ranks(results, align_clocks=align_clocks)
+    assert forks == ([] if align_clocks else [True])   # applied offsets change the rows: estimated first, here
+    assert serial["align.clocks"]["offset_ns"].abs().sum() > 0   # random offsets were found
+    for name in serial:
+        pd.testing.assert_frame_equal(parallel[name], serial[name], check_exact=True)
