@@ -166,3 +166,27 @@ def test_real_set_through_pipe(real_dir):
     metas = [json.loads(line) for line in proc.stdout.splitlines()]
     assert [m["rank"] for m in metas] == list(range(8))
     assert all(m["trace"]["distributedInfo"]["rank"] == m["rank"] for m in metas)
+
+
+def test_the_command_exits_fast_with_its_exit_code_and_every_byte_written(traces, tmp_path):
+    """The ``streamtrace`` entry point ends with os._exit after the command:
+    the exit codes are click's (0, 1 with a one-line error, 2 for usage) and
+    everything written to stdout (a pipe here) arrives."""
+    import generate_fixture
+
+    generate_fixture.generate(str(tmp_path / "fx"), ranks=2, steps=2, fill_ops=40, seed=1)
+    stev = tmp_path / "r.stev"
+    assert run("extract", "--trace_dir", tmp_path / "fx", "--world_size", 2, "-o", stev, "-q").exit_code == 0
+    version = subprocess.run(_streamtrace() + ["--version"], capture_output=True, text=True, timeout=60)
+    assert (version.returncode, version.stdout.strip()) == (0, "streamtrace, version 0.1.0")
+    missing = subprocess.run(_streamtrace() + ["extract", str(tmp_path / "nope.json"), "-o", str(tmp_path / "x")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 1 and missing.stderr.strip().count("\n") == 0, missing.stderr
+    assert "nope.json" in missing.stderr and not (tmp_path / "x").exists()
+    usage = subprocess.run(_streamtrace() + ["extract", "--no-such-flag"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2
+    dumped = subprocess.run(_streamtrace() + ["dump", str(stev), "--what", "events", "--format", "csv"],
+                            capture_output=True, text=True, timeout=60)
+    assert dumped.returncode == 0, dumped.stderr
+    assert dumped.stdout == run("dump", stev, "--what", "events", "--format", "csv").output
+    assert len(dumped.stdout) > 1 << 16   # past a pipe's buffer
