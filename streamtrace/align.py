@@ -1174,10 +1174,11 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         new_id = np.empty(n_inst, dtype=np.int64)
         new_id[by_time] = np.arange(n_inst)
         instance = new_id[inst]
-        inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code
-        prefixes = [""] * len(pg_key.uniques) if simplified else [f"{u}_" for u in pg_key.uniques.tolist()]
-        for i, (p, ix) in enumerate(zip(inst_pg.tolist(), inst_ix.tolist())):
-            inst_ids[i] = f"{prefixes[p]}{ix}"
+        inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code: "<pg>_<index>"
+        for p, prefix in enumerate([""] * len(pg_key.uniques) if simplified else
+                                   [f"{u}_" for u in pg_key.uniques.tolist()]):
+            of_pg = np.flatnonzero(inst_pg == p)   # a few groups: one string join per instance
+            inst_ids[of_pg] = [prefix + ix for ix in map(str, inst_ix[of_pg].tolist())]
         collective_id = Text(inst, inst_ids)
 
         # ---- rows in (instance, rank) order: one take per column (text columns
