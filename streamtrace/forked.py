@@ -1,7 +1,8 @@
 """Running independent pieces of work on two cores with ``fork``.
 
-Formatting report sheets as text, and correlate's analyses, are Python code
-that holds the GIL, so threads do not make them faster.  A forked child sees
+Building and formatting report sheets, estimating clock offsets, and
+correlate's analyses are Python code that holds the GIL, so threads do not
+make them faster.  A forked child sees
 the parent's data copy-on-write (nothing is pickled on the way in): it writes
 its share of a report's files while the parent writes the rest
 (``split_in_two``), or computes one part of a result and sends it back pickled
