@@ -691,3 +691,23 @@ def test_sheets_built_in_two_processes_equal_one(case, fx_report, tmp_path, monk
     if case == "big_group":
         unknown = serial["data_quality"].query("category == 'node_span_unknown'")
         assert unknown["count"].tolist() == [1]
+
+
+@pytest.mark.parametrize("two_processes", [False, True])
+def test_strict_errors_from_either_group_of_sheets(tmp_path, monkeypatch, two_processes):
+    """--strict raises the same error whether the sheet group that finds the
+    disagreement runs here or in the forked child (the all_to_allv group)."""
+    import streamtrace.report as report_mod
+
+    kw = dict(coll="all_to_allv", group_size=2, name=NCCL_SENDRECV)
+    d = _set(tmp_path, [[coll_kernel("100.0", "20.0", dtype="Float", **kw)],
+                        [coll_kernel("101.0", "19.0", dtype="Half", device=1, **kw)]])
+    tables = collect_tables_from_traces(resolve_inputs(trace_dir=d, world_size=2), world_size=2)
+    if two_processes:
+        monkeypatch.setattr(report_mod, "available_cpus", lambda: 2)
+        monkeypatch.setattr(report_mod, "_PARALLEL_MIN_ROWS", 0)
+    else:
+        monkeypatch.setattr(report_mod, "available_cpus", lambda: 1)
+    assert build_report(tables)["nccl_all2allv"]["metadata_mismatch"].tolist() == [True]
+    with pytest.raises(StreamtraceError, match=r"dtype.*\(--strict\)"):
+        build_report(tables, strict=True)
