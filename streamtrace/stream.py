@@ -117,7 +117,10 @@ def encode_table(name, df):
     [{"name", "type", "bytes"}]}``, then each column's bytes in order.  Types:
     a numpy dtype string (``<i8``, ``<f8``, ``|b1`` ...: raw little-endian
     values), ``Int64`` (int64 values then one mask byte per row, 1 = missing),
-    or ``json`` (a UTF-8 JSON array: strings, None, nested values).
+    ``text`` (a column of str and missing values: u32 count of its distinct
+    strings, a UTF-8 JSON array of them, then one int32 code per row, -1 =
+    missing) or ``json`` (a UTF-8 JSON array: any other object column --
+    numbers, nested values).
     """
     import pandas as pd  # imported here: extract never needs pandas
 
@@ -134,15 +137,48 @@ def encode_table(name, df):
             arr = arr.astype(arr.dtype.newbyteorder("<")) if arr.dtype.byteorder == ">" else arr
             blob, typ = arr.tobytes(), arr.dtype.str
         else:
-            values = s.tolist()
-            missing = np.flatnonzero(pd.isna(s.to_numpy()))   # None, NaN, pd.NA: one vectorised pass
-            for i in missing.tolist():
-                values[i] = None
-            blob, typ = json.dumps(values, default=_json_default).encode(), "json"
+            blob, typ = _text_column(s.to_numpy(dtype=object)), "text"
+            if blob is None:
+                values = s.tolist()
+                missing = np.flatnonzero(pd.isna(s.to_numpy()))   # None, NaN, pd.NA: one vectorised pass
+                for i in missing.tolist():
+                    values[i] = None
+                blob, typ = json.dumps(values, default=_json_default).encode(), "json"
         columns.append({"name": str(col), "type": typ, "bytes": len(blob)})
         blobs.append(blob)
     header = json.dumps({"name": name, "nrows": len(df), "columns": columns}).encode()
     return struct.pack("<I", len(header)) + header + b"".join(blobs)
+
+
+def _text_column(values):
+    """A ``text`` column's bytes when every value present is a str, else None.
+
+    Each distinct string is written once and rows are codes into them, so the
+    reader gets one shared str object per distinct value (a report's 100k rows
+    hold a handful of group names, dtypes, kernel names) instead of one per
+    row."""
+    import pandas as pd
+
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)   # None, NaN, pd.NA: code -1
+    except TypeError:   # unhashable (nested) values
+        return None
+    uniques = uniques.tolist()
+    if not all(type(u) is str for u in uniques):   # str equals only str: hashing merged nothing else
+        return None
+    texts = json.dumps(uniques).encode()
+    return struct.pack("<II", len(uniques), len(texts)) + texts + codes.astype("<i4").tobytes()
+
+
+def _text_values(blob, n):
+    count, size = struct.unpack_from("<II", blob, 0)
+    texts = json.loads(blob[8:8 + size])
+    if len(texts) != count:
+        raise ValueError("a text column's string count does not match its list")
+    codes = np.frombuffer(blob, dtype="<i4", count=n, offset=8 + size)
+    if n and (codes.min() < -1 or codes.max() >= count):
+        raise ValueError("a text column's code is outside its strings")
+    return np.array(texts + [None], dtype=object)[codes]   # code -1 picks the None
 
 
 def decode_table(payload):
@@ -155,7 +191,9 @@ def decode_table(payload):
     for col in header["columns"]:
         blob = payload[pos:pos + col["bytes"]]
         pos += col["bytes"]
-        if col["type"] == "json":
+        if col["type"] == "text":
+            data[col["name"]] = pd.Series(_text_values(blob, n), dtype=object)
+        elif col["type"] == "json":
             data[col["name"]] = pd.Series(json.loads(blob), dtype=object)
         elif col["type"] == "Int64":
             values = np.frombuffer(blob, dtype="<i8", count=n)

@@ -34,3 +34,33 @@ def test_missing_values_in_object_columns_become_none():
 def test_empty_table():
     _, back = decode_table(encode_table("t", pd.DataFrame({"a": pd.Series([], dtype=object)})))
     assert len(back) == 0 and list(back.columns) == ["a"]
+
+
+def test_text_columns_are_coded_and_come_back_shared():
+    """A column of str and missing values travels as its distinct strings
+    plus codes: equal values come back as one shared object, missing as
+    None; columns with numbers or nested values stay JSON arrays."""
+    import json
+    import struct
+
+    rows = ["pg0", None, "pg1", "pg0", float("nan"), 'é "q"', "pg1"] * 50
+    df = pd.DataFrame({"t": pd.Series(rows, dtype=object), "m": pd.Series([1, "1"] * 175, dtype=object),
+                       "s": pd.Series(["x", pd.NA] * 175, dtype="string")})
+    payload = encode_table("t", df)
+    (hlen,) = struct.unpack_from("<I", payload, 0)
+    types = {c["name"]: c["type"] for c in json.loads(payload[4:4 + hlen])["columns"]}
+    assert types == {"t": "text", "m": "json", "s": "text"}
+    _, back = decode_table(payload)
+    assert back["t"].tolist() == [None if isinstance(v, float) else v for v in rows]
+    assert back["t"][0] is back["t"][3]   # one object per distinct string
+    assert back["m"].tolist() == [1, "1"] * 175
+    assert back["s"].tolist() == ["x", None] * 175
+
+
+def test_corrupt_text_columns_are_refused():
+    import pytest
+
+    payload = bytearray(encode_table("t", pd.DataFrame({"t": ["a", "b"]})))
+    payload[-1] = 0x7f   # the last code, far outside the two strings
+    with pytest.raises(ValueError, match="outside its strings"):
+        decode_table(bytes(payload))
