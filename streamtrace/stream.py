@@ -49,6 +49,7 @@ class Frame:
     kind: int
     rank: int
     payload: bytes
+    source: str = field(default=None, compare=False, repr=False)   # the stream it was read from
 
     def records(self):
         """The payload as a numpy record array (record kinds only)."""
@@ -58,8 +59,11 @@ class Frame:
         return json.loads(self.payload)
 
     def table(self):
-        """(name, DataFrame) of a TABLE frame."""
-        return decode_table(self.payload)
+        """(name, DataFrame) of a TABLE frame; StreamFormatError when its payload is corrupt."""
+        try:
+            return decode_table(self.payload)
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+            raise StreamFormatError(self.source or "<stream>", f"corrupt TABLE frame ({exc})") from None
 
 
 # ------------------------------------------------------------------ encoding
@@ -291,7 +295,7 @@ def iter_frames(source, name=None):
             raise StreamFormatError(name, f"truncated stream (frame of {length} bytes cut at {len(payload)})")
         if kind == Kind.END:
             open_section = False
-        yield Frame(kind, rank, payload)
+        yield Frame(kind, rank, payload, name)
 
 
 def _check_header(data, name):

@@ -1,6 +1,8 @@
 """TABLE frames (stream.encode_table / decode_table): every column kind
 round-trips, and every spelling of a missing value in an object column comes
 back as None."""
+import sys
+
 import numpy as np
 import pandas as pd
 
@@ -64,3 +66,22 @@ def test_corrupt_text_columns_are_refused():
     payload[-1] = 0x7f   # the last code, far outside the two strings
     with pytest.raises(ValueError, match="outside its strings"):
         decode_table(bytes(payload))
+
+
+def test_a_corrupt_table_frame_is_a_one_line_error_naming_the_stream(tmp_path):
+    import subprocess
+
+    from streamtrace.stream import Frame, Kind, StreamWriter, json_frame, table_frame
+
+    payload = bytearray(table_frame("align.collectives", pd.DataFrame({"t": ["a", "b"]})).payload)
+    payload[-1] = 0x7f
+    path = tmp_path / "bad.stev"
+    with open(path, "wb") as f:
+        w = StreamWriter(f)
+        w.write(Frame(Kind.TABLE, 0, bytes(payload)))
+        w.write(json_frame(Kind.END, 0, {"stage": "test"}))
+    proc = subprocess.run([sys.executable, "-m", "streamtrace.cli", "report", str(path), "--output_csvs_dir",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and str(path) in proc.stderr and "corrupt TABLE frame" in proc.stderr
+    assert not (tmp_path / "out").exists()
