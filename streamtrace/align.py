@@ -1236,12 +1236,9 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     else:
         # the offsets change no row, only align.clocks: on two cores (large
         # sets) they are estimated in a forked child while the rows are built
-        rows, offsets = functools.partial(rows_table, np.zeros(n, dtype=np.int64)), \
-            functools.partial(estimate_clock_offsets, *est_args)
-        if n >= _PARALLEL_MIN_ROWS and available_cpus() > 1:
-            (out_df, row_findings), est = both(rows, offsets)
-        else:
-            (out_df, row_findings), est = rows(), offsets()
+        (out_df, row_findings), est = both(functools.partial(rows_table, np.zeros(n, dtype=np.int64)),
+                                           functools.partial(estimate_clock_offsets, *est_args),
+                                           fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
         clocks = clocks_table(est)
     quality += _clock_findings(clocks, apply, multi_node, G) + row_findings
     return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,

@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from ._native import format_rows
+from .codes import str_codes
 
 #: |x| below this: a float equal to k/1000 (k integer) has ulp < 1e-4, so its
 #: shortest round-trip text is the decimal k/1000 itself (no shorter decimal
@@ -108,12 +109,9 @@ def _float_cells(a, style):
 
 
 def _object_cells(values, style):
-    # one hashing pass; when every value present is a str, each distinct one
-    # is formatted once (str only equals str, so hashing merged nothing that
-    # must stay apart)
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)   # -1: missing
-    uniques = list(uniques)
-    if all(type(u) is str for u in uniques):
+    coded = str_codes(values)
+    if coded is not None:   # every value present is a str: each distinct one formatted once
+        codes, uniques = coded
         codes = codes.astype(np.int32)
         codes[codes < 0] = len(uniques)
         texts = style.texts(uniques) if style.texts else [style.text(u) for u in uniques]

@@ -77,6 +77,21 @@ class Text:
         return out
 
 
+def str_codes(values):
+    """(codes, distinct values) of an object array whose present values are
+    all str -- codes int64, -1 where missing (None, NaN, pd.NA) -- else None
+    (numbers, nested values).  One hashing pass; str equals only str, so the
+    hashing merged nothing that must stay apart."""
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    except TypeError:   # unhashable (nested) values
+        return None
+    uniques = uniques.tolist()
+    if not all(type(u) is str for u in uniques):
+        return None
+    return codes, uniques
+
+
 def group_ids(*keys):
     """Dense group ids of rows keyed by several arrays, numbered in order of
     first appearance (as ``groupby(keys, sort=False).ngroup()``); a missing

@@ -43,12 +43,13 @@ def split_in_two(tasks, weights):
         child.stop()
 
 
-def both(here, there):
+def both(here, there, fork=True):
     """``(here(), there())``, with ``there`` run in a forked child meanwhile
-    when ``can_fork()`` (else after ``here``, in this process).  The child's
-    result comes back pickled, so it should be small (tables, not timelines);
-    an exception in it is raised here, as itself when it pickles."""
-    if not can_fork():
+    when ``fork`` (the caller's judgement that it pays) and ``can_fork()``;
+    else after ``here``, in this process.  The child's result comes back
+    pickled, so it should be small (tables, not timelines); an exception in
+    it is raised here, as itself when it pickles."""
+    if not (fork and can_fork()):
         return here(), there()
     child = Child([there], send_result=True)
     try:

@@ -320,10 +320,8 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     # two groups of sheets that share nothing they write: on two cores the
     # second runs in a forked child meanwhile (large reports only: forking a
     # process that holds every row costs ~20 ms) and sends back its tables
-    if len(c) >= _PARALLEL_MIN_ROWS and available_cpus() > 1:
-        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(implicit_part, other_part)
-    else:
-        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = implicit_part(), other_part()
+    (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(
+        implicit_part, other_part, fork=len(c) >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
     sheets = {**mine, **theirs}
     findings += mine_notes + their_notes   # the order the sheets were once built in: implicit first
     sheets["clock_alignment"] = _clock_sheet(clocks, applied)

@@ -161,15 +161,12 @@ def _text_column(values):
     reader gets one shared str object per distinct value (a report's 100k rows
     hold a handful of group names, dtypes, kernel names) instead of one per
     row."""
-    import pandas as pd
+    from .codes import str_codes   # imported here, with pandas: extract never needs them
 
-    try:
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)   # None, NaN, pd.NA: code -1
-    except TypeError:   # unhashable (nested) values
+    coded = str_codes(values)
+    if coded is None:
         return None
-    uniques = uniques.tolist()
-    if not all(type(u) is str for u in uniques):   # str equals only str: hashing merged nothing else
-        return None
+    codes, uniques = coded
     texts = json.dumps(uniques).encode()
     return struct.pack("<II", len(uniques), len(texts)) + texts + codes.astype("<i4").tobytes()
 

@@ -534,7 +534,8 @@ def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeyp
     serial = align_mod.match_ranks(results, align_clocks=align_clocks)
     forks = []
     real_both = align_mod.both
-    monkeypatch.setattr(align_mod, "both", lambda a, b: forks.append(forked.can_fork()) or real_both(a, b))
+    monkeypatch.setattr(align_mod, "both",
+                        lambda a, b, fork: forks.append(fork and forked.can_fork()) or real_both(a, b, fork=fork))
     monkeypatch.setattr(align_mod, "available_cpus", lambda: 2)
     monkeypatch.setattr(align_mod, "_PARALLEL_MIN_ROWS", 0)
     parallel = align_mod.match_ranks(results, align_clocks=align_clocks)

@@ -680,7 +680,8 @@ def test_sheets_built_in_two_processes_equal_one(case, fx_report, tmp_path, monk
     serial = build_report(tables, all2allv_heatmap=True)
     forks = []
     real_both = report_mod.both
-    monkeypatch.setattr(report_mod, "both", lambda a, b: forks.append(forked.can_fork()) or real_both(a, b))
+    monkeypatch.setattr(report_mod, "both",
+                        lambda a, b, fork: forks.append(fork and forked.can_fork()) or real_both(a, b, fork=fork))
     monkeypatch.setattr(report_mod, "available_cpus", lambda: 2)
     monkeypatch.setattr(report_mod, "_PARALLEL_MIN_ROWS", 0)
     parallel = build_report(tables, all2allv_heatmap=True)
