@@ -4,7 +4,8 @@
  *
  *   st_driver [-s SEED] [-c MAX_CHUNK] FILE...   tokenize (gzip sniffed) in
  *                                                pseudo-random chunk sizes,
- *                                                about half with drop_flows
+ *                                                about half with drop_flows,
+ *                                                about half with align_only
  *   st_driver -w ROUNDS                          random interval sweeps and
  *                                                report row writes checked
  *                                                against brute force
@@ -86,6 +87,7 @@ static int run_file(const char *path, size_t max_chunk)
     st_tok_options opts;
     memset(&opts, 0, sizeof opts);
     opts.drop_flows = (int)(next_chunk(2) == 1); /* about half the runs drop flow events */
+    opts.align_only = (int)(next_chunk(2) == 1); /* and about half keep only what align reads */
     st_tok_create(&tok, &opts);
     st_inflate *inf = NULL;
     unsigned char head[2] = {0, 0};

@@ -1075,6 +1075,55 @@ static int args_member(st_tok *t, const char *base, const char *k, size_t kn, co
     return parse_arg(t, base, k, kn, p, end, f, next);
 }
 
+static int span_has_backslash(span sp)
+{
+    return sp.s && memchr(sp.s, '\\', sp.n) != NULL;
+}
+
+static int span_starts(span sp, const char *lit, size_t n)
+{
+    return sp.s && sp.n >= n && memcmp(sp.s, lit, n) == 0;
+}
+
+static int span_contains(span sp, const char *lit, size_t n)
+{
+    for (size_t i = 0; sp.s && i + n <= sp.n; i++)
+        if (memcmp(sp.s + i, lit, n) == 0)
+            return 1;
+    return 0;
+}
+
+/* align_only: can align use this event?  Align reads only complete ("X")
+ * events: kernels, kernel launches and the collective CPU ops (nccl:*,
+ * record_param_comms, c10d::*) -- the string classes of
+ * streamtrace/rankcollect.py, which this mirrors.  Conservative: an event
+ * whose phase, category or name is missing, or escaped, is kept (align's
+ * own selection decides). */
+static int align_wants(const event_fields *f)
+{
+    if (!f->ph.s || !f->cat.s || !f->name.s || !SPAN_IS(f->ph, "X"))
+        return 1;
+    span cat = f->cat, name = f->name;
+    if (span_has_backslash(cat) || span_has_backslash(name))
+        return 1;
+    if (SPAN_IS(cat, "kernel") || SPAN_IS(cat, "Kernel"))
+        return 1;
+    if (SPAN_IS(cat, "cuda_runtime") || SPAN_IS(cat, "Runtime") || SPAN_IS(cat, "cuda_driver"))
+        return (span_starts(name, "cu", 2) || span_starts(name, "hi", 2)) && span_contains(name, "Launch", 6) &&
+               (span_contains(name, "Kernel", 6) || span_contains(name, "Graph", 5));
+    if (SPAN_IS(cat, "cpu_op") || SPAN_IS(cat, "Operator") || SPAN_IS(cat, "user_annotation"))
+        return span_starts(name, "nccl:", 5) || SPAN_IS(name, "record_param_comms") ||
+               span_starts(name, "c10d::", 6);
+    return 0;
+}
+
+/* once phase, category and name are known, an event align cannot use is skipped */
+static inline void check_align(const st_tok *t, event_fields *f)
+{
+    if (t->opt.align_only && f->ph.s && f->cat.s && f->name.s && !align_wants(f))
+        f->skip_rest = 1;
+}
+
 static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
                         const char *p, const char *end, event_fields *f, const char **next)
 {
@@ -1088,6 +1137,8 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
             int r = read_string_value(t, base, p, end, &f->ph, next);
             if (r == P_OK && t->opt.drop_flows && is_flow(f->ph))
                 f->skip_rest = 1;
+            if (r == P_OK)
+                check_align(t, f);
             return r;
         }
         if (KEY_IS(k, kn, "ts")) {
@@ -1106,6 +1157,8 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
             int r = read_string_value(t, base, p, end, &f->cat, next);
             if (r == P_OK && !t->opt.keep_pyfunc && SPAN_IS(f->cat, "python_function"))
                 f->skip_rest = 1;
+            if (r == P_OK)
+                check_align(t, f);
             return r;
         }
         if (KEY_IS(k, kn, "pid"))
@@ -1120,8 +1173,12 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
         }
         break;
     case 4:
-        if (KEY_IS(k, kn, "name"))
-            return read_string_value(t, base, p, end, &f->name, next);
+        if (KEY_IS(k, kn, "name")) {
+            int r = read_string_value(t, base, p, end, &f->name, next);
+            if (r == P_OK)
+                check_align(t, f);
+            return r;
+        }
         if (KEY_IS(k, kn, "args") && p < end && *p == '{')
             return parse_object(t, base, p, end, args_member, f, next);
         break;
@@ -1375,6 +1432,10 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
             }
             if (t->opt.drop_flows && is_flow(f.ph)) {
                 t->counts.flows_skipped++;
+                return P_OK;
+            }
+            if (t->opt.align_only && !align_wants(&f)) {
+                t->counts.align_skipped++;
                 return P_OK;
             }
             return commit_event(t, base, &f, out);

@@ -36,6 +36,7 @@ typedef struct st_tok_options {
     uint32_t max_depth;         /* JSON nesting limit (0: default 256) */
     uint64_t max_string_bytes;  /* interned bytes limit (0: default 1 GiB) */
     int drop_flows;             /* drop flow events (ph "s", "f", "t"), for consumers that use none */
+    int align_only;             /* drop complete ("X") events align never reads: see align_wants() */
 } st_tok_options;
 
 typedef struct st_tok_out {
@@ -55,6 +56,7 @@ typedef struct st_tok_counts {
     uint64_t events_stored;
     uint64_t pyfunc_skipped;
     uint64_t flows_skipped;     /* with drop_flows */
+    uint64_t align_skipped;     /* with align_only */
     uint64_t bad_numbers;       /* numbers out of int64 range or not numbers */
     uint64_t bytes_consumed;    /* absolute offset of the next unconsumed byte */
     uint32_t doc_started;       /* the root '{' or '[' has been read */

@@ -58,11 +58,13 @@ class NativeError(Exception):
 class Tokenizer:
     """One rank's incremental tokenizer with its output arrays."""
 
-    def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0, drop_flows=False):
+    def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0, drop_flows=False, align_only=False):
         opts = ffi.new("st_tok_options *")
         opts.keep_pyfunc = int(bool(keep_pyfunc))
         opts.drop_flows = int(bool(drop_flows))
+        opts.align_only = int(bool(align_only))
         self.drop_flows = bool(drop_flows)
+        self.align_only = bool(align_only)
         opts.max_depth = max_depth
         ptr = ffi.new("st_tok **")
         if lib.st_tok_create(ptr, opts) != OK:
@@ -144,7 +146,8 @@ class Tokenizer:
                 "pyfunc_skipped": c.pyfunc_skipped, "bad_numbers": c.bad_numbers,
                 "bytes_consumed": c.bytes_consumed, "doc_started": bool(c.doc_started),
                 "saw_events": bool(c.saw_events), "bare_array": bool(c.bare_array),
-                "doc_done": bool(c.doc_done), **({"flows_skipped": c.flows_skipped} if self.drop_flows else {})}
+                "doc_done": bool(c.doc_done), **({"flows_skipped": c.flows_skipped} if self.drop_flows else {}),
+                **({"align_skipped": c.align_skipped} if self.align_only else {})}
 
 
 class Inflater:

@@ -46,7 +46,8 @@ def _parse_meta_value(path, key, raw):
 
 
 def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
-                 chunk_size=None, progress=None, gzip_backend=None, strict=False, drop_flows=False):
+                 chunk_size=None, progress=None, gzip_backend=None, strict=False, drop_flows=False,
+                 align_only=False):
     """Yield the frames of one trace file.
 
     ``rank`` is the rank the caller assigned (flag, position, regex); when None
@@ -55,19 +56,22 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
     yields every complete event and records a warning in the metadata.
     ``drop_flows`` leaves flow events (ph s/f/t) out, in the C tokenizer: for
     in-process consumers that use none (the one-shot report's align); the
-    metadata then says so.
+    metadata then says so.  ``align_only`` also leaves out, unparsed, the
+    complete events align never reads (every one but kernels, kernel
+    launches and collective CPU ops; ``align_wants`` in the C tokenizer).
     """
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
         yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict,
-                            drop_flows)
+                            drop_flows, align_only)
     finally:
         close()
 
 
-def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows):
-    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, drop_flows=drop_flows)
+def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows,
+             align_only):
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, drop_flows=drop_flows, align_only=align_only)
     trace_meta = {}
     warnings = []
     resolved_rank = None
@@ -191,7 +195,7 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
         why = " (the compressed stream ends early)" if source.truncated else ""
         if strict:
             raise TraceError(path, f"truncated{why} (--strict)", truncated_at)
-        warn(f"{path}: truncated at byte {truncated_at}{why}; kept {counts['events_stored']} complete events")
+        warn(f"{path}: truncated at byte {truncated_at}{why}; {counts['events_seen']} complete events before the cut")
     elif source.truncated:
         if strict:
             raise TraceError(path, "the compressed stream ends early (--strict)")
@@ -220,6 +224,8 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
     }
     if drop_flows:
         meta["drop_flows"] = True
+    if align_only:
+        meta["align_only"] = True
     yield json_frame(Kind.META, resolved_rank, meta)
 
 

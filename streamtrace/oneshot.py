@@ -84,9 +84,11 @@ def _read_rank(inp, world_size, strict, progress):
     from .extract import extract_rank
     from .rankcollect import collect_rank
 
-    # align uses no flow events: the tokenizer skips them (two per kernel launch: often a quarter of the events)
+    # align reads only kernels, their launches and collective CPU ops: the
+    # tokenizer leaves the other events out unparsed (flows alone are two per
+    # kernel launch, often a quarter of the events)
     return collect_rank(extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict,
-                                     progress=progress, drop_flows=True), inp.rank)
+                                     progress=progress, drop_flows=True, align_only=True), inp.rank)
 
 
 def _summed_progress(progress, n):

@@ -35,10 +35,10 @@ SAMPLE = (
 )
 
 
-def tokenize(data, cuts, keep_pyfunc=False, capacity=3, drop_flows=False):
+def tokenize(data, cuts, keep_pyfunc=False, capacity=3, drop_flows=False, align_only=False):
     """Feed ``data`` split at ``cuts`` (a small output capacity forces
     OUTPUT_FULL round trips too); return everything the tokenizer produced."""
-    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=capacity, drop_flows=drop_flows)
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=capacity, drop_flows=drop_flows, align_only=align_only)
     records, meta = [b"", b"", b""], []
     pending = bytearray()
     bounds = sorted(set(c for c in cuts if 0 < c < len(data))) + [len(data)]
@@ -79,6 +79,40 @@ def test_drop_flows_at_any_chunking(cuts):
     assert tokenize(SAMPLE, cuts, drop_flows=True) == NO_FLOWS
     assert NO_FLOWS[0] == _native.DONE and NO_FLOWS[4] == REFERENCE[4] - 1
     assert NO_FLOWS[1][1] == REFERENCE[1][1]   # the kernel record (its event comes before the flow)
+
+
+# events align reads (kept), events it never reads (left out) and events the
+# tokenizer cannot rule out (kept): escaped names, members in unusual order
+ALIGN_EXTRA = (
+    b'  {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 6, "dur": 3,'
+    b' "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]], "Input type": ["float", "float"]}},\n'
+    b'  {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 7, "dur": 1,'
+    b' "args": {"External id": 7, "correlation": 99}},\n'
+    b'  {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventRecord", "pid": 1, "tid": 1, "ts": 8, "dur": 1,'
+    b' "args": {"correlation": 100}},\n'
+    b'  {"ph": "X", "cat": "cpu_op", "name": "aten::\\u006dm", "pid": 1, "tid": 1, "ts": 9, "dur": 1},\n'
+    b'  {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 9, "dur": 2,'
+    b' "args": {"bytes": 8}},\n'
+    b'  {"name": "aten::add", "args": {"External id": 8}, "cat": "cpu_op", "ph": "X", "pid": 1, "tid": 1,'
+    b' "ts": 11, "dur": 1},\n'
+    b'  {"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": 1, "tid": 1, "ts": 12, "dur": 4},\n'
+)
+ALIGN_SAMPLE = SAMPLE.replace(b'  {"ph": "i"', ALIGN_EXTRA + b'  {"ph": "i"')
+ALIGN_FULL = tokenize(ALIGN_SAMPLE, [], drop_flows=True)
+ALIGN_LEAN = tokenize(ALIGN_SAMPLE, [], drop_flows=True, align_only=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(ALIGN_SAMPLE)), max_size=40))
+def test_align_only_at_any_chunking(cuts):
+    """align_only leaves out aten::mm, cudaEventRecord, the memcpy and
+    aten::add (its name comes first), wherever the input is cut; the escaped
+    name is kept."""
+    assert tokenize(ALIGN_SAMPLE, cuts, drop_flows=True, align_only=True) == ALIGN_LEAN
+    assert ALIGN_LEAN[0] == _native.DONE and ALIGN_FULL[4] == REFERENCE[4] - 1 + 7
+    assert ALIGN_LEAN[4] == ALIGN_FULL[4] - 4
+    assert b"aten::mm" not in ALIGN_LEAN[2] and b"aten::add" not in ALIGN_LEAN[2]
+    assert {b"cudaLaunchKernel", b"c10d::allreduce_", b"aten::\\u006dm"} <= set(ALIGN_LEAN[2])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
