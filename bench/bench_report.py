@@ -7,10 +7,18 @@ Cases (sizes scale with --scale; 1.0 is the issue's done-when size):
            end to end (xlsx, default -j and -j 1; with and without the
            correlate stage's blocking sheets), plus extract alone for
            reference.  Targets: <= 3 s, <= 256 MB.
-``dense``  4 ranks, >= 25,000 collective instances, little else in the
-           traces: ``collective-report`` end to end (default -j and -j 1), extract alone,
-           ``align | report`` on an extracted stream, and the in-process
-           matching + report computation.  Target: report in <= 2 s.
+``dense``  4 ranks, >= 25,000 collective instances and nothing else: each
+           collective with its CPU side (c10d op, record_param_comms, nccl:*
+           annotation, runtime calls, python frames), each step's sync, no
+           generic compute ops (fixture ``fill_ops=0``; ~120 MB per rank).
+           ``collective-report`` end to end (CSVs and xlsx; default -j and
+           -j 1), extract alone, ``align | report`` on an extracted stream,
+           and the in-process matching + report computation.  Target: report
+           in <= 2 s.
+``dense_compute``  the same collectives with 24 generic compute ops per step
+           between them (fixture ``fill_ops=3``, the generator's minimum
+           otherwise; ~290 MB per rank, 2.4x the bytes): the same steps, to
+           show what the added bytes cost.
 ``gz``     8 ranks x ~1 GB (uncompressed) .json.gz, ``collective-report -j 2``.
            Targets: <= 15 s, <= 1 GB.
 
@@ -172,13 +180,21 @@ def case_big(workdir, scale, out):
 
 
 def case_dense(workdir, scale, out):
+    _dense(workdir, scale, out, "dense", fill_ops=0, note="target: report <= 2 s")
+
+
+def case_dense_compute(workdir, scale, out):
+    _dense(workdir, scale, out, "dense_compute", fill_ops=3, note="24 compute ops per step: the bytes' cost")
+
+
+def _dense(workdir, scale, out, label, fill_ops, note):
     target = max(100, int(25_000 * scale))
     per_step = 7  # broadcast, all_to_allv, allgather, reducescatter, 3 allreduce (tp=1)
     steps = -(-target // per_step)
-    d, n = generate(workdir, f"dense-{steps}", ranks=4, steps=steps, fill_ops=3, jobs=2)
+    d, n = generate(workdir, f"dense{fill_ops}-{steps}", ranks=4, steps=steps, fill_ops=fill_ops, jobs=2)
     size = du(d)
-    header(f"dense: 4 ranks, {n} collective instances ({4 * n} kernel rows), {size / 1e6:.0f} MB JSON "
-           "(target: report <= 2 s)")
+    header(f"{label}: 4 ranks, {n} collective instances ({4 * n} kernel rows), {size / 1e6:.0f} MB JSON "
+           f"({note})")
     csv = os.path.join(out, "dense-csv")
     base = [BIN, "collective-report", "--trace_dir", d, "--world_size", "4", "-q"]
     w, r, t, c = run(base + ["--output_csvs_dir", csv])
@@ -237,7 +253,8 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="size factor (1.0 = the issue's sizes)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"),
                     help="where generated traces are kept between runs")
-    ap.add_argument("--cases", default="big,dense,gz", help="comma-separated subset of big,dense,gz")
+    ap.add_argument("--cases", default="big,dense,dense_compute,gz",
+                    help="comma-separated subset of big,dense,dense_compute,gz")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement (the minimum wall time is shown)")
     args = ap.parse_args()
     global REPEAT
@@ -249,7 +266,8 @@ def main():
     out = tempfile.mkdtemp(prefix="bench-out-", dir=args.workdir)
     try:
         for case in args.cases.split(","):
-            {"big": case_big, "dense": case_dense, "gz": case_gz}[case.strip()](args.workdir, args.scale, out)
+            {"big": case_big, "dense": case_dense, "dense_compute": case_dense_compute,
+             "gz": case_gz}[case.strip()](args.workdir, args.scale, out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

@@ -263,6 +263,17 @@ def test_implicit_sync_matches_truth_old_layout(fx_old_report):
     check_straggler_against_truth(sheets, truth)
 
 
+def test_collective_dense_fixture_matches_truth(tmp_path):
+    """fill_ops=0 (the dense benchmark's traces): only the collectives, their
+    CPU side and each step's sync; the report still matches the truth."""
+    truth = generate_fixture.generate(str(tmp_path), ranks=4, steps=6, fill_ops=0, straggler_rank=1, seed=5)
+    sheets = generate_collective_report(trace_dir=str(tmp_path), world_size=4, write_files=False)
+    assert len(sheets["nccl_long"]) == 4 * len(truth["collectives"])
+    check_implicit_against_truth(sheets, truth)
+    check_straggler_against_truth(sheets, truth)
+    assert truth["fill_ops_per_step"] == 0
+
+
 def test_straggler_summary_matches_truth(report_sheets, fx_report):
     check_straggler_against_truth(report_sheets, fx_report[1])
 
