@@ -9,6 +9,31 @@ rows as pandas' groupby would, without building a grouper.
 import numpy as np
 import pandas as pd
 
+from ._native import factorize_rows
+
+#: object arrays shorter than this go to pandas directly (the identity pass
+#: pays from a few thousand rows)
+_IDENTITY_MIN = 4096
+
+
+def factorize(values, use_na_sentinel=True):
+    """``pd.factorize(values, use_na_sentinel=...)`` of an array: the same
+    codes (int64) and uniques, faster for long object arrays, whose values
+    are few distinct objects each shared by many rows.  Rows are grouped
+    first by the identity of their objects -- a C hash pass over the object
+    pointers, which are compared, never followed -- and then the distinct
+    objects by pandas itself.  Rows holding one object are equal values, and
+    each group meets pandas at its first row, in row order, so the codes,
+    their order and the uniques (first objects) are exactly pandas'; equal
+    values held by different objects still share a code."""
+    if not isinstance(values, np.ndarray) or values.dtype != object or len(values) < _IDENTITY_MIN:
+        codes, uniques = pd.factorize(values, use_na_sentinel=use_na_sentinel)
+        return codes.astype(np.int64, copy=False), uniques
+    values = np.ascontiguousarray(values)
+    groups, first = factorize_rows(np.frombuffer(memoryview(values), dtype=np.int64))
+    codes, uniques = pd.factorize(values[first], use_na_sentinel=use_na_sentinel)
+    return codes.astype(np.int64, copy=False)[groups], uniques
+
 
 class Text:
     """A text column as integer codes into its distinct values (code -1:
@@ -22,8 +47,8 @@ class Text:
 
     @classmethod
     def of(cls, values):
-        codes, uniques = pd.factorize(np.asarray(values, dtype=object), use_na_sentinel=True)
-        return cls(codes.astype(np.int64), np.asarray(uniques, dtype=object))
+        codes, uniques = factorize(np.asarray(values, dtype=object))
+        return cls(codes, np.asarray(uniques, dtype=object))
 
     def missing(self):
         return self.codes < 0
@@ -83,7 +108,7 @@ def str_codes(values):
     (numbers, nested values).  One hashing pass; str equals only str, so the
     hashing merged nothing that must stay apart."""
     try:
-        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+        codes, uniques = factorize(values)
     except TypeError:   # unhashable (nested) values
         return None
     uniques = uniques.tolist()
@@ -98,7 +123,7 @@ def group_ids(*keys):
     value (None, NaN) is a key value like any other."""
     ids = np.zeros(len(keys[0]), dtype=np.int64)
     for key in keys:
-        codes, uniques = pd.factorize(key, use_na_sentinel=False)
+        codes, uniques = factorize(key, use_na_sentinel=False)
         ids = pd.factorize(ids * len(uniques) + codes)[0].astype(np.int64)  # both < n: no overflow
     return ids
 

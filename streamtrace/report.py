@@ -49,7 +49,7 @@ from pandas.api.types import infer_dtype
 from . import collectives as coll
 from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
 from .atomic import atomic_path, umask
-from .codes import Text, dense_rank, group_ids
+from .codes import Text, dense_rank, factorize, group_ids
 from .errors import StreamtraceError
 from .forked import Child, balanced, both, can_fork, split_in_two
 from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
@@ -444,7 +444,9 @@ def _mismatch_by_instance(df, cols, starts, codes_cache=None):
     for col in cols:
         codes = cache.get(col)
         if codes is None:  # equal values share a code; missing ones are all -1
-            codes = cache[col] = pd.factorize(df[col], use_na_sentinel=True)[0]
+            v = df[col]
+            codes = cache[col] = (factorize(v.to_numpy()) if v.dtype == object else
+                                  pd.factorize(v, use_na_sentinel=True))[0]
         bad = (np.minimum.reduceat(codes, starts) != np.maximum.reduceat(codes, starts)) & (out == "")
         out[bad] = col
     return out
@@ -579,7 +581,7 @@ def _summary_implicit(implicit, aggs):
     df = implicit.copy()
     for k in SUMMARY_IMPLICIT_KEYS:
         df[k] = df[k].astype(object).where(df[k].notna(), "Unknown")
-    codes = [pd.factorize(df[k].to_numpy(dtype=object))[0] for k in SUMMARY_IMPLICIT_KEYS]
+    codes = [factorize(df[k].to_numpy(dtype=object))[0] for k in SUMMARY_IMPLICIT_KEYS]
     g = df.groupby(codes, sort=False)
     res = g[SUMMARY_IMPLICIT_KEYS].first()
     for c in ("Process Group Name", "Group size", "Full msg size (MB)"):

@@ -1,10 +1,13 @@
 """streamtrace.codes against the pandas operations it stands in for."""
 import numpy as np
 import pandas as pd
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamtrace.codes import Text, dense_rank, group_ids, joined_labels, occurrence
+import pytest
+
+from streamtrace import codes
+from streamtrace.codes import Text, dense_rank, factorize, group_ids, joined_labels, occurrence
 
 small_ints = st.lists(st.integers(-3, 3), min_size=0, max_size=60)
 
@@ -60,3 +63,42 @@ def test_joined_labels():
     checks = [("no_launch", np.array([True, False, True, False])),
               ("unmatched", np.array([False, False, True, True]))]
     assert joined_labels(checks, ";").objects().tolist() == ["no_launch", "", "no_launch;unmatched", "unmatched"]
+
+
+# objects as report columns hold them: a few shared ones, plus equal values in
+# distinct objects, missing values of every kind, numbers that compare equal
+_POOL = ["pg0", "pg1", "all_reduce", "", None, float("nan"), pd.NA, 1, 1.0, True, 2.5, (1, 2)]
+
+
+def _object(i, copy):
+    v = _POOL[i]
+    return "".join(list(v)) if copy and isinstance(v, str) and v else v   # a distinct str object of equal value
+
+
+object_rows = st.lists(st.tuples(st.integers(0, len(_POOL) - 1), st.booleans()), max_size=80).map(
+    lambda rows: np.array([_object(i, c) for i, c in rows] + [None], dtype=object)[:-1])
+
+
+@pytest.mark.parametrize("na_sentinel", [True, False])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=object_rows)
+def test_factorize_is_pandas_factorize(monkeypatch, na_sentinel, values):
+    """The identity pass (forced on for short arrays) changes neither the codes nor the uniques."""
+    monkeypatch.setattr(codes, "_IDENTITY_MIN", 0)
+    want_codes, want_uniques = pd.factorize(values, use_na_sentinel=na_sentinel)
+    got_codes, got_uniques = factorize(values, use_na_sentinel=na_sentinel)
+    assert got_codes.dtype == np.int64 and got_codes.tolist() == want_codes.tolist()
+    assert len(got_uniques) == len(want_uniques)
+    # the very objects pandas keeps; without the sentinel pandas makes its
+    # own NaN for the missing values' unique (a new object every call)
+    assert all(a is b or (pd.isna(a) and pd.isna(b)) for a, b in zip(got_uniques, want_uniques))
+
+
+def test_factorize_long_and_unhashable():
+    values = np.array(["a", None, "b"] * 5000, dtype=object)
+    got, uniques = factorize(values)
+    assert got.tolist() == pd.factorize(values)[0].tolist() and uniques.tolist() == ["a", "b"]
+    nested = np.empty(5000, dtype=object)
+    nested[:] = [[1]] * 5000
+    with pytest.raises(TypeError):   # as pandas: str_codes relies on it
+        factorize(nested)
