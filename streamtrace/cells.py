@@ -101,10 +101,16 @@ def _float_cells(a, style):
     values = np.where(grid, k, 0.0).astype(np.int64)
     codes = np.where(grid, -1, 0).astype(np.int32)   # 0: the table's na text
     table = [style.na]
-    rest = ~grid & ~nan
-    if rest.any():
-        codes[rest] = np.arange(1, 1 + int(rest.sum()), dtype=np.int32)
-        table += [style.number_open + float.__repr__(v) + style.number_close for v in a[rest].tolist()]
+    rest = np.flatnonzero(~grid & ~nan)
+    if len(rest):
+        # one text per distinct value (sizes in MB repeat, bandwidths do
+        # not); distinct by bit pattern, which is all repr depends on
+        bits, first, inverse = np.unique(a[rest].view(np.int64), return_index=True, return_inverse=True)
+        codes[rest] = 1 + inverse.astype(np.int32)
+        texts = list(map(float.__repr__, a[rest[first]].tolist()))
+        if style.number_open or style.number_close:
+            texts = [style.number_open + t + style.number_close for t in texts]
+        table += texts
     return Cells(values, codes, 3, table)
 
 
@@ -128,10 +134,21 @@ def _texts_cells(texts):
 
 def table_rows(columns, style, sep, row_open="", row_close=""):
     """The rows of a list of ``Cells`` as text, in pieces (utf-8 bytes)."""
-    return format_rows([(c.values, c.codes, c.scale, [t.encode("utf-8") for t in c.table]) for c in columns],
+    return format_rows([(c.values, c.codes, c.scale, _encoded(c.table)) for c in columns],
                        len(columns[0].codes if columns[0].values is None else columns[0].values),
                        sep=sep.encode(), row_open=row_open.encode(), row_close=row_close.encode(),
                        num_open=style.number_open.encode(), num_close=style.number_close.encode())
+
+
+def _encoded(texts):
+    """The utf-8 bytes of each text: one encode of them all, split again at
+    the NULs joining them (each text on its own if one holds a NUL)."""
+    if len(texts) < 64:
+        return [t.encode("utf-8") for t in texts]
+    joined = "\0".join(texts)
+    if joined.count("\0") != len(texts) - 1:
+        return [t.encode("utf-8") for t in texts]
+    return joined.encode("utf-8").split(b"\0")
 
 
 def object_text(v):
