@@ -105,7 +105,7 @@ def _float_cells(a, style):
     if len(rest):
         # one text per distinct value (sizes in MB repeat, bandwidths do
         # not); distinct by bit pattern, which is all repr depends on
-        bits, first, inverse = np.unique(a[rest].view(np.int64), return_index=True, return_inverse=True)
+        _, first, inverse = np.unique(a[rest].view(np.int64), return_index=True, return_inverse=True)
         codes[rest] = 1 + inverse.astype(np.int32)
         texts = list(map(float.__repr__, a[rest[first]].tolist()))
         if style.number_open or style.number_close:
