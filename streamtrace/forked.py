@@ -1,8 +1,7 @@
 """Running independent pieces of work on two cores with ``fork``.
 
-Building and formatting report sheets, estimating clock offsets, and
-correlate's analyses are Python code that holds the GIL, so threads do not
-make them faster.  A forked child sees
+Building and formatting report sheets and estimating clock offsets are
+Python code that holds the GIL, so threads do not make them faster.  A forked child sees
 the parent's data copy-on-write (nothing is pickled on the way in): it writes
 its share of a report's files while the parent writes the rest
 (``split_in_two``), or computes one part of a result and sends it back pickled
