@@ -17,8 +17,8 @@ _IDENTITY_MIN = 4096
 
 
 def factorize(values, use_na_sentinel=True):
-    """``pd.factorize(values, use_na_sentinel=...)`` of an array: the same
-    codes (int64) and uniques, faster for long object arrays, whose values
+    """``pd.factorize(values, use_na_sentinel=...)`` of an array or Series:
+    the same codes (int64) and uniques, faster for long object arrays, whose values
     are few distinct objects each shared by many rows.  Rows are grouped
     first by the identity of their objects -- a C hash pass over the object
     pointers, which are compared, never followed -- and then the distinct
@@ -26,6 +26,8 @@ def factorize(values, use_na_sentinel=True):
     each group meets pandas at its first row, in row order, so the codes,
     their order and the uniques (first objects) are exactly pandas'; equal
     values held by different objects still share a code."""
+    if isinstance(values, pd.Series) and values.dtype == object:
+        values = values.to_numpy()
     if not isinstance(values, np.ndarray) or values.dtype != object or len(values) < _IDENTITY_MIN:
         codes, uniques = pd.factorize(values, use_na_sentinel=use_na_sentinel)
         return codes.astype(np.int64, copy=False), uniques

@@ -444,9 +444,7 @@ def _mismatch_by_instance(df, cols, starts, codes_cache=None):
     for col in cols:
         codes = cache.get(col)
         if codes is None:  # equal values share a code; missing ones are all -1
-            v = df[col]
-            codes = cache[col] = (factorize(v.to_numpy()) if v.dtype == object else
-                                  pd.factorize(v, use_na_sentinel=True))[0]
+            codes = cache[col] = factorize(df[col])[0]
         bad = (np.minimum.reduceat(codes, starts) != np.maximum.reduceat(codes, starts)) & (out == "")
         out[bad] = col
     return out

@@ -91,3 +91,20 @@ def assert_matches_reference(path, rank_data=None, keep_pyfunc=False):
             want = exp.get(f, NONE)
             assert (got is pd.NA and want == NONE) or got == want, (i, f, got, want)
     return data
+
+
+def serial_and_forked(monkeypatch, module, run):
+    """``run()`` once on one CPU, then on two with ``module``'s parallel
+    threshold at 0: (serial result, parallel result, per ``module.both`` call
+    whether it really forked)."""
+    import streamtrace.forked as forked
+
+    monkeypatch.setattr(module, "available_cpus", lambda: 1)
+    serial = run()
+    forks = []
+    real_both = module.both
+    monkeypatch.setattr(module, "both",
+                        lambda a, b, fork: forks.append(fork and forked.can_fork()) or real_both(a, b, fork=fork))
+    monkeypatch.setattr(module, "available_cpus", lambda: 2)
+    monkeypatch.setattr(module, "_PARALLEL_MIN_ROWS", 0)
+    return serial, run(), forks

@@ -526,19 +526,12 @@ def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeyp
     the rows are built (large sets): every table, and the data-quality rows
     in their order, are those of doing both here."""
     import streamtrace.align as align_mod
-    import streamtrace.forked as forked
+    from helpers import serial_and_forked
     from streamtrace.oneshot import RankReading
 
     results = RankReading(resolve_inputs(trace_dir=fx_new[0], world_size=4), 4).results()
-    monkeypatch.setattr(align_mod, "available_cpus", lambda: 1)
-    serial = align_mod.match_ranks(results, align_clocks=align_clocks)
-    forks = []
-    real_both = align_mod.both
-    monkeypatch.setattr(align_mod, "both",
-                        lambda a, b, fork: forks.append(fork and forked.can_fork()) or real_both(a, b, fork=fork))
-    monkeypatch.setattr(align_mod, "available_cpus", lambda: 2)
-    monkeypatch.setattr(align_mod, "_PARALLEL_MIN_ROWS", 0)
-    parallel = align_mod.match_ranks(results, align_clocks=align_clocks)
+    serial, parallel, forks = serial_and_forked(
+        monkeypatch, align_mod, lambda: align_mod.match_ranks(results, align_clocks=align_clocks))
     assert forks == ([] if align_clocks else [True])   # applied offsets change the rows: estimated first, here
     assert serial["align.clocks"]["offset_ns"].abs().sum() > 0   # random offsets were found
     for name in serial:

@@ -679,23 +679,16 @@ def test_sheets_built_in_two_processes_equal_one(case, fx_report, tmp_path, monk
     """build_report's two groups of sheets, one in a forked child, give the
     sheets (and data-quality rows, in order) of building them all here: the
     truncated rank list seen by both groups is counted once."""
-    import streamtrace.forked as forked
     import streamtrace.report as report_mod
+    from helpers import serial_and_forked
 
     if case == "fixture":
         tables = collect_tables_from_traces(resolve_inputs(trace_dir=fx_report[0], world_size=4), world_size=4)
     else:
         d = _big_group_set(tmp_path / "set", with_pg_config=False)
         tables = collect_tables_from_traces(resolve_inputs(trace_dir=d, world_size=32), world_size=32)
-    monkeypatch.setattr(report_mod, "available_cpus", lambda: 1)
-    serial = build_report(tables, all2allv_heatmap=True)
-    forks = []
-    real_both = report_mod.both
-    monkeypatch.setattr(report_mod, "both",
-                        lambda a, b, fork: forks.append(fork and forked.can_fork()) or real_both(a, b, fork=fork))
-    monkeypatch.setattr(report_mod, "available_cpus", lambda: 2)
-    monkeypatch.setattr(report_mod, "_PARALLEL_MIN_ROWS", 0)
-    parallel = build_report(tables, all2allv_heatmap=True)
+    serial, parallel, forks = serial_and_forked(monkeypatch, report_mod,
+                                                lambda: build_report(tables, all2allv_heatmap=True))
     assert forks == [True]   # the child really ran
     assert list(parallel) == list(serial)
     for name in serial:
