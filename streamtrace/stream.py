@@ -126,49 +126,52 @@ def encode_table(name, df):
     missing) or ``json`` (a UTF-8 JSON array: any other object column --
     numbers, nested values).
     """
-    import pandas as pd  # imported here: extract never needs pandas
-
     columns, blobs = [], []
     for col in df.columns:
-        s = df[col]
-        dtype = s.dtype
-        if str(dtype) in ("Int64", "Int32"):
-            mask = s.isna().to_numpy()
-            values = s.fillna(0).to_numpy(dtype="<i8")
-            blob, typ = values.tobytes() + mask.astype("u1").tobytes(), "Int64"
-        elif dtype.kind in "iufb":
-            arr = s.to_numpy()
-            arr = arr.astype(arr.dtype.newbyteorder("<")) if arr.dtype.byteorder == ">" else arr
-            blob, typ = arr.tobytes(), arr.dtype.str
+        typ, value = _column_form(df[col])
+        if typ == "Int64":
+            values, mask = value
+            blob = values.tobytes() + mask.astype("u1").tobytes()
+        elif typ == "text":
+            codes, uniques = value
+            texts = json.dumps(uniques).encode()
+            blob = struct.pack("<II", len(uniques), len(texts)) + texts + codes.astype("<i4").tobytes()
+        elif typ == "json":
+            blob = value
         else:
-            blob, typ = _text_column(s.to_numpy(dtype=object)), "text"
-            if blob is None:
-                values = s.tolist()
-                missing = np.flatnonzero(pd.isna(s.to_numpy()))   # None, NaN, pd.NA: one vectorised pass
-                for i in missing.tolist():
-                    values[i] = None
-                blob, typ = json.dumps(values, default=_json_default).encode(), "json"
+            blob = value.tobytes()
         columns.append({"name": str(col), "type": typ, "bytes": len(blob)})
         blobs.append(blob)
     header = json.dumps({"name": name, "nrows": len(df), "columns": columns}).encode()
     return struct.pack("<I", len(header)) + header + b"".join(blobs)
 
 
-def _text_column(values):
-    """A ``text`` column's bytes when every value present is a str, else None.
+def _column_form(s):
+    """(type, value) of a Series as encode_table writes it: ``Int64``:
+    (int64 values, missing mask); a numpy dtype string: the little-endian
+    array; ``text``: (codes, distinct strings); ``json``: the JSON bytes."""
+    import pandas as pd  # imported here: extract never needs pandas
 
-    Each distinct string is written once and rows are codes into them, so the
-    reader gets one shared str object per distinct value (a report's 100k rows
-    hold a handful of group names, dtypes, kernel names) instead of one per
-    row."""
-    from .codes import str_codes   # imported here, with pandas: extract never needs them
+    from .codes import str_codes
 
-    coded = str_codes(values)
-    if coded is None:
-        return None
-    codes, uniques = coded
-    texts = json.dumps(uniques).encode()
-    return struct.pack("<II", len(uniques), len(texts)) + texts + codes.astype("<i4").tobytes()
+    dtype = s.dtype
+    if str(dtype) in ("Int64", "Int32"):
+        return "Int64", (s.fillna(0).to_numpy(dtype="<i8"), s.isna().to_numpy())
+    if dtype.kind in "iufb":
+        arr = s.to_numpy()
+        arr = arr.astype(arr.dtype.newbyteorder("<")) if arr.dtype.byteorder == ">" else arr
+        return arr.dtype.str, arr
+    # each distinct string is written once and rows are codes into them, so
+    # the reader gets one shared str object per distinct value (a report's
+    # 100k rows hold a handful of group names, dtypes, kernel names)
+    coded = str_codes(s.to_numpy(dtype=object))
+    if coded is not None:
+        return "text", coded
+    values = s.tolist()
+    missing = np.flatnonzero(pd.isna(s.to_numpy()))   # None, NaN, pd.NA: one vectorised pass
+    for i in missing.tolist():
+        values[i] = None
+    return "json", json.dumps(values, default=_json_default).encode()
 
 
 def _text_values(blob, n):
@@ -207,7 +210,50 @@ def decode_table(payload):
 
 def table_frame(name, df, rank=0):
     """A TABLE frame holding ``df`` under ``name`` (e.g. "align.collectives")."""
-    return Frame(Kind.TABLE, rank, encode_table(name, df))
+    return TableFrame(name, df, rank)
+
+
+class TableFrame(Frame):
+    """A TABLE frame made in this process.  It keeps its DataFrame and
+    encodes it only when its bytes are wanted (``payload``: a stream being
+    written); a stage reading it in the same process (``table()``) gets the
+    DataFrame that decoding the bytes would give, without the bytes."""
+
+    def __init__(self, name, df, rank=0):
+        self.kind, self.rank, self.source = Kind.TABLE, rank, None
+        self._name, self._df, self._payload = name, df, None
+
+    @property
+    def payload(self):
+        if self._payload is None:
+            self._payload = encode_table(self._name, self._df)
+        return self._payload
+
+    def table(self):
+        return self._name, decoded_form(self._df)
+
+
+def decoded_form(df):
+    """``decode_table(encode_table(name, df))[1]`` without the bytes: the same
+    columns, dtypes and values (numbers copied, text columns with None where
+    missing, other object columns through JSON), on a RangeIndex."""
+    import pandas as pd
+
+    data = {}
+    for col in df.columns:
+        typ, value = _column_form(df[col])
+        if typ == "Int64":
+            values, mask = value
+            column = pd.arrays.IntegerArray(values.copy(), mask.astype(bool))
+        elif typ == "text":
+            codes, uniques = value
+            column = pd.Series(np.array(uniques + [None], dtype=object)[codes], dtype=object)
+        elif typ == "json":
+            column = pd.Series(json.loads(value), dtype=object)
+        else:
+            column = value.copy()
+        data[str(col)] = column
+    return pd.DataFrame(data, index=pd.RangeIndex(len(df)))
 
 
 class StreamWriter:

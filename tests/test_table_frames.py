@@ -85,3 +85,58 @@ def test_a_corrupt_table_frame_is_a_one_line_error_naming_the_stream(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr.strip().count("\n") == 0 and str(path) in proc.stderr and "corrupt TABLE frame" in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _same_frame(a, b):
+    """Equal columns, dtypes and values, with the same Python types in object columns."""
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    for col in a.columns:
+        if a[col].dtype == object:
+            assert [type(v) for v in a[col]] == [type(v) for v in b[col]], col
+
+
+def test_an_in_process_table_frame_reads_as_its_decoded_bytes():
+    """A TABLE frame made in this process hands a reader in the same process
+    the DataFrame its bytes decode to, column kinds and missing values
+    included; its bytes are made when asked for, and are the same."""
+    from streamtrace.stream import TableFrame, table_frame
+
+    df = pd.DataFrame({
+        "i": np.array([1, -2, 3], dtype=np.int64), "i32": np.array([1, 2, 3], dtype=np.int32),
+        "f": [0.5, np.nan, 2.0], "b": [True, False, True], "n": pd.array([1, None, 3], dtype="Int64"),
+        "n32": pd.array([None, 2, 3], dtype="Int32"), "s": ["a", None, np.nan],
+        "st": pd.Series(["x", pd.NA, "y"], dtype="string"), "nested": [[1, 2], {"k": "v"}, (3, None)],
+        "nums": pd.Series([np.int64(4), None, np.float64(2.5)], dtype=object), 7: ["seven", "7", "7"],
+    }, index=[10, 11, 12])
+    frame = table_frame("align.collectives", df)
+    assert isinstance(frame, TableFrame) and frame._payload is None   # not encoded yet
+    name, df_here = frame.table()
+    name_there, df_there = decode_table(frame.payload)
+    assert name == name_there == "align.collectives"
+    _same_frame(df_here, df_there)
+    assert frame.payload == encode_table("align.collectives", df)
+    df_here.loc[0, "i"] = 99   # each read is the reader's own copy
+    assert frame.table()[1].loc[0, "i"] == 1 and df["i"].iloc[0] == 1
+
+
+def test_in_process_tables_of_a_whole_chain_read_as_their_bytes(tmp_path):
+    """Every table align and correlate produce on the fixture reads, in
+    process, exactly as its encoded bytes decode."""
+    import subprocess
+
+    from streamtrace.align import align_frames
+    from streamtrace.correlate import correlate_frames
+    from streamtrace.pipeline import trace_frames
+    from streamtrace.sources import resolve_inputs
+    from streamtrace.stream import Kind
+
+    subprocess.run([sys.executable, "fixtures/generate_fixture.py", "--out", str(tmp_path), "--ranks", "4",
+                    "--target_mb", "1", "--slow_kernel_rank", "1"], check=True, capture_output=True)
+    inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=4)
+    names = []
+    for frame in correlate_frames(align_frames(trace_frames(inputs, world_size=4))):
+        if frame.kind == Kind.TABLE:
+            name, here = frame.table()
+            _same_frame(here, decode_table(frame.payload)[1])
+            names.append(name)
+    assert "align.collectives" in names and "correlate.collective_blockers" in names
