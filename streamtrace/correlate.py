@@ -904,66 +904,83 @@ def wave_risk(blocks, bpsm, num_sms, nccl_ctas):
 
 def _overlap_analysis(inputs):
     """collective_overlap (per NCCL kernel per rank) and contention_pairs;
-    vectorised per rank, Python only per output row."""
-    frames, pair_parts = [], []
+    vectorised per rank into plain arrays (one DataFrame at the end: pandas
+    assignments cost more than the work), Python only per output row."""
     inst = inputs.instances
     comp = inputs.compute
     sig_cache = {}
+    parts, pair_parts = {c: [] for c in OVERLAP_COLUMNS + ["has_top"]}, []
+    inst_rank = inst["rank"].to_numpy(np.int64)
+    # over lists: iterating the Series themselves costs several times more
+    sig_fields = [inst[c].to_numpy(object) for c in ("collective_name", "pg_name", "dtype", "nbytes", "group_size",
+                                                     "kernel_name")]
     for r, tl in inputs.timelines.items():
-        mine = inst[inst["rank"] == r].reset_index(drop=True)
-        if not len(mine):
+        mine = np.flatnonzero(inst_rank == r)
+        m = len(mine)
+        if not m:
             continue
         props = tl.device_props()
         num_sms = props.get("numSms") if props else None
         if props is None:
             inputs.quality.append(("no deviceProperties", r, "SM share and wave risk left empty"))
-        starts, ends = mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64)
+        starts, ends = inst["start"].to_numpy(np.int64)[mine], inst["end"].to_numpy(np.int64)[mine]
         dur = ends - starts
         overlap = _native.overlap_with_union(starts, ends, *tl.unions["compute"])
-        ctas = tl.ctas_of_events(mine["event"].to_numpy())   # the NCCL kernels' CTAs
-        # over lists: iterating the Series themselves costs several times more
-        sig = np.array([_cached_signature(sig_cache, row) for row in zip(*(mine[c].tolist() for c in (
-            "collective_name", "pg_name", "dtype", "nbytes", "group_size", "kernel_name")))], dtype=object)
-        out = pd.DataFrame({
-            "collective_id": mine["instance"], "rank": r, "Collective name": mine["collective_name"],
-            "Process Group Name": mine["pg_name"], "signature": sig, "stream": mine["stream"],
+        ctas = tl.ctas_of_events(inst["event"].to_numpy()[mine])   # the NCCL kernels' CTAs
+        sig = np.array([_cached_signature(sig_cache, row) for row in zip(*(f[mine].tolist() for f in sig_fields))],
+                       dtype=object)
+        col = {
+            "collective_id": inst["instance"].to_numpy(object)[mine], "rank": np.full(m, r, dtype=np.int64),
+            "Collective name": sig_fields[0][mine], "Process Group Name": sig_fields[1][mine], "signature": sig,
+            "stream": inst["stream"].to_numpy()[mine],
             "ts_us": starts / NS_PER_US, "dur_us": dur / NS_PER_US, "overlap_us": overlap / NS_PER_US,
-            "overlap_frac": np.divide(overlap, dur, out=np.zeros(len(dur)), where=dur > 0),
-            "overlapping_kernels": 0,
-            "nccl_ctas": pd.arrays.IntegerArray(np.nan_to_num(ctas).astype(np.int64), np.isnan(ctas)),
-            "sm_share": ctas / num_sms if num_sms else np.nan,
-        })
+            "overlap_frac": np.divide(overlap, dur, out=np.zeros(m), where=dur > 0),
+            "overlapping_kernels": np.zeros(m, dtype=np.int64), "nccl_ctas": ctas,
+            "sm_share": ctas / num_sms if num_sms else np.full(m, np.nan),
+            "top_kernel_overlap_us": np.full(m, np.nan), "top_kernel_stream": np.zeros(m, dtype=np.int64),
+            "has_top": np.zeros(m, dtype=bool),
+        }
+        for c in ("top_overlapping", "top_kernel", "top_kernel_grid"):
+            col[c] = np.full(m, np.nan, dtype=object)
+        for c in ("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk"):
+            col[c] = np.full(m, None, dtype=object)
         cs = comp.rank_slice(r)
         ia, jb, il = _native.intersecting_pairs(starts, ends, comp.start[cs], comp.end[cs])
         if len(ia):
             jb = jb + cs.start    # into comp
-            out.loc[:, "overlapping_kernels"] = np.bincount(ia, minlength=len(mine))
+            col["overlapping_kernels"] = np.bincount(ia, minlength=m)
             i_top, text = _top_overlapping(ia, comp.ident[jb], il, comp.texts)
-            out.loc[i_top, "top_overlapping"] = np.array(text, dtype=object)
+            col["top_overlapping"][i_top] = text
             # the pair of largest overlap per NCCL kernel (the first on ties)
             seg = np.flatnonzero(np.r_[True, ia[1:] != ia[:-1]])
             is_max = il == np.repeat(np.maximum.reduceat(il, seg), np.diff(np.r_[seg, len(ia)]))
             best = np.flatnonzero(is_max)
             best = best[np.r_[True, ia[best][1:] != ia[best][:-1]]]
             rows_i, bj = ia[best], jb[best]
-            out.loc[rows_i, "top_kernel"] = np.array([comp.triples[k][0] for k in comp.key[bj]], dtype=object)
-            out.loc[rows_i, "top_kernel_overlap_us"] = il[best] / NS_PER_US
-            out.loc[rows_i, "top_kernel_stream"] = comp.column(r, "stream", bj)
-            out.loc[rows_i, "top_kernel_grid"] = np.array([comp.triples[k][1] for k in comp.key[bj]], dtype=object)
+            triples = [comp.triples[k] for k in comp.key[bj].tolist()]
+            col["top_kernel"][rows_i] = [t[0] for t in triples]
+            col["top_kernel_overlap_us"][rows_i] = il[best] / NS_PER_US
+            col["top_kernel_stream"][rows_i] = comp.column(r, "stream", bj)
+            col["has_top"][rows_i] = True
+            col["top_kernel_grid"][rows_i] = [t[1] for t in triples]
             waves = []
-            geo = [comp.column(r, c, bj) for c in ("threads", "regs", "smem", "ctas")]
-            for i, th, rg, sm, ct in zip(rows_i, *geo):
+            geo = [comp.column(r, c, bj).tolist() for c in ("threads", "regs", "smem", "ctas")]
+            for i, th, rg, sm, ct in zip(rows_i.tolist(), *geo):
                 bpsm = resident_blocks_per_sm(th, rg, sm, props)
                 waves.append((bpsm, *wave_risk(ct, bpsm, num_sms, None if np.isnan(ctas[i]) else ctas[i])))
-            for k, col in enumerate(("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk")):
-                values = np.full(len(out), None, dtype=object)
-                values[rows_i] = [w[k] for w in waves]
-                out[col] = values
+            for k, c in enumerate(("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk")):
+                col[c][rows_i] = [w[k] for w in waves]
             pair_parts.append((comp.key[jb], sig[ia], il, r, jb, ctas[ia], num_sms, props))
-        frames.append(out)
-    overlap_df = pd.concat(frames, ignore_index=True).reindex(columns=OVERLAP_COLUMNS) if frames \
-        else pd.DataFrame(columns=OVERLAP_COLUMNS)
-    return overlap_df, _pairs(comp, pair_parts)
+        for c in parts:
+            parts[c].append(col[c])
+    if not parts["rank"]:
+        return pd.DataFrame(columns=OVERLAP_COLUMNS), _pairs(comp, pair_parts)
+    data = {c: np.concatenate(parts[c]) for c in parts}
+    ctas = data["nccl_ctas"]
+    data["nccl_ctas"] = pd.arrays.IntegerArray(np.nan_to_num(ctas).astype(np.int64), np.isnan(ctas))
+    # a stream id: an integer, empty when no compute kernel overlapped
+    data["top_kernel_stream"] = pd.arrays.IntegerArray(data["top_kernel_stream"], ~data.pop("has_top"))
+    return pd.DataFrame(data), _pairs(comp, pair_parts)
 
 
 def _cached_signature(cache, values):
