@@ -40,7 +40,7 @@ static st_kernel kernels[OUT_CAP];
 static st_comm comms[OUT_CAP];
 static int select_mismatches;
 
-/* st_select and st_select_spans on a batch of real records, with random class bits for the
+/* st_select, st_select_spans and st_select_many on a batch of real records, with random class bits for the
  * strings seen so far (some ids left past the table) and a random rule,
  * against a plain loop; also run with a small cap, which must stop early. */
 static void check_select(const st_event *ev, size_t n, uint32_t n_strings)
@@ -74,6 +74,18 @@ static void check_select(const st_event *ev, size_t n, uint32_t n_strings)
     }
     size_t cap = next_chunk(4) - 1;
     select_mismatches += st_select(ev, n, cls, n_cls, &rule, got, cap) != (m < cap ? m : cap);
+    /* st_select_many: the same rule among others, each output bounded by cap */
+    static int64_t many[3][OUT_CAP];
+    int64_t *outs[3] = {many[0], many[1], many[2]};
+    st_select_rule rules[3] = {{0xFFFF, 0, 0, 0}, rule, {(uint16_t)next_chunk(0xFFFF), 0, ST_F_HAS_TS, 'X'}};
+    size_t counts[3];
+    st_select_many(ev, n, cls, n_cls, rules, 3, outs, OUT_CAP, counts);
+    select_mismatches += counts[1] != m;
+    st_select(ev, n, cls, n_cls, &rule, got, OUT_CAP);
+    for (k = 0; k < m; k++)
+        select_mismatches += many[1][k] != got[k];
+    st_select_many(ev, n, cls, n_cls, rules, 3, outs, cap, counts);
+    select_mismatches += counts[1] != (m < cap ? m : cap) || counts[0] > cap || counts[2] > cap;
 }
 
 static int run_file(const char *path, size_t max_chunk)

@@ -27,6 +27,25 @@ size_t st_select(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls
     return m;
 }
 
+void st_select_many(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
+                    const st_select_rule *rules, size_t n_rules, int64_t *const *out, size_t cap,
+                    size_t *counts)
+{
+    for (size_t k = 0; k < n_rules; k++)
+        counts[k] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const st_event *e = &ev[i];
+        uint16_t cat = class_of(cls, n_cls, e->cat), name = class_of(cls, n_cls, e->name);
+        for (size_t k = 0; k < n_rules; k++) {
+            const st_select_rule *r = &rules[k];
+            if ((r->ph && e->ph != r->ph) || (e->flags & r->flags_all) != r->flags_all || !(cat & r->cat_any)
+                || (r->name_any && !(name & r->name_any)) || counts[k] >= cap)
+                continue;
+            out[k][counts[k]++] = (int64_t)i;
+        }
+    }
+}
+
 size_t st_select_spans(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
                        const st_select_rule *rule, int64_t *start, int64_t *end, int64_t *thread,
                        uint32_t *name, size_t cap)

@@ -27,6 +27,14 @@ typedef struct st_select_rule {
 size_t st_select(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
                  const st_select_rule *rule, int64_t *out, size_t cap);
 
+/* Several selections in one pass over the records (each record's classes
+ * looked up once): out[k][0..cap) receives the indices of the records
+ * meeting rules[k], in increasing order, and counts[k] how many were
+ * written (at most cap). */
+void st_select_many(const st_event *ev, size_t n, const uint16_t *cls, size_t n_cls,
+                    const st_select_rule *rules, size_t n_rules, int64_t *const *out, size_t cap,
+                    size_t *counts);
+
 /* The same selection written as time spans, in one pass: start (ts), end
  * (ts + dur), thread (tid; a string tid, ST_F_TID_STR, as -1 - its string id
  * so that it never equals an integer tid) and name of each row kept.  Each

@@ -212,6 +212,27 @@ def select_spans(records, classes, n_classes, cat_any, name_any=0, flags_all=0, 
     return start, end, thread, name
 
 
+def select_many(records, classes, n_classes, rules):
+    """``[select_rows(records, classes, n_classes, **rule) for rule in
+    rules]`` in one C pass over the records (a frame is read once, not once
+    per rule).  Each rule is a dict of select_rows' keywords ``cat_any``,
+    ``name_any``, ``flags_all`` and ``ph``."""
+    if not rules:
+        return []
+    ev, n, cls, n_cls, _ = _selection(records, classes, n_classes, 0, 0, 0, b"")
+    c_rules = ffi.new("st_select_rule[]", [_rule(**rule) for rule in rules])
+    outs = [np.empty(n, dtype=np.int64) for _ in rules]
+    keep = [ffi.from_buffer(o) for o in outs]
+    pointers = ffi.new("int64_t *[]", [ffi.cast("int64_t *", b) for b in keep])
+    counts = ffi.new("size_t[]", len(rules))
+    lib.st_select_many(ev, n, cls, n_cls, c_rules, len(rules), pointers, n, counts)
+    return [o[:counts[k]] for k, o in enumerate(outs)]
+
+
+def _rule(cat_any, name_any=0, flags_all=0, ph=b""):
+    return {"cat_any": cat_any, "name_any": name_any, "flags_all": flags_all, "ph": ord(ph) if ph else 0}
+
+
 def _selection(records, classes, n_classes, cat_any, name_any, flags_all, ph):
     """The C arguments (records, count, classes, count, rule) of a selection, checked."""
     if records.dtype != EVENT_DTYPE:
@@ -220,8 +241,7 @@ def _selection(records, classes, n_classes, cat_any, name_any, flags_all, ph):
     classes = np.ascontiguousarray(classes, dtype=np.uint16)
     if not 0 <= n_classes <= len(classes):
         raise ValueError(f"n_classes {n_classes} is outside the {len(classes)} classes given")
-    rule = ffi.new("st_select_rule *", {"cat_any": cat_any, "name_any": name_any, "flags_all": flags_all,
-                                        "ph": ord(ph) if ph else 0})
+    rule = ffi.new("st_select_rule *", _rule(cat_any, name_any, flags_all, ph))
     return (ffi.cast("const st_event *", ffi.from_buffer(records)), len(records),
             ffi.cast("const uint16_t *", ffi.from_buffer(classes)), n_classes, rule)
 

@@ -9,7 +9,7 @@ threads first and imports pandas while the C tokenizer works.
 import numpy as np
 
 from . import collectives as coll
-from ._native import NONE, select_rows
+from ._native import NONE, select_many
 from .errors import StreamtraceError
 from .stream import Kind, decode_strings
 
@@ -17,6 +17,9 @@ from .stream import Kind, decode_strings
 S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
 S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
 OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
+# the complete events kept: kernels, kernel launches, collective CPU ops
+_RULES = (dict(cat_any=S_KERNEL_CAT, ph=b"X"), dict(cat_any=S_RUNTIME_CAT, name_any=S_LAUNCH, ph=b"X"),
+          dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"))
 
 _K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")])
@@ -100,10 +103,11 @@ class RankCollector:
         self.n_events += len(recs)
         if not len(recs):
             return
-        # three C passes pick the rows (no per-frame class lookups or masks
-        # in numpy, and no GIL held meanwhile); only the rows kept are copied
-        cls, n_cls = self._cls, len(self.strings)
-        idx = select_rows(recs, cls, n_cls, S_KERNEL_CAT, ph=b"X")
+        # one C pass picks the rows of the three kinds (no per-frame class
+        # lookups or masks in numpy, and no GIL held meanwhile); only the
+        # rows kept are copied
+        kernels, launches, ops = select_many(recs, self._cls, len(self.strings), _RULES)
+        idx = kernels
         if len(idx):
             k = np.empty(len(idx), _K_DTYPE)
             k["event"] = base + idx
@@ -111,15 +115,14 @@ class RankCollector:
                              ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
                 k[dst] = recs[src][idx]
             self.kernels.append(k)
-        idx = select_rows(recs, cls, n_cls, S_RUNTIME_CAT, S_LAUNCH, ph=b"X")
-        idx = idx[recs["correlation"][idx] != NONE]
+        idx = launches[recs["correlation"][launches] != NONE]
         if len(idx):
             launch = np.empty(len(idx), _L_DTYPE)
             launch["event"] = base + idx
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
                 launch[dst] = recs[src][idx]
             self.launches.append(launch)
-        idx = select_rows(recs, cls, n_cls, S_CPU_CAT, S_ANNOT | S_RPC | S_C10D, ph=b"X")
+        idx = ops
         if len(idx):
             o = np.empty(len(idx), _O_DTYPE)
             o["event"] = base + idx

@@ -1,5 +1,6 @@
-"""_native.select_rows (the C row selection align and correlate run on every
-EVENTS frame) against a numpy reference on random records and class tables."""
+"""_native.select_rows and select_many (the C row selection align and
+correlate run on every EVENTS frame) against a numpy reference on random
+records and class tables."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -51,6 +52,20 @@ def test_select_rows_matches_the_numpy_reference(case):
     got = _native.select_rows(recs, classes, n_classes, cat_any, name_any, flags_all, ph)
     assert got.dtype == np.int64
     assert got.tolist() == reference(*case).tolist()
+
+
+@given(cases(), st.lists(st.tuples(st.integers(1, 0xFFFF), st.sampled_from([0, 1, 6, 0x8000]),
+                                    st.sampled_from([0, 4, 12]), st.sampled_from([b"", b"X", b"i"])), max_size=4))
+@settings(max_examples=300, deadline=None)
+def test_select_many_is_each_rule_selected_on_its_own(case, more_rules):
+    """One pass with several rules gives each rule's rows, as separate passes would."""
+    recs, classes, n_classes = case[:3]
+    rules = [case[3:]] + more_rules
+    got = _native.select_many(recs, classes, n_classes,
+                              [dict(cat_any=c, name_any=n, flags_all=f, ph=p) for c, n, f, p in rules])
+    assert len(got) == len(rules)
+    for rows, rule in zip(got, rules):
+        assert rows.dtype == np.int64 and rows.tolist() == reference(recs, classes, n_classes, *rule).tolist()
 
 
 @given(cases())
