@@ -9,7 +9,8 @@ Prints wall and CPU times (user + sys, all threads), peak RSS and the
 overhead ratios: of the fastest runs, and the median over rounds of each
 round's own ratio (the cases run one after another in every round, so a
 round's ratio compares runs made under the same load: this machine's speed
-drifts by tens of percent within minutes).
+drifts by tens of percent within minutes).  Every other round runs the
+cases in reverse order, so a drift within a round favours no case.
 """
 import argparse
 import json
@@ -78,8 +79,8 @@ def main():
     total_mb = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
                    if f.endswith(".json")) / 1e6
     runs = {"extract": [], "align": [], "chain": []}
-    for _ in range(max(1, args.repeat)):
-        for mode in runs:
+    for k in range(max(1, args.repeat)):
+        for mode in (list(runs) if k % 2 == 0 else list(runs)[::-1]):
             runs[mode].append(measure(mode, directory, args.ranks))
     best = {mode: min(ms, key=lambda m: m["seconds"]) for mode, ms in runs.items()}
     seconds = {mode: ", ".join(f"{m['seconds']:.2f}" for m in ms) for mode, ms in runs.items()}
