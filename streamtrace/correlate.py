@@ -149,10 +149,55 @@ def _mode(values):
     return int(uniq[np.argmax(counts)])
 
 
+class _Growing:
+    """Columns filled part by part into arrays with spare room (doubling),
+    so that a rank's end takes the arrays as they are instead of
+    concatenating its parts.  ``spec``: {name: (dtype, row shape)}."""
+
+    def __init__(self, spec, capacity=4096):
+        self.n = 0
+        self.cols = {name: np.empty((capacity,) + shape, dtype=dtype) for name, (dtype, shape) in spec.items()}
+
+    def extend(self, m):
+        """Room for m more rows: the slice of them (to fill)."""
+        need = self.n + m
+        cap = len(self.cols["event"])
+        if need > cap:
+            size = max(need, 2 * cap)
+            for name, a in self.cols.items():
+                grown = np.empty((size,) + a.shape[1:], dtype=a.dtype)
+                grown[:self.n] = a[:self.n]
+                self.cols[name] = grown
+        rows = slice(self.n, need)
+        self.n = need
+        return rows
+
+    def take(self):
+        """The filled rows as {name: array}, the spare room given back in
+        place (numpy refuses if anything still views an array)."""
+        cols, self.cols = self.cols, None
+        for name in list(cols):
+            a = cols.pop(name)
+            a.resize((self.n,) + a.shape[1:])
+            cols[name] = a
+        return cols
+
+
+# per GPU row: kernel identity (name, grid x y z, block x y z, 0) as int32,
+# so that 4 int64 hold one row; launch geometry; CTAs and threads (NaN: unknown)
+_GPU_SPEC = {"event": (np.int64, ()), "start": (np.int64, ()), "end": (np.int64, ()), "device": (np.int64, ()),
+             "name": (np.int64, ()), "stream": (np.int64, ()), "kind": (np.uint8, ()), "keys": (np.int32, (8,)),
+             "regs": (np.float64, ()), "smem": (np.float64, ()), "ctas": (np.float64, ()),
+             "threads": (np.float64, ())}
+
+
 class _Collector:
     """Keeps, per rank, the X events correlate needs, as compact numpy arrays,
     while frames stream past: one vectorised filter per EVENTS frame, with
-    category and name classes looked up once per string."""
+    category and name classes looked up once per string.  What can be
+    worked out a part at a time is done as the parts arrive (it runs while
+    the extractor reads on), so a rank's end is left with what needs the
+    whole rank."""
 
     def __init__(self, rank):
         self.rank = rank
@@ -161,11 +206,13 @@ class _Collector:
         self._kind = np.zeros(1024, dtype=np.uint8)
         self._name = np.zeros(1024, dtype=np.uint8)
         self._sel = np.zeros(1024, dtype=np.uint16)   # SEL_* bits of each category
-        self.gpu_parts, self.cpu_parts = [], []
-        # launch geometry per GPU part (dims n x 6, registers, shared memory),
-        # joined as each KERNELS frame arrives; records matching no row of the
-        # latest part wait in ``pending`` and are joined at the rank's end
-        self.geometry_parts, self.pending = [], []
+        self.gpu = _Growing(_GPU_SPEC)
+        self.cpu_parts, self.step_parts = [], []
+        # launch geometry is joined as each KERNELS frame arrives, into the
+        # rows of the latest EVENTS frame (``last_part``); records matching
+        # none of them wait in ``pending`` and are joined at the rank's end.
+        # Rows before ``identified`` have their CTAs and threads worked out.
+        self.last_part, self.identified, self.pending = slice(0, 0), 0, []
         self.n_events = 0
         self.meta = {}
 
@@ -188,6 +235,7 @@ class _Collector:
         self.n_events += len(records)
         if not len(records):
             return
+        self._identify(self.gpu.n)   # the earlier rows have all their geometry by now
         # rows picked by C passes (complete events with a timestamp, by
         # category class), then per-field gathers of the kept rows (a gather
         # of whole structured records is several times slower)
@@ -197,52 +245,71 @@ class _Collector:
         spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
         if len(spans[0]):
             self.cpu_parts.append(spans)
+            steps = np.flatnonzero((self._name.take(spans[3], mode="clip") & S_STEP) != 0)
+            if len(steps):
+                self.step_parts.append((spans[0][steps], spans[1][steps], spans[3][steps]))
+        rows = self.gpu.extend(len(g))
+        self.last_part = rows
         if len(g):
+            c = self.gpu.cols
             ts, flags, device = records["ts"][g], records["flags"][g], records["device"][g]
-            self.gpu_parts.append((
-                g + base, ts, ts + records["dur"][g],
-                np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, records["pid"][g])),
-                records["name"][g], records["stream"][g], self._kind[records["cat"][g]]))
-            self.geometry_parts.append(_no_geometry(len(g)))
+            c["event"][rows] = g + base
+            c["start"][rows] = ts
+            c["end"][rows] = ts + records["dur"][g]
+            c["device"][rows] = np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1,
+                                                                      records["pid"][g]))
+            c["name"][rows] = records["name"][g]
+            c["stream"][rows] = records["stream"][g]
+            c["kind"][rows] = self._kind[records["cat"][g]]
+            keys = c["keys"][rows]
+            keys[:, 1:7] = -1
+            keys[:, 0], keys[:, 7] = c["name"][rows], 0
+            c["regs"][rows] = c["smem"][rows] = np.nan
 
     def add_kernels(self, records):
         """Join a KERNELS frame's geometry to the latest GPU part (extract
         writes it right after the EVENTS frame of the same batch)."""
-        if not self.gpu_parts:
+        rows = self.last_part
+        if rows.stop == rows.start:
             self.pending.append(records)
             return
-        rest = _join_geometry(self.gpu_parts[-1][0], records, *self.geometry_parts[-1])
+        c = self.gpu.cols
+        rest = _join_geometry(c["event"][rows], records, c["keys"][rows, 1:7], c["regs"][rows], c["smem"][rows])
         if len(rest):
             self.pending.append(rest)
 
+    def _identify(self, stop):
+        """CTAs and threads of GPU rows identified..stop, from their geometry."""
+        lo, self.identified = self.identified, stop
+        if stop <= lo:
+            return
+        c = self.gpu.cols
+        keys = c["keys"][lo:stop]
+        has = (keys[:, 1] >= 0) & (keys[:, 4] >= 0)
+        for col, first in (("ctas", 1), ("threads", 4)):   # as int64: never an int32 overflow
+            product = keys[:, first].astype(np.int64) * keys[:, first + 1] * keys[:, first + 2]
+            c[col][lo:stop] = np.where(has, product, np.nan)
+
     def finish(self):
-        gpu = dict(zip([c for c, _ in _GPU_COLUMNS], _concat_columns(self.gpu_parts, _GPU_COLUMNS)))
-        # CPU ops stay in their per-frame parts: only the host-gap queries
-        # read them, once, at the end (no concatenated or per-thread copies)
-        cpu_parts, pending = self.cpu_parts, self.pending
-        dims, regs, smem = (np.concatenate(c) for c in zip(*self.geometry_parts)) if self.geometry_parts \
-            else _no_geometry(0)
-        self.gpu_parts = self.cpu_parts = self.pending = self.geometry_parts = None
+        for records in self.pending:   # none when the stream comes from extract
+            c = self.gpu.cols
+            n = self.gpu.n
+            _join_geometry(c["event"][:n], records, c["keys"][:n, 1:7], c["regs"][:n], c["smem"][:n])
+        if self.pending:
+            self.identified = 0
+        self._identify(self.gpu.n)
+        gpu = self.gpu.take()
+        cpu_parts, step_parts = self.cpu_parts, self.step_parts
+        self.gpu = self.cpu_parts = self.step_parts = self.pending = None
         n_str = len(self.strings)
         names = np.array(self.strings + [""], dtype=object)
-        gpu["name"][gpu["name"] == _native.NOSTR] = n_str     # the "" slot
+        nostr = gpu["name"] == _native.NOSTR
+        gpu["name"][nostr] = n_str     # the "" slot
+        keys = gpu.pop("keys")
+        keys[nostr, 0] = n_str
         for part in cpu_parts:
             part[3][part[3] == _native.NOSTR] = n_str
-        # kernel identity rows (name, grid x y z, block x y z, 0) as int32, so
-        # that 4 int64 hold one row
-        keys = np.empty((len(gpu["start"]), 8), dtype=np.int32)
-        keys[:, 0], keys[:, 7] = gpu["name"], 0
-        for records in pending:   # none when the stream comes from extract
-            _join_geometry(gpu["event"], records, dims, regs, smem)
-        keys[:, 1:7] = dims
-        has = (keys[:, 1] >= 0) & (keys[:, 4] >= 0)
-
-        def product(c):   # as int64: never an int32 overflow
-            return keys[:, c].astype(np.int64) * keys[:, c + 1] * keys[:, c + 2]
-
-        ctas = np.where(has, product(1), np.nan)
-        threads = np.where(has, product(4), np.nan)
-        by_event = (gpu["event"], ctas)          # rows are in stream (event) order
+        by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
 
@@ -250,13 +317,9 @@ class _Collector:
             return a if order is None else a[order]
 
         keys = sort(keys)
-        cols = {"start": sort(gpu["start"]), "end": sort(gpu["end"]), "stream": sort(gpu["stream"]),
-                "kind": sort(gpu["kind"]), "name": sort(gpu["name"]), "event": sort(gpu["event"]),
-                "device": sort(gpu["device"]), "ctas": sort(ctas), "threads": sort(threads), "regs": sort(regs),
-                "smem": sort(smem)}
-        step_rows = [(p[0][m], p[1][m], p[3][m]) for p in cpu_parts
-                     for m in [np.flatnonzero((self._name.take(p[3], mode="clip") & S_STEP) != 0)] if len(m)]
-        s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_rows)) if step_rows else \
+        cols = {c: sort(gpu[c]) for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas",
+                                          "threads", "regs", "smem")}
+        s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_parts)) if step_parts else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
         o = np.argsort(s_start, kind="stable")
         steps = (names[s_name[o]], s_start[o], s_end[o])
@@ -268,22 +331,6 @@ class _Collector:
         # only when align links an event this left out
         _classify(tl, np.zeros(0, dtype=np.int64))
         return tl
-
-
-_GPU_COLUMNS = (("event", np.int64), ("start", np.int64), ("end", np.int64), ("device", np.int64),
-                ("name", np.int64), ("stream", np.int64), ("kind", np.uint8))
-
-
-def _concat_columns(parts, columns):
-    """One array per column from per-frame tuples of column arrays."""
-    return [np.concatenate([p[k] for p in parts]).astype(t, copy=False) if parts else np.zeros(0, dtype=t)
-            for k, (_, t) in enumerate(columns)]
-
-
-def _no_geometry(n):
-    """(dims, registers, shared memory) of n GPU rows with no launch geometry:
-    dims n x 6 (grid x, y, z, block x, y, z) of -1, the others NaN."""
-    return np.full((n, 6), -1, dtype=np.int32), np.full(n, np.nan), np.full(n, np.nan)
 
 
 def _join_geometry(events, records, dims, regs, smem):
