@@ -556,8 +556,7 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         if kind == Kind.END:
             continue
         if kind == Kind.TABLE:
-            name, _ = frame.table()
-            if name.startswith("align."):
+            if frame.table_name().startswith("align."):
                 replaced = True
                 continue
             yield frame

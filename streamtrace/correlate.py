@@ -362,9 +362,17 @@ def _dims_text(d):
     return "[" + ",".join(str(int(x)) for x in d) + "]" if d[0] >= 0 else ""
 
 
+#: the columns of align.collectives that instances_from_align and
+#: offsets_from_align read (the others are not decoded)
+ALIGN_COLUMNS_USED = frozenset((
+    "collective_id", "clock_offset_ns", "base_ns", "ts_aligned_ns", "launch_ts_ns", "launch_dur_ns", "category",
+    "out_bytes", "in_bytes", "rank", "event", "dur_aligned_ns", "stream", "implicit_sync", "collective_name",
+    "pg_name", "dtype", "group_size", "kernel_name", "launch_tid"))
+
+
 class StreamCollector:
-    """Feeds frames to per-rank collectors and keeps the TABLE frames.  A
-    rank is finished (compacted into its Timeline) at its META frame, which
+    """Feeds frames to per-rank collectors and keeps align's collectives
+    table (the columns correlate reads).  A rank is finished (compacted into its Timeline) at its META frame, which
     extract writes after the rank's events."""
 
     def __init__(self):
@@ -389,8 +397,8 @@ class StreamCollector:
             else:
                 c.meta = frame.json()
                 self.done[frame.rank] = self.collectors.pop(frame.rank).finish()
-        elif kind == Kind.TABLE:
-            name, df = frame.table()
+        elif kind == Kind.TABLE and frame.table_name() == "align.collectives":   # the only table used
+            name, df = frame.table(ALIGN_COLUMNS_USED)
             self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
 
     def finish(self):

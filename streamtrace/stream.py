@@ -58,10 +58,19 @@ class Frame:
     def json(self):
         return json.loads(self.payload)
 
-    def table(self):
-        """(name, DataFrame) of a TABLE frame; StreamFormatError when its payload is corrupt."""
+    def table(self, columns=None):
+        """(name, DataFrame) of a TABLE frame, only ``columns`` of it when
+        given (the others are not decoded); StreamFormatError when its
+        payload is corrupt."""
         try:
-            return decode_table(self.payload)
+            return decode_table(self.payload, columns)
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+            raise StreamFormatError(self.source or "<stream>", f"corrupt TABLE frame ({exc})") from None
+
+    def table_name(self):
+        """The name of a TABLE frame, from its header alone."""
+        try:
+            return _table_header(self.payload)[0]["name"]
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
             raise StreamFormatError(self.source or "<stream>", f"corrupt TABLE frame ({exc})") from None
 
@@ -185,16 +194,24 @@ def _text_values(blob, n):
     return np.array(texts + [None], dtype=object)[codes]   # code -1 picks the None
 
 
-def decode_table(payload):
-    """(name, DataFrame) from a TABLE payload."""
+def _table_header(payload):
+    """(header dict, offset of the first column's bytes) of a TABLE payload."""
+    (hlen,) = struct.unpack_from("<I", payload, 0)
+    return json.loads(payload[4:4 + hlen]), 4 + hlen
+
+
+def decode_table(payload, columns=None):
+    """(name, DataFrame) from a TABLE payload; only ``columns`` (those
+    present, in the table's order) when given."""
     import pandas as pd
 
-    (hlen,) = struct.unpack_from("<I", payload, 0)
-    header = json.loads(payload[4:4 + hlen])
-    pos, n, data = 4 + hlen, header["nrows"], {}
+    header, pos = _table_header(payload)
+    n, data = header["nrows"], {}
     for col in header["columns"]:
         blob = payload[pos:pos + col["bytes"]]
         pos += col["bytes"]
+        if columns is not None and col["name"] not in columns:
+            continue
         if col["type"] == "text":
             data[col["name"]] = pd.Series(_text_values(blob, n), dtype=object)
         elif col["type"] == "json":
@@ -229,8 +246,12 @@ class TableFrame(Frame):
             self._payload = encode_table(self._name, self._df)
         return self._payload
 
-    def table(self):
-        return self._name, decoded_form(self._df)
+    def table(self, columns=None):
+        df = self._df if columns is None else self._df[[c for c in self._df.columns if str(c) in columns]]
+        return self._name, decoded_form(df)
+
+    def table_name(self):
+        return self._name
 
 
 def decoded_form(df):

@@ -140,3 +140,19 @@ def test_in_process_tables_of_a_whole_chain_read_as_their_bytes(tmp_path):
             _same_frame(here, decode_table(frame.payload)[1])
             names.append(name)
     assert "align.collectives" in names and "correlate.collective_blockers" in names
+
+
+def test_a_table_frame_reads_only_the_columns_asked_for():
+    """``table(columns)`` gives those columns (in the table's order) as the
+    full decode has them, from the bytes and in process alike; ``table_name``
+    reads the header alone."""
+    from streamtrace.stream import Frame, Kind, table_frame
+
+    df = pd.DataFrame({"a": [1, 2], "b": ["x", None], "c": [0.5, np.nan], "d": pd.array([None, 4], dtype="Int64")})
+    here = table_frame("t.x", df)
+    there = Frame(Kind.TABLE, 0, encode_table("t.x", df))
+    for frame in (here, there):
+        assert frame.table_name() == "t.x"
+        name, part = frame.table({"d", "b", "absent"})
+        assert name == "t.x" and list(part.columns) == ["b", "d"]
+        _same_frame(part, decode_table(there.payload)[1][["b", "d"]])
