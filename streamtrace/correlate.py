@@ -97,13 +97,15 @@ class Timeline:
     def __init__(self, rank, meta, names, gpu, by_event, cpu_parts, steps):
         self.rank, self.meta, self.names = rank, meta, names
         self.gpu, self.by_event, self.cpu_parts, self.steps = gpu, by_event, cpu_parts, steps
-        self.shift = 0          # ns to the aligned clock (set by Inputs)
+        self.shift = 0          # ns to the aligned clock (base time at the rank's end, offset by Inputs)
         device = gpu.pop("device")
         self.device = _mode(device[device >= 0])   # the rank's GPU
 
     def shift_by(self, ns):
         """Move every time this timeline holds (but the CPU ops, read in raw
         ns) by ns, in place: a fresh copy of each column costs more than the add."""
+        if not ns:
+            return
         self.shift += ns
         g = self.gpu
         g["start"] += ns
@@ -330,6 +332,9 @@ class _Collector:
         # here, overlapped with the next rank's extraction; Inputs redoes it
         # only when align links an event this left out
         _classify(tl, np.zeros(0, dtype=np.int64))
+        # onto the aligned clock as far as this rank alone says (its base
+        # time); Inputs adds align's clock offset, when there is one
+        tl.shift_by(tl.base_ns)
         return tl
 
 
@@ -1121,33 +1126,34 @@ def _nccl_inflation(inputs, overlap):
     inst = inputs.instances
     if not len(inst) or not len(overlap):
         return pd.DataFrame(columns=NCCL_INFLATION_COLUMNS)
-    last_arrival = inst.groupby("instance")["start"].transform("max")
-    transfer = (inst["end"] - np.maximum(inst["start"], last_arrival)).clip(lower=0).to_numpy()
-    df = pd.DataFrame({"signature": overlap["signature"].to_numpy(), "frac": overlap["overlap_frac"].to_numpy(),
-                       "transfer": _align_to(overlap, inst, transfer)})
+    start, end = inst["start"].to_numpy(np.int64), inst["end"].to_numpy(np.int64)
+    last_arrival = inst.groupby("instance")["start"].transform("max").to_numpy(np.int64)
+    # in overlap's row order (collective_overlap's rows are the instance rows, rank by rank)
+    transfer = np.clip(end - np.maximum(start, last_arrival), 0, None)[_overlap_rows(inputs)]
+    frac = overlap["overlap_frac"].to_numpy(np.float64)
+    codes, sigs = pd.factorize(overlap["signature"].to_numpy(object))
     rows = []
-    for sig, g in df.groupby("signature", sort=True):
-        hi, lo = g[g["frac"] >= HIGH_OVERLAP], g[g["frac"] < LOW_OVERLAP]
-        row = {"signature": sig, "instances": len(g), "overlapped_n": len(hi), "isolated_n": len(lo)}
+    for c in sorted(range(len(sigs)), key=lambda c: sigs[c]):   # by signature, as a sorted groupby
+        members = np.flatnonzero(codes == c)
+        f, t = frac[members], transfer[members]
+        hi, lo = t[f >= HIGH_OVERLAP], t[f < LOW_OVERLAP]
+        row = {"signature": sigs[c], "instances": len(members), "overlapped_n": len(hi), "isolated_n": len(lo)}
         if len(hi) >= MIN_SAMPLES and len(lo) >= MIN_SAMPLES:
-            mh, ml = float(np.median(hi["transfer"])), float(np.median(lo["transfer"]))
+            mh, ml = float(np.median(hi)), float(np.median(lo))
             row.update({"median_transfer_overlapped_us": mh / NS_PER_US, "median_transfer_isolated_us": ml / NS_PER_US,
                         "inflation": (mh / ml - 1.0) if ml > 0 else None,
-                        "total_excess_us": float(np.clip(hi["transfer"] - ml, 0, None).sum()) / NS_PER_US,
-                        "note": ""})
+                        "total_excess_us": float(np.clip(hi - ml, 0, None).sum()) / NS_PER_US, "note": ""})
         else:
             row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=NCCL_INFLATION_COLUMNS)
 
 
-def _align_to(overlap, inst, values):
-    """values (in inst row order) reordered to overlap's rows: both are built
-    rank by rank in the same order, so match on (collective_id, rank, ts)."""
-    key = pd.DataFrame({"collective_id": inst["instance"].to_numpy(), "rank": inst["rank"].to_numpy(),
-                        "ts_us": inst["start"].to_numpy() / NS_PER_US, "v": values})
-    merged = overlap[["collective_id", "rank", "ts_us"]].merge(key, on=["collective_id", "rank", "ts_us"], how="left")
-    return merged["v"].to_numpy()
+def _overlap_rows(inputs):
+    """The instance rows of collective_overlap, in its order: rank by rank
+    (in timeline order), each rank's rows in instance order."""
+    inst_rank = inputs.instances["rank"].to_numpy(np.int64)
+    return np.concatenate([np.flatnonzero(inst_rank == r) for r in inputs.timelines] + [np.zeros(0, np.int64)])
 
 
 def _compute_inflation(inputs):
