@@ -107,28 +107,26 @@ class RankCollector:
         # lookups or masks in numpy, and no GIL held meanwhile); only the
         # rows kept are copied
         kernels, launches, ops = select_many(recs, self._cls, len(self.strings), _RULES)
-        idx = kernels
-        if len(idx):
-            k = np.empty(len(idx), _K_DTYPE)
-            k["event"] = base + idx
+        if len(kernels):
+            k = np.empty(len(kernels), _K_DTYPE)
+            k["event"] = base + kernels
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
                              ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
-                k[dst] = recs[src][idx]
+                k[dst] = recs[src][kernels]
             self.kernels.append(k)
-        idx = launches[recs["correlation"][launches] != NONE]
-        if len(idx):
-            launch = np.empty(len(idx), _L_DTYPE)
-            launch["event"] = base + idx
+        launches = launches[recs["correlation"][launches] != NONE]
+        if len(launches):
+            launch = np.empty(len(launches), _L_DTYPE)
+            launch["event"] = base + launches
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
-                launch[dst] = recs[src][idx]
+                launch[dst] = recs[src][launches]
             self.launches.append(launch)
-        idx = ops
-        if len(idx):
-            o = np.empty(len(idx), _O_DTYPE)
-            o["event"] = base + idx
+        if len(ops):
+            o = np.empty(len(ops), _O_DTYPE)
+            o["event"] = base + ops
             for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
                              ("name", "name")):
-                o[dst] = recs[src][idx]
+                o[dst] = recs[src][ops]
             nc = self.lookup(o["name"])
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self.ops.append(o)
