@@ -829,43 +829,74 @@ def estimate_clock_offsets(inst, rank, end):
     pa, pb = ri_o[head], ri_o
     diff = (end_o - end_o[head]).astype(np.float64)
     keep = pa != pb
-    pairs = pd.DataFrame({"a": pa[keep], "b": pb[keep], "d": diff[keep]})
     offset = np.zeros(len(ranks))
-    if len(pairs):
-        agg = pairs.groupby(["a", "b"], sort=True)["d"].agg(["median", "size"]).reset_index()
-        R = len(ranks)
-        rows_a = np.zeros((len(agg) + R, R))
-        rhs = np.zeros(len(agg) + R)
-        w = np.sqrt(agg["size"].to_numpy(dtype=np.float64))
-        idx = np.arange(len(agg))
-        rows_a[idx, agg["b"].to_numpy()] = w
-        rows_a[idx, agg["a"].to_numpy()] -= w
-        rhs[: len(agg)] = agg["median"].to_numpy() * w
+    if keep.any():
+        pair, d_med, size = _medians_by(pa[keep] * R + pb[keep], diff[keep])   # by (a, b), sorted
+        rows_a = np.zeros((len(pair) + R, R))
+        rhs = np.zeros(len(pair) + R)
+        w = np.sqrt(size.astype(np.float64))
+        idx = np.arange(len(pair))
+        rows_a[idx, pair % R] = w
+        rows_a[idx, pair // R] -= w
+        rhs[: len(pair)] = d_med * w
         big = 1e3 * (w.max() if len(w) else 1.0)
         for i in range(R):  # gauge: the reference of each component is 0
             if comp[i] == i:
-                rows_a[len(agg) + i, i] = big
+                rows_a[len(pair) + i, i] = big
         offset = np.linalg.lstsq(rows_a, rhs, rcond=None)[0]
     # refine with alternating medians (robust to outliers)
     # float64 only after removing the common part: epoch ns do not fit a double's 53 bits
-    frame = pd.DataFrame({"i": inst_o, "r": ri_o, "e": (end_o - end_o.min()).astype(np.float64)})
+    e = (end_o - end_o.min()).astype(np.float64)
+    # instance ids as 0..n-1 (rows are sorted by instance): a row's common end is its group's
+    inst_id = np.cumsum(first) - 1
     for _ in range(4):
-        common = (frame["e"] - offset[frame["r"].to_numpy()]).groupby(frame["i"]).transform("median")
-        new = (frame["e"] - common).groupby(frame["r"]).median()
+        common = _medians_by(inst_id, e - offset[ri_o])[1][inst_id]
+        r_ids, new, _ = _medians_by(ri_o, e - common)
         offset = np.zeros(len(ranks))
-        offset[new.index.to_numpy()] = new.to_numpy()
+        offset[r_ids] = new
         offset -= offset[comp]
-    common = (frame["e"] - offset[frame["r"].to_numpy()]).groupby(frame["i"]).transform("median")
-    resid = np.abs(frame["e"] - offset[frame["r"].to_numpy()] - common)
-    stats = resid.groupby(frame["r"]).agg(["median", "max", "size"])
+    common = _medians_by(inst_id, e - offset[ri_o])[1][inst_id]
+    resid = np.abs(e - offset[ri_o] - common)
+    r_ids, res_med, size = _medians_by(ri_o, resid)
+    res_max = np.full(len(ranks), -np.inf)
+    np.maximum.at(res_max, ri_o, resid)
+    stats = {i: (m, res_max[i], c) for i, m, c in zip(r_ids.tolist(), res_med.tolist(), size.tolist())}
     for i, r in enumerate(ranks):
-        s = stats.loc[i] if i in stats.index else None
+        s = stats.get(i)
         out[int(r)] = {"offset_ns": int(round(offset[i])),
-                       "residual_ns": float(s["median"]) if s is not None else math.nan,
-                       "max_residual_ns": float(s["max"]) if s is not None else math.nan,
-                       "collectives": int(s["size"]) if s is not None else 0,
+                       "residual_ns": float(s[0]) if s is not None else math.nan,
+                       "max_residual_ns": float(s[1]) if s is not None else math.nan,
+                       "collectives": int(s[2]) if s is not None else 0,
                        "reference_rank": int(ranks[comp[i]])}
     return out
+
+
+def _medians_by(group, values):
+    """(group ids present, sorted; the median of each one's values; its
+    count): pandas' groupby median (the mean of the two middle values for an
+    even count) without building a grouper.  ``group`` holds non-negative
+    ints; values must not be NaN."""
+    g, v = group, values
+    if len(g) > 1 and (g[1:] < g[:-1]).any():
+        small = g.max() < 1 << 16
+        order = np.argsort(g.astype(np.uint16) if small else g, kind="stable")   # 16 bits: a radix sort
+        g, v = g[order], v[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]]) if len(g) else np.zeros(0, dtype=np.int64)
+    counts = np.diff(np.r_[starts, len(g)])
+    n_groups, width = len(starts), int(counts.max()) if len(counts) else 0
+    if n_groups * width <= 4 * len(v) + 4096:
+        # groups of similar sizes (an instance's ranks, a rank's instances):
+        # sorted as the rows of one block, padded with +inf past their ends
+        block = np.full(n_groups * width, np.inf)
+        block[np.arange(len(v)) + np.repeat(np.arange(n_groups) * width - starts, counts)] = v
+        block = block.reshape(n_groups, width)
+        block.sort(axis=1)
+        rows = np.arange(n_groups)
+        lower, upper = block[rows, (counts - 1) // 2], block[rows, counts // 2]
+    else:
+        v = v[np.lexsort((v, g))]
+        lower, upper = v[starts + (counts - 1) // 2], v[starts + counts // 2]
+    return g[starts], (upper + lower) / 2, counts
 
 
 def _nodes(results, gpus_per_node):

@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import generate_fixture
 from streamtrace import collectives as coll
@@ -536,3 +538,30 @@ def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeyp
     assert serial["align.clocks"]["offset_ns"].abs().sum() > 0   # random offsets were found
     for name in serial:
         pd.testing.assert_frame_equal(parallel[name], serial[name], check_exact=True)
+
+
+@given(st.lists(st.tuples(st.integers(0, 70000), st.floats(-1e12, 1e12, allow_nan=False, allow_infinity=False)),
+                max_size=300), st.integers(1, 40))
+@settings(max_examples=300, deadline=None)
+def test_medians_by_is_pandas_groupby_median(rows, n_groups):
+    """align._medians_by (the clock estimate's group medians) gives exactly
+    pandas' groupby median and size, groups sorted, for any grouping: a few
+    large groups or many small ones (the block path)."""
+    group = np.array([g % n_groups if n_groups < 40 else g for g, _ in rows], dtype=np.int64)
+    _same_as_pandas_medians(group, np.array([v for _, v in rows], dtype=np.float64))
+
+
+def test_medians_by_one_wide_group_among_small_ones():
+    """Groups too uneven for one padded block go through the sort path."""
+    rng = np.random.default_rng(5)
+    group = np.r_[np.full(5001, 7), np.arange(100, 2100)]
+    _same_as_pandas_medians(rng.permutation(group), rng.normal(0, 1e6, len(group)).round(1))
+
+
+def _same_as_pandas_medians(group, values):
+    from streamtrace.align import _medians_by
+
+    ids, medians, counts = _medians_by(group, values)
+    want = pd.Series(values).groupby(group).agg(["median", "size"])
+    assert ids.tolist() == want.index.tolist()
+    assert medians.tolist() == want["median"].tolist() and counts.tolist() == want["size"].tolist()
