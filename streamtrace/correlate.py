@@ -865,38 +865,59 @@ def _ops_meeting(parts, tids, lo, hi):
 
 
 def _summarize_kernels(hits):
+    """blocking_kernels: per (kernel, grid, block), in order of first
+    appearance then by total blocking time, the aggregates of its hits
+    (name, grid, block, attributed ns, instance, rank, excess, duration,
+    baseline), NaN skipped, as pandas' groupby gives them.  Plain Python (a
+    few thousand hits at most) but for the mean excess, a float sum that
+    pandas compensates its own way: a sum of integer ns is exact anyway."""
     if not hits:
         return pd.DataFrame(columns=BLOCKING_KERNEL_COLUMNS)
-    df = pd.DataFrame(hits, columns=["kernel", "grid", "block", "attributed", "instance", "rank", "excess", "dur",
-                                     "baseline"])
-    g = df.groupby(["kernel", "grid", "block"], sort=False)
-    out = pd.DataFrame({
-        "total_blocking_us": g["attributed"].sum() / NS_PER_US,
-        "instances_delayed": g["instance"].nunique(),
-        "ranks": g["rank"].agg(lambda s: ",".join(str(r) for r in sorted(set(s)))),
-        "mean_excess_us": g["excess"].mean() / NS_PER_US,
-        "max_excess_us": g["excess"].max() / NS_PER_US,
-        "mean_duration_us": g["dur"].mean() / NS_PER_US,
-        "baseline_median_us": g["baseline"].median() / NS_PER_US,
-    }).reset_index()
-    return out.sort_values(["total_blocking_us", "kernel"], ascending=[False, True]).reset_index(drop=True) \
-        .reindex(columns=BLOCKING_KERNEL_COLUMNS)
+    groups, code = {}, []
+    for name, grid, block, attributed, instance, rank, excess, dur, baseline in hits:
+        g = groups.setdefault((name, grid, block), [])
+        code.append(len(groups) - 1 if not g else g[0][-1])
+        g.append((attributed, instance, rank, excess, dur, baseline, code[-1]))
+    mean_excess = pd.Series([h[6] for h in hits], dtype=np.float64).groupby(np.array(code), sort=False).mean()
+    rows = []
+    for (name, grid, block), g in groups.items():
+        attributed, instances, ranks, excess, dur, baseline, c = zip(*g)
+        present = [float(x) for x in excess if x == x]
+        rows.append((name, grid, block, sum(attributed) / NS_PER_US, len(set(instances)), _rank_list(ranks),
+                     mean_excess.iloc[c[0]] / NS_PER_US, (max(present) if present else math.nan) / NS_PER_US,
+                     sum(dur) / len(dur) / NS_PER_US, _median([float(x) for x in baseline if x == x]) / NS_PER_US))
+    out = pd.DataFrame(rows, columns=BLOCKING_KERNEL_COLUMNS)
+    return out.sort_values(["total_blocking_us", "kernel"], ascending=[False, True]).reset_index(drop=True)
 
 
 def _summarize_host(hits):
+    """blocking_host_ops: per op, the aggregates of its (op, self ns,
+    instance, rank) hits, as _summarize_kernels does them."""
     if not hits:
         return pd.DataFrame(columns=BLOCKING_HOST_COLUMNS)
-    df = pd.DataFrame(hits, columns=["op", "self_ns", "instance", "rank"])
-    g = df.groupby("op", sort=False)
-    out = pd.DataFrame({
-        "total_blocking_us": g["self_ns"].sum() / NS_PER_US,
-        "instances_delayed": g["instance"].nunique(),
-        "ranks": g["rank"].agg(lambda s: ",".join(str(r) for r in sorted(set(s)))),
-        "mean_self_us_in_gap": g["self_ns"].mean() / NS_PER_US,
-        "max_self_us_in_gap": g["self_ns"].max() / NS_PER_US,
-    }).reset_index()
-    return out.sort_values(["total_blocking_us", "op"], ascending=[False, True]).reset_index(drop=True) \
-        .reindex(columns=BLOCKING_HOST_COLUMNS)
+    groups = {}
+    for op, self_ns, instance, rank in hits:
+        groups.setdefault(op, []).append((self_ns, instance, rank))
+    rows = []
+    for op, g in groups.items():
+        self_ns, instances, ranks = zip(*g)
+        rows.append((op, sum(self_ns) / NS_PER_US, len(set(instances)), _rank_list(ranks),
+                     sum(self_ns) / len(self_ns) / NS_PER_US, max(self_ns) / NS_PER_US))
+    out = pd.DataFrame(rows, columns=BLOCKING_HOST_COLUMNS)
+    return out.sort_values(["total_blocking_us", "op"], ascending=[False, True]).reset_index(drop=True)
+
+
+def _rank_list(ranks):
+    return ",".join(str(r) for r in sorted(set(ranks)))
+
+
+def _median(values):
+    """The median as pandas' groupby median takes it: the middle value, or
+    the mean of the two middle ones (NaN when empty)."""
+    if not values:
+        return math.nan
+    s, n = sorted(values), len(values)
+    return s[n // 2] if n % 2 else (s[n // 2] + s[n // 2 - 1]) / 2
 
 
 # ---------------------------------------------------------------------- part 2

@@ -327,3 +327,50 @@ def test_a_rank_twice_is_refused(tmp_path):
     with pytest.raises(StreamtraceError, match="rank 0 appears twice"):
         for _ in correlate_frames(frames):
             pass
+
+
+def _pandas_kernel_summary(hits):
+    """The reference: blocking_kernels as a pandas groupby."""
+    df = pd.DataFrame(hits, columns=["kernel", "grid", "block", "attributed", "instance", "rank", "excess", "dur",
+                                     "baseline"])
+    g = df.groupby(["kernel", "grid", "block"], sort=False)
+    out = pd.DataFrame({
+        "total_blocking_us": g["attributed"].sum() / 1000.0, "instances_delayed": g["instance"].nunique(),
+        "ranks": g["rank"].agg(lambda s: ",".join(str(r) for r in sorted(set(s)))),
+        "mean_excess_us": g["excess"].mean() / 1000.0, "max_excess_us": g["excess"].max() / 1000.0,
+        "mean_duration_us": g["dur"].mean() / 1000.0, "baseline_median_us": g["baseline"].median() / 1000.0,
+    }).reset_index()
+    return out.sort_values(["total_blocking_us", "kernel"], ascending=[False, True]).reset_index(drop=True)
+
+
+def _pandas_host_summary(hits):
+    """The reference: blocking_host_ops as a pandas groupby."""
+    df = pd.DataFrame(hits, columns=["op", "self_ns", "instance", "rank"])
+    g = df.groupby("op", sort=False)
+    out = pd.DataFrame({
+        "total_blocking_us": g["self_ns"].sum() / 1000.0, "instances_delayed": g["instance"].nunique(),
+        "ranks": g["rank"].agg(lambda s: ",".join(str(r) for r in sorted(set(s)))),
+        "mean_self_us_in_gap": g["self_ns"].mean() / 1000.0, "max_self_us_in_gap": g["self_ns"].max() / 1000.0,
+    }).reset_index()
+    return out.sort_values(["total_blocking_us", "op"], ascending=[False, True]).reset_index(drop=True)
+
+
+_floats = st.one_of(st.floats(-1e15, 1e15, allow_nan=False), st.floats(-1e-6, 1e-6, allow_nan=False),
+                    st.just(float("nan")))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["k1", "k2", "k3"]), st.sampled_from(["[1,1,1]", "[64,1,1]"]),
+                          st.integers(0, 10**9), st.sampled_from(["0_1", "0_2", "1_1"]), st.integers(0, 7),
+                          _floats, st.integers(0, 10**9), _floats), min_size=1, max_size=60),
+       st.lists(st.tuples(st.sampled_from(["aten::mm", "cudaLaunchKernel", "op"]), st.integers(0, 10**9),
+                          st.sampled_from(["0_1", "2_1"]), st.integers(0, 7)), min_size=1, max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_blocking_summaries_are_the_pandas_groupbys(kernel_hits, host_hits):
+    """blocking_kernels and blocking_host_ops, aggregated mostly in plain
+    Python, equal pandas' groupby aggregates exactly (NaN skipped, medians
+    of the middle pair, means of extreme floats), order and dtypes included."""
+    from streamtrace.correlate import _summarize_host, _summarize_kernels
+
+    kernels = [(n, g, "[128,1,1]", a, i, r, np.float64(e), d, np.float64(b)) for n, g, a, i, r, e, d, b in kernel_hits]
+    pd.testing.assert_frame_equal(_summarize_kernels(kernels), _pandas_kernel_summary(kernels), check_exact=True)
+    pd.testing.assert_frame_equal(_summarize_host(host_hits), _pandas_host_summary(host_hits), check_exact=True)
