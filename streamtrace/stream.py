@@ -208,10 +208,10 @@ def decode_table(payload, columns=None):
     header, pos = _table_header(payload)
     n, data = header["nrows"], {}
     for col in header["columns"]:
-        blob = payload[pos:pos + col["bytes"]]
-        pos += col["bytes"]
+        start, pos = pos, pos + col["bytes"]
         if columns is not None and col["name"] not in columns:
             continue
+        blob = payload[start:pos]
         if col["type"] == "text":
             data[col["name"]] = pd.Series(_text_values(blob, n), dtype=object)
         elif col["type"] == "json":
@@ -234,7 +234,9 @@ class TableFrame(Frame):
     """A TABLE frame made in this process.  It keeps its DataFrame and
     encodes it only when its bytes are wanted (``payload``: a stream being
     written); a stage reading it in the same process (``table()``) gets the
-    DataFrame that decoding the bytes would give, without the bytes."""
+    DataFrame that decoding the bytes would give, without the bytes.  The
+    DataFrame must not change once the frame is made (the stages hand over
+    results they are done with)."""
 
     def __init__(self, name, df, rank=0):
         self.kind, self.rank, self.source = Kind.TABLE, rank, None
