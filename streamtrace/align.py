@@ -849,24 +849,20 @@ def estimate_clock_offsets(inst, rank, end):
     e = (end_o - end_o.min()).astype(np.float64)
     # instance ids as 0..n-1 (rows are sorted by instance): a row's common end is its group's
     inst_id = np.cumsum(first) - 1
+    # every rank has rows (ranks come from them), so per-rank results are
+    # indexed by the rank's position 0..R-1
     for _ in range(4):
         common = _medians_by(inst_id, e - offset[ri_o])[1][inst_id]
-        r_ids, new, _ = _medians_by(ri_o, e - common)
-        offset = np.zeros(len(ranks))
-        offset[r_ids] = new
+        offset = _medians_by(ri_o, e - common)[1]
         offset -= offset[comp]
     common = _medians_by(inst_id, e - offset[ri_o])[1][inst_id]
     resid = np.abs(e - offset[ri_o] - common)
-    r_ids, res_med, size = _medians_by(ri_o, resid)
+    _, res_med, size = _medians_by(ri_o, resid)
     res_max = np.full(len(ranks), -np.inf)
     np.maximum.at(res_max, ri_o, resid)
-    stats = {i: (m, res_max[i], c) for i, m, c in zip(r_ids.tolist(), res_med.tolist(), size.tolist())}
     for i, r in enumerate(ranks):
-        s = stats.get(i)
-        out[int(r)] = {"offset_ns": int(round(offset[i])),
-                       "residual_ns": float(s[0]) if s is not None else math.nan,
-                       "max_residual_ns": float(s[1]) if s is not None else math.nan,
-                       "collectives": int(s[2]) if s is not None else 0,
+        out[int(r)] = {"offset_ns": int(round(offset[i])), "residual_ns": float(res_med[i]),
+                       "max_residual_ns": float(res_max[i]), "collectives": int(size[i]),
                        "reference_rank": int(ranks[comp[i]])}
     return out
 

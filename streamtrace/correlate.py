@@ -584,8 +584,7 @@ class Inputs:
 
     @property
     def compute(self):
-        """The _Compute table, built on first use: by each side of analyze's
-        fork, so building it is not serial work."""
+        """The _Compute table, built on first use."""
         if self._compute is None:
             self._compute = _Compute(self.timelines)
         return self._compute
@@ -873,18 +872,18 @@ def _summarize_kernels(hits):
     pandas compensates its own way: a sum of integer ns is exact anyway."""
     if not hits:
         return pd.DataFrame(columns=BLOCKING_KERNEL_COLUMNS)
-    groups, code = {}, []
-    for name, grid, block, attributed, instance, rank, excess, dur, baseline in hits:
-        g = groups.setdefault((name, grid, block), [])
-        code.append(len(groups) - 1 if not g else g[0][-1])
-        g.append((attributed, instance, rank, excess, dur, baseline, code[-1]))
+    groups = {}
+    for name, grid, block, *rest in hits:
+        groups.setdefault((name, grid, block), []).append(rest)
+    index = {key: c for c, key in enumerate(groups)}   # first appearance, as groupby(sort=False)
+    code = [index[h[:3]] for h in hits]
     mean_excess = pd.Series([h[6] for h in hits], dtype=np.float64).groupby(np.array(code), sort=False).mean()
     rows = []
-    for (name, grid, block), g in groups.items():
-        attributed, instances, ranks, excess, dur, baseline, c = zip(*g)
+    for c, ((name, grid, block), g) in enumerate(groups.items()):
+        attributed, instances, ranks, excess, dur, baseline = zip(*g)
         present = [float(x) for x in excess if x == x]
         rows.append((name, grid, block, sum(attributed) / NS_PER_US, len(set(instances)), _rank_list(ranks),
-                     mean_excess.iloc[c[0]] / NS_PER_US, (max(present) if present else math.nan) / NS_PER_US,
+                     mean_excess.iloc[c] / NS_PER_US, (max(present) if present else math.nan) / NS_PER_US,
                      sum(dur) / len(dur) / NS_PER_US, _median([float(x) for x in baseline if x == x]) / NS_PER_US))
     out = pd.DataFrame(rows, columns=BLOCKING_KERNEL_COLUMNS)
     return out.sort_values(["total_blocking_us", "kernel"], ascending=[False, True]).reset_index(drop=True)
@@ -991,15 +990,11 @@ def _overlap_analysis(inputs):
     comp = inputs.compute
     sig_cache = {}
     parts, pair_parts = {c: [] for c in OVERLAP_COLUMNS + ["has_top"]}, []
-    inst_rank = inst["rank"].to_numpy(np.int64)
     # over lists: iterating the Series themselves costs several times more
     sig_fields = [inst[c].to_numpy(object) for c in ("collective_name", "pg_name", "dtype", "nbytes", "group_size",
                                                      "kernel_name")]
-    for r, tl in inputs.timelines.items():
-        mine = np.flatnonzero(inst_rank == r)
-        m = len(mine)
-        if not m:
-            continue
+    for r, mine in _rows_by_rank(inputs):
+        tl, m = inputs.timelines[r], len(mine)
         props = tl.device_props()
         num_sms = props.get("numSms") if props else None
         if props is None:
@@ -1170,11 +1165,17 @@ def _nccl_inflation(inputs, overlap):
     return pd.DataFrame(rows).reindex(columns=NCCL_INFLATION_COLUMNS)
 
 
-def _overlap_rows(inputs):
-    """The instance rows of collective_overlap, in its order: rank by rank
-    (in timeline order), each rank's rows in instance order."""
+def _rows_by_rank(inputs):
+    """[(rank, its instance rows in instance order)] for the timelines with
+    instances, in timeline order: collective_overlap's rows, rank by rank."""
     inst_rank = inputs.instances["rank"].to_numpy(np.int64)
-    return np.concatenate([np.flatnonzero(inst_rank == r) for r in inputs.timelines] + [np.zeros(0, np.int64)])
+    by_rank = [(r, np.flatnonzero(inst_rank == r)) for r in inputs.timelines]
+    return [(r, rows) for r, rows in by_rank if len(rows)]
+
+
+def _overlap_rows(inputs):
+    """The instance rows of collective_overlap, in its order."""
+    return np.concatenate([rows for _, rows in _rows_by_rank(inputs)] + [np.zeros(0, np.int64)])
 
 
 def _compute_inflation(inputs):

@@ -1,11 +1,11 @@
 """Running independent pieces of work on two cores with ``fork``.
 
 Building and formatting report sheets and estimating clock offsets are
-Python code that holds the GIL, so threads do not make them faster.  A forked child sees
-the parent's data copy-on-write (nothing is pickled on the way in): it writes
-its share of a report's files while the parent writes the rest
-(``split_in_two``), or computes one part of a result and sends it back pickled
-(``both``: small tables, not the data they come from).  ``fork`` is used only
+Python code that holds the GIL, so threads do not make them faster.  A
+forked child sees the parent's data copy-on-write (nothing is pickled on the
+way in): it writes its share of a report's files while the parent writes the
+rest (``split_in_two``), or computes one part of a result and sends it back
+pickled (``both``: small tables, not the data they come from).  ``fork`` is used only
 where it is safe: on POSIX, and only when the process runs no other thread (a
 forked child of a multi-threaded process may inherit a lock held by a thread
 that does not exist in it).
