@@ -176,11 +176,16 @@ class _Growing:
 
     def take(self):
         """The filled rows as {name: array}, the spare room given back in
-        place (numpy refuses if anything still views an array)."""
+        place.  numpy refuses that while anything else refers to an array
+        (a profiler or tracer holding the bound method does): the rows are
+        then copied out instead."""
         cols, self.cols = self.cols, None
         for name in list(cols):
             a = cols.pop(name)
-            a.resize((self.n,) + a.shape[1:])
+            try:
+                a.resize((self.n,) + a.shape[1:])
+            except ValueError:
+                a = a[:self.n].copy()
             cols[name] = a
         return cols
 

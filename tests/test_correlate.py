@@ -91,6 +91,25 @@ def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path, monkeyp
             pd.testing.assert_frame_equal(got[name], want[name])
 
 
+def test_runs_under_a_profiler_or_tracer(tmp_path):
+    """A profiler (cProfile, coverage, a debugger) holds references to the
+    arrays whose methods it sees called: a rank's end then copies its rows
+    out instead of shrinking them in place, with the same sheets."""
+    import sys
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=3, slow_kernel_rank=1)
+    paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
+    want = run_chain(paths)
+    sys.setprofile(lambda frame, event, arg: None)
+    try:
+        got = run_chain(paths)
+    finally:
+        sys.setprofile(None)
+    assert got.keys() == want.keys()
+    for name in want:
+        pd.testing.assert_frame_equal(got[name], want[name])
+
+
 def test_slow_kernel_is_the_top_blocker(slow):
     truth, sheets = slow
     sk = truth["slow_kernel"]
