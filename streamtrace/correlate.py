@@ -528,7 +528,7 @@ class _Compute:
 
     def __init__(self, timelines):
         self.timelines = timelines
-        self.offset, self.max_dur = {}, {}
+        self.offset, self.max_dur, self.l_key = {}, {}, {}
         self.texts, self.triples = [], []        # by ident / by key
         text_code, triple_code = {}, {}
         n = sum(len(tl.compute_rows) for tl in timelines.values())
@@ -553,6 +553,7 @@ class _Compute:
             np.take(l_ident, tl.compute_lcode, out=self.ident[block])
             np.take(l_key, tl.compute_lcode, out=self.key[block])
             self.offset[r] = pos
+            self.l_key[r] = l_key
             self.max_dur[r] = tl.compute_max_dur
             pos = block.stop
         self.offset_end = {r: self.offset[r] + len(timelines[r].compute_rows) for r in timelines}
@@ -644,6 +645,42 @@ def _classify(tl, linked):
     dur = tl.compute_end - tl.compute_start
     tl.compute_max_dur = int(dur.max()) if len(dur) else 0
     tl.compute_comm_frac = np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)
+    tl.compute_buckets = _buckets_by_identity(tl.compute_lcode, dur, tl.compute_comm_frac)
+    # exposed_comm's lengths that need no other rank: |W ∩ U| per window W
+    u = dict(tl.unions, hidden=_intersect(tl.unions["comm"], tl.unions["compute"]))
+    lo, hi = _exposed_windows(tl)
+    tl.window_lengths = {k: _native.overlap_with_union(lo, hi, *u[k]).tolist() if len(u[k][0]) else [0] * len(lo)
+                         for k in ("comm", "hidden", "compute", "copy", "busy")}
+
+
+def _exposed_windows(tl):
+    """exposed_comm's windows of a rank, (starts, ends): its whole GPU span,
+    then each ProfilerStep#N."""
+    g = tl.gpu
+    lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
+    hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
+    return lo, hi
+
+
+def _buckets_by_identity(lcode, dur, frac):
+    """{lcode: (kernels, overlapped, isolated)} of one rank's compute kernels
+    (in start order), for compute_inflation: per identity, its kernel count
+    and the (rows, durations) of its kernels with >= HIGH_OVERLAP and with
+    < LOW_OVERLAP of their time under comm, rows ascending."""
+    if not len(lcode):
+        return {}
+    top = int(lcode.max()) + 1
+    # rows by identity, ascending within each (numpy sorts 16-bit ints by radix)
+    order = np.argsort(lcode.astype(np.uint16) if top <= 1 << 16 else lcode, kind="stable")
+    groups = []
+    for mask in (None, frac >= HIGH_OVERLAP, frac < LOW_OVERLAP):
+        rows, codes = (order, lcode) if mask is None else (order[mask[order]], lcode[mask])
+        groups.append((rows, np.r_[0, np.cumsum(np.bincount(codes, minlength=top))]))
+    (_, b_all), (h, b_h), (i, b_i) = groups
+    d_h, d_i = dur[h], dur[i]
+    return {c: (int(b_all[c + 1] - b_all[c]), (h[b_h[c]:b_h[c + 1]], d_h[b_h[c]:b_h[c + 1]]),
+                (i[b_i[c]:b_i[c + 1]], d_i[b_i[c]:b_i[c + 1]]))
+            for c in np.flatnonzero(np.diff(b_all)).tolist()}
 
 
 SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
@@ -1044,11 +1081,17 @@ def _overlap_analysis(inputs):
             col["top_kernel_stream"][rows_i] = comp.column(r, "stream", bj)
             col["has_top"][rows_i] = True
             col["top_kernel_grid"][rows_i] = [t[1] for t in triples]
-            waves = []
+            # few distinct launch shapes: each worked out once (a NaN, never
+            # equal to itself, just misses the cache)
+            waves, shapes = [], {}
             geo = [comp.column(r, c, bj).tolist() for c in ("threads", "regs", "smem", "ctas")]
-            for i, th, rg, sm, ct in zip(rows_i.tolist(), *geo):
-                bpsm = resident_blocks_per_sm(th, rg, sm, props)
-                waves.append((bpsm, *wave_risk(ct, bpsm, num_sms, None if np.isnan(ctas[i]) else ctas[i])))
+            for shape in zip(*geo, ctas[rows_i].tolist()):
+                w = shapes.get(shape)
+                if w is None:
+                    th, rg, sm, ct, nccl = shape
+                    bpsm = resident_blocks_per_sm(th, rg, sm, props)
+                    w = shapes[shape] = (bpsm, *wave_risk(ct, bpsm, num_sms, None if nccl != nccl else nccl))
+                waves.append(w)
             for k, c in enumerate(("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk")):
                 col[c][rows_i] = [w[k] for w in waves]
             pair_parts.append((comp.key[jb], sig[ia], il, r, jb, ctas[ia], num_sms, props))
@@ -1185,28 +1228,30 @@ def _overlap_rows(inputs):
 
 def _compute_inflation(inputs):
     """Per compute kernel identity: median duration when ≥ 50 % of it overlaps
-    comm vs when < 5 % does."""
+    comm vs when < 5 % does.  From each rank's buckets (made at its end, while
+    the next rank streams in), gathered by the identity shared by all ranks."""
     comp = inputs.compute
     if not len(comp.start):
         return pd.DataFrame(columns=COMPUTE_INFLATION_COLUMNS)
-    frac = np.concatenate([tl.compute_comm_frac for tl in inputs.timelines.values()])
-    dur = comp.end - comp.start
-    hi_all, lo_all = frac >= HIGH_OVERLAP, frac < LOW_OVERLAP
-    n_keys = len(comp.triples)
-    wanted = np.flatnonzero(np.bincount(comp.key[hi_all], minlength=n_keys) > 0)   # never overlapped: nothing to say
-    members = _members(comp.key, wanted)
+    by_key = {}   # {key: {rank: [bucket, ...]}}, ranks in comp's order
+    for r, tl in inputs.timelines.items():
+        for lcode, bucket in tl.compute_buckets.items():
+            by_key.setdefault(int(comp.l_key[r][lcode]), {}).setdefault(r, []).append(bucket)
     rows = []
-    for key in wanted.tolist():   # in order of first appearance, as a groupby
-        m = members[key]
-        d, hi, lo = dur[m], hi_all[m], lo_all[m]
+    for key in sorted(by_key):   # in order of first appearance, as a groupby
+        per_rank = by_key[key].values()
+        d_hi = np.concatenate([_in_row_order([b[1] for b in buckets]) for buckets in per_rank])
+        if not len(d_hi):   # never overlapped: nothing to say
+            continue
+        d_lo = np.concatenate([_in_row_order([b[2] for b in buckets]) for buckets in per_rank])
         name, grid, block = comp.triples[key]
-        row = {"kernel": name, "grid": grid, "block": block, "occurrences": len(m),
-               "overlapped_n": int(hi.sum()), "isolated_n": int(lo.sum())}
+        row = {"kernel": name, "grid": grid, "block": block, "occurrences": sum(b[0] for bs in per_rank for b in bs),
+               "overlapped_n": len(d_hi), "isolated_n": len(d_lo)}
         if row["overlapped_n"] >= MIN_SAMPLES and row["isolated_n"] >= MIN_SAMPLES:
-            mh, ml = float(np.median(d[hi])), float(np.median(d[lo]))
+            mh, ml = float(np.median(d_hi)), float(np.median(d_lo))
             row.update({"median_overlapped_us": mh / NS_PER_US, "median_isolated_us": ml / NS_PER_US,
                         "inflation": (mh / ml - 1.0) if ml > 0 else None,
-                        "time_lost_us": float(np.clip(d[hi] - ml, 0, None).sum()) / NS_PER_US, "note": ""})
+                        "time_lost_us": float(np.clip(d_hi - ml, 0, None).sum()) / NS_PER_US, "note": ""})
         else:
             row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
         rows.append(row)
@@ -1214,14 +1259,13 @@ def _compute_inflation(inputs):
     return out.sort_values(["time_lost_us", "kernel"], ascending=[False, True], na_position="last").reset_index(drop=True)
 
 
-def _members(codes, wanted):
-    """{code: indices of its rows, ascending} for the wanted codes."""
-    if len(wanted) <= 16:  # a few: one pass each
-        return {c: np.flatnonzero(codes == c) for c in wanted.tolist()}
-    sel = np.flatnonzero(np.isin(codes, wanted))
-    sel = sel[np.argsort(codes[sel], kind="stable")]
-    seg = np.r_[np.flatnonzero(np.r_[True, np.diff(codes[sel]) != 0]), len(sel)]
-    return {int(codes[sel[seg[k]]]): sel[seg[k]:seg[k + 1]] for k in range(len(seg) - 1)}
+def _in_row_order(pieces):
+    """The durations of (rows, durations) pieces of one rank, by row (the
+    order of a sum that rounds)."""
+    if len(pieces) == 1:
+        return pieces[0][1]
+    rows, durations = (np.concatenate(c) for c in zip(*pieces))
+    return durations[np.argsort(rows, kind="stable")]
 
 
 # ---------------------------------------------------------------------- part 3
@@ -1233,26 +1277,27 @@ EXPOSED_COLUMNS = ["rank", "step", "window_us", "comm_us", "hidden_us", "exposed
 def _exposed_comm(inputs):
     """Per rank and window (the whole GPU span, then each ProfilerStep#N):
     every length is |W ∩ U| for one union U, so each is one sweep over all
-    the rank's windows (intersections of unions are unions)."""
+    the rank's windows (intersections of unions are unions).  Those of the
+    rank's own unions were taken at its end (``window_lengths``); here only
+    the waiting, which needs every rank's arrival."""
     rows = []
     inst = inputs.instances
-    last_arrival = inst.groupby("instance")["start"].transform("max") if len(inst) else pd.Series(dtype=np.int64)
+    start, end = inst["start"].to_numpy(np.int64), inst["end"].to_numpy(np.int64)
+    last_arrival = inst.groupby("instance")["start"].transform("max").to_numpy(np.int64) if len(inst) else start
+    by_rank = dict(_rows_by_rank(inputs))
     for r, tl in inputs.timelines.items():
-        g = tl.gpu
-        mine = (inst["rank"] == r).to_numpy()
-        wait_s = inst.loc[mine, "start"].to_numpy()
-        wait_e = np.minimum(last_arrival[mine].to_numpy(), inst.loc[mine, "end"].to_numpy())
+        mine = by_rank.get(r, np.zeros(0, dtype=np.int64))
+        wait_s = start[mine]
+        wait_e = np.minimum(last_arrival[mine], end[mine])
         waiting = _union(wait_s, np.maximum(wait_e, wait_s))
         names = ["all"] + list(tl.steps[0])
-        lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
-        hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
+        lo, hi = _exposed_windows(tl)
         u = tl.unions
         wait_comm = _intersect(waiting, u["comm"])
-        unions = {"comm": u["comm"], "hidden": _intersect(u["comm"], u["compute"]), "wait_in_comm": wait_comm,
-                  "wait_hidden": _intersect(wait_comm, u["compute"]), "compute": u["compute"],
-                  "copy": u["copy"], "busy": u["busy"]}
+        unions = {"wait_in_comm": wait_comm, "wait_hidden": _intersect(wait_comm, u["compute"])}
         length = {k: _native.overlap_with_union(lo, hi, *u).tolist() if len(u[0]) else [0] * len(lo)
                   for k, u in unions.items()}
+        length.update(tl.window_lengths)
         for w, step in enumerate(names):
             c, hidden, busy = length["comm"][w], length["hidden"][w], length["busy"][w]
             exposed = c - hidden

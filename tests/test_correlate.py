@@ -393,3 +393,31 @@ def test_blocking_summaries_are_the_pandas_groupbys(kernel_hits, host_hits):
     kernels = [(n, g, "[128,1,1]", a, i, r, np.float64(e), d, np.float64(b)) for n, g, a, i, r, e, d, b in kernel_hits]
     pd.testing.assert_frame_equal(_summarize_kernels(kernels), _pandas_kernel_summary(kernels), check_exact=True)
     pd.testing.assert_frame_equal(_summarize_host(host_hits), _pandas_host_summary(host_hits), check_exact=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 10**6), st.floats(0, 1)), max_size=60))
+def test_buckets_by_identity_agree_with_brute_force(kernels):
+    from streamtrace.correlate import HIGH_OVERLAP, LOW_OVERLAP, _buckets_by_identity
+
+    lcode = np.array([k[0] for k in kernels], dtype=np.int64)
+    dur = np.array([k[1] for k in kernels], dtype=np.int64)
+    frac = np.array([k[2] for k in kernels], dtype=np.float64)
+    got = _buckets_by_identity(lcode, dur, frac)
+    assert sorted(got) == sorted(set(lcode.tolist()))
+    for c, (n, (h_rows, h_dur), (i_rows, i_dur)) in got.items():
+        rows = [i for i, k in enumerate(kernels) if k[0] == c]
+        assert n == len(rows)
+        assert h_rows.tolist() == [i for i in rows if kernels[i][2] >= HIGH_OVERLAP]
+        assert i_rows.tolist() == [i for i in rows if kernels[i][2] < LOW_OVERLAP]
+        assert h_dur.tolist() == dur[h_rows].tolist() and i_dur.tolist() == dur[i_rows].tolist()
+
+
+def test_in_row_order_interleaves_identities_sharing_a_kernel_key():
+    """Two identities of one rank with the same (name, grid, block) text are
+    one compute_inflation row: their durations summed in row order."""
+    from streamtrace.correlate import _in_row_order
+
+    pieces = [(np.array([0, 3, 4]), np.array([10, 13, 14])), (np.array([1, 2, 5]), np.array([11, 12, 15]))]
+    assert _in_row_order(pieces).tolist() == [10, 11, 12, 13, 14, 15]
+    assert _in_row_order(pieces[:1]).tolist() == [10, 13, 14]
