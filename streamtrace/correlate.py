@@ -617,8 +617,9 @@ def _classify(tl, linked):
     """Comm activities C (collective kernels: by name or ``linked`` by align
     to a collective, and memcpy on their streams) and compute kernels K of one
     rank, with what the analyses need of each that does not depend on other
-    ranks: K's rows, times and identities (``compute_*``), and the unions of
-    C, K, copies and all GPU activity (on the timeline's clock)."""
+    ranks: K's rows, times and identities (``compute_*``), the unions of C,
+    K, copies and all GPU activity (on the timeline's clock), K's duration
+    buckets for compute_inflation and the window lengths for exposed_comm."""
     g = tl.gpu
     # a lookup table over the events' range, not a pass per collective
     is_linked = np.isin(g["event"], linked, kind="table") if len(linked) else np.zeros(len(g["event"]), bool)
