@@ -387,6 +387,17 @@ class StreamCollector:
 
     def __init__(self):
         self.collectors, self.done, self.tables = {}, {}, {}
+        # the analysis' table of compute kernels, a rank added at its end
+        # while ranks come in ascending order (else made when first used)
+        self.compute = _Compute()
+
+    def _finished(self, r, tl):
+        self.done[r] = tl
+        if self.compute is not None and self.compute.timelines and r < max(self.compute.timelines):
+            self.compute = None
+        if self.compute is not None:
+            ws = tl.meta.get("world_size")
+            self.compute.add(r, tl, room_for=ws if isinstance(ws, int) and ws > 0 else 2 * (len(self.done) + 1))
 
     def add(self, frame):
         from .stream import Kind, decode_strings
@@ -406,7 +417,7 @@ class StreamCollector:
                 c.add_kernels(frame.records())
             else:
                 c.meta = frame.json()
-                self.done[frame.rank] = self.collectors.pop(frame.rank).finish()
+                self._finished(frame.rank, self.collectors.pop(frame.rank).finish())
         elif kind == Kind.TABLE and frame.table_name() == "align.collectives":   # the only table used
             name, df = frame.table(ALIGN_COLUMNS_USED)
             self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
@@ -414,7 +425,7 @@ class StreamCollector:
     def finish(self):
         """({rank: Timeline}, {table name: DataFrame})"""
         for r, c in self.collectors.items():   # ranks whose section has no META frame
-            self.done[r] = c.finish()
+            self._finished(r, c.finish())
         self.collectors = {}
         return dict(sorted(self.done.items())), self.tables
 
@@ -484,21 +495,22 @@ def correlate_frames(frames):
             continue
         sc.add(frame)
         yield frame
-    sheets = analyze_collected(*sc.finish())
+    sheets = analyze_collected(*sc.finish(), compute=sc.compute)
     for name, df in sheets.items():
         yield table_frame(TABLE_PREFIX + name, df)
     yield json_frame(Kind.END, 0, {"stage": "correlate"})
 
 
-def analyze_collected(timelines, tables):
-    """Sheets from collected timelines and align's tables."""
+def analyze_collected(timelines, tables, compute=None):
+    """Sheets from collected timelines and align's tables (``compute``: the
+    StreamCollector's table of compute kernels)."""
     coll = tables.get("align.collectives")
     if coll is None:
-        inputs = Inputs(timelines, _empty_instances(), {})
+        inputs = Inputs(timelines, _empty_instances(), {}, compute)
         inputs.quality.append(("no align tables", None, "the stream has no align.collectives table: "
                                                         "run 'streamtrace align' before correlate"))
     else:
-        inputs = Inputs(timelines, instances_from_align(coll), offsets_from_align(coll))
+        inputs = Inputs(timelines, instances_from_align(coll), offsets_from_align(coll), compute)
     return analyze(inputs)
 
 
@@ -524,40 +536,81 @@ class _Compute:
     block sorted by start, with identity codes shared by all ranks:
     ``ident`` by identity text (name grid block) and ``key`` by the
     (name, grid, block) triple, both numbered in order of first appearance.
-    Other columns are read from the rank's timeline with ``column``."""
+    Other columns are read from the rank's timeline with ``column``.
 
-    def __init__(self, timelines):
-        self.timelines = timelines
-        self.offset, self.max_dur, self.l_key = {}, {}, {}
+    Built a rank at a time (``add``): StreamCollector adds each rank at its
+    end, while the next one streams in, so the analysis finds it made.  A
+    rank's ``compute_start``/``compute_end`` then become views of its block:
+    shifting the timeline onto the aligned clock shifts the table too."""
+
+    COLUMNS = ("start", "end", "ident", "key")
+
+    def __init__(self, capacity=0):
+        self.timelines = {}
+        self.offset, self.offset_end, self.max_dur, self.l_key = {}, {}, {}, {}
         self.texts, self.triples = [], []        # by ident / by key
-        text_code, triple_code = {}, {}
-        n = sum(len(tl.compute_rows) for tl in timelines.values())
-        # each rank's block written in place: no per-rank copies to concatenate
-        for c in ("start", "end", "ident", "key"):
-            setattr(self, c, np.empty(n, dtype=np.int64))
-        pos = 0
+        self._text_code, self._triple_code = {}, {}
+        self.n = 0
+        self._cols = {c: np.empty(capacity, dtype=np.int64) for c in self.COLUMNS}
+
+    @classmethod
+    def of(cls, timelines):
+        """The table of these timelines, in their order."""
+        comp = cls(sum(len(tl.compute_rows) for tl in timelines.values()))
         for r, tl in timelines.items():
-            block = slice(pos, pos + len(tl.compute_rows))
-            # by the rank's kernel identity code (lcode): the shared codes
-            l_ident = np.zeros(len(tl.lkeys), dtype=np.int64)
-            l_key = np.zeros(len(tl.lkeys), dtype=np.int64)
-            for i, triple in zip(tl.compute_lcodes.tolist(), tl.compute_triples):   # once per distinct identity
-                text = f"{triple[0]} {triple[1]} {triple[2]}"
-                l_ident[i] = text_code.setdefault(text, len(text_code))
-                if l_ident[i] == len(self.texts):
-                    self.texts.append(text)
-                l_key[i] = triple_code.setdefault(triple, len(triple_code))
-                if l_key[i] == len(self.triples):
-                    self.triples.append(triple)
-            self.start[block], self.end[block] = tl.compute_start, tl.compute_end
-            np.take(l_ident, tl.compute_lcode, out=self.ident[block])
-            np.take(l_key, tl.compute_lcode, out=self.key[block])
-            self.offset[r] = pos
-            self.l_key[r] = l_key
-            self.max_dur[r] = tl.compute_max_dur
-            pos = block.stop
-        self.offset_end = {r: self.offset[r] + len(timelines[r].compute_rows) for r in timelines}
-        self.n_ident = len(self.texts)
+            comp.add(r, tl)
+        return comp
+
+    def add(self, r, tl, room_for=1):
+        """Append rank r's kernels, with room for ``room_for`` ranks of this
+        size in all when the arrays must grow (untouched room costs no memory)."""
+        m = len(tl.compute_rows)
+        if self.n + m > len(self._cols["start"]):
+            self._grow(max(self.n + m, m * room_for, 2 * len(self._cols["start"])))
+        block = slice(self.n, self.n + m)
+        # by the rank's kernel identity code (lcode): the shared codes
+        l_ident = np.zeros(len(tl.lkeys), dtype=np.int64)
+        l_key = np.zeros(len(tl.lkeys), dtype=np.int64)
+        for i, triple in zip(tl.compute_lcodes.tolist(), tl.compute_triples):   # once per distinct identity
+            text = f"{triple[0]} {triple[1]} {triple[2]}"
+            l_ident[i] = self._text_code.setdefault(text, len(self._text_code))
+            if l_ident[i] == len(self.texts):
+                self.texts.append(text)
+            l_key[i] = self._triple_code.setdefault(triple, len(self._triple_code))
+            if l_key[i] == len(self.triples):
+                self.triples.append(triple)
+        c = self._cols
+        c["start"][block], c["end"][block] = tl.compute_start, tl.compute_end
+        np.take(l_ident, tl.compute_lcode, out=c["ident"][block])
+        np.take(l_key, tl.compute_lcode, out=c["key"][block])
+        tl.compute_start, tl.compute_end = c["start"][block], c["end"][block]
+        self.timelines[r] = tl
+        self.offset[r], self.offset_end[r] = block.start, block.stop
+        self.l_key[r] = l_key
+        self.max_dur[r] = tl.compute_max_dur
+        self.n = block.stop
+
+    def _grow(self, size):
+        for name, a in self._cols.items():
+            grown = np.empty(size, dtype=np.int64)
+            grown[:self.n] = a[:self.n]
+            self._cols[name] = grown
+        for r, tl in self.timelines.items():   # the earlier ranks' views, onto the new arrays
+            tl.compute_start, tl.compute_end = self._cols["start"][self.rank_slice(r)], \
+                self._cols["end"][self.rank_slice(r)]
+
+    def holds(self, timelines):
+        """True when this table is still that of ``timelines``: the same
+        ranks in the same order, none classified again since it was added."""
+        return list(self.timelines) == list(timelines) and all(
+            self.timelines[r] is tl and tl.compute_start.base is self._cols["start"]
+            for r, tl in timelines.items())
+
+    start = property(lambda self: self._cols["start"][:self.n])
+    end = property(lambda self: self._cols["end"][:self.n])
+    ident = property(lambda self: self._cols["ident"][:self.n])
+    key = property(lambda self: self._cols["key"][:self.n])
+    n_ident = property(lambda self: len(self.texts))
 
     def rank_slice(self, r):
         return slice(self.offset[r], self.offset_end[r])
@@ -571,9 +624,11 @@ class _Compute:
 
 class Inputs:
     """Normalised inputs: per-rank timelines on the aligned clock, plus the
-    matched collective kernels (one row per rank per instance)."""
+    matched collective kernels (one row per rank per instance); ``compute``:
+    the _Compute table made as the ranks ended, if any (used when it still
+    holds these timelines)."""
 
-    def __init__(self, timelines, instances, offsets):
+    def __init__(self, timelines, instances, offsets, compute=None):
         self.timelines = timelines
         self.quality = []
         self.instances = instances.copy()
@@ -586,13 +641,13 @@ class Inputs:
             # adds events to C, so it changes nothing when all are in C already
             if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
                 _classify(tl, linked)
-        self._compute = None
+        self._compute = compute if compute is not None and compute.holds(timelines) else None
 
     @property
     def compute(self):
         """The _Compute table, built on first use."""
         if self._compute is None:
-            self._compute = _Compute(self.timelines)
+            self._compute = _Compute.of(self.timelines)
         return self._compute
 
 

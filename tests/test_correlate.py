@@ -421,3 +421,74 @@ def test_in_row_order_interleaves_identities_sharing_a_kernel_key():
     pieces = [(np.array([0, 3, 4]), np.array([10, 13, 14])), (np.array([1, 2, 5]), np.array([11, 12, 15]))]
     assert _in_row_order(pieces).tolist() == [10, 11, 12, 13, 14, 15]
     assert _in_row_order(pieces[:1]).tolist() == [10, 13, 14]
+
+
+def _tables(frames):
+    return {f.table()[0]: f.table()[1] for f in correlate_frames(align_frames(frames)) if f.kind == Kind.TABLE}
+
+
+def _rank_frames(paths, order):
+    for r in order:
+        yield from extract_rank(paths[r], r)
+
+
+@pytest.fixture(scope="module")
+def small_set(tmp_path_factory):
+    out = tmp_path_factory.mktemp("small")
+    truth = generate_fixture.generate(str(out), ranks=3, steps=3, slow_kernel_rank=1, inflate_kernel_factor=1.5)
+    return {int(r): str(out / f) for r, f in truth["files"].items()}
+
+
+def _assert_same_tables(got, want):
+    assert got.keys() == want.keys()
+    for name in want:
+        pd.testing.assert_frame_equal(got[name], want[name])
+
+
+def test_compute_table_made_as_ranks_end_equals_one_made_at_the_end(small_set, monkeypatch):
+    """The table of compute kernels is made a rank at a time as ranks end
+    (in ascending order); when ranks come out of order it is made at the end
+    instead.  Either way the sheets are those of a table made at the end."""
+    from streamtrace import correlate
+
+    used = []
+    holds = correlate._Compute.holds
+    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
+    streamed = _tables(_rank_frames(small_set, [0, 1, 2]))
+    shuffled = _tables(_rank_frames(small_set, [2, 0, 1]))
+    assert used == [True]          # in order: used; out of order: none was made
+    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: False)
+    at_end = _tables(_rank_frames(small_set, [0, 1, 2]))
+    _assert_same_tables(streamed, at_end)
+    _assert_same_tables(shuffled, at_end)
+
+
+def test_kernels_linked_by_align_only_are_taken_out_of_compute(tmp_path, monkeypatch):
+    """A collective kernel with a name no pattern knows is linked to its
+    collective op by align; correlate then classifies that rank again, and
+    the table made as ranks ended (with that kernel as compute) is not used."""
+    from streamtrace import correlate
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=3)
+    paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
+    with open(paths[1]) as f:
+        doc = json.load(f)
+    renamed = 0
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "kernel" and "nccl" in e.get("name", "").lower():
+            e["name"] = "custom_collective_kernel"
+            renamed += 1
+    assert renamed
+    with open(paths[1], "w") as f:
+        json.dump(doc, f)
+    relinked, used = [], []
+    classify, holds = correlate._classify, correlate._Compute.holds
+    monkeypatch.setattr(correlate, "_classify", lambda tl, linked: relinked.append(len(linked)) or classify(tl, linked))
+    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
+    tables = _tables(_rank_frames(paths, [0, 1]))
+    assert any(relinked) and used == [False]   # rank 1 classified again: the table is made anew
+    overlap = tables["correlate.collective_overlap"]
+    assert set(overlap["rank"]) == {0, 1}
+    # a collective kernel is no compute kernel: it never overlaps itself as one
+    assert "custom_collective_kernel" not in set(overlap["top_kernel"].dropna())
+    assert not tables["correlate.compute_inflation"]["kernel"].str.contains("custom_collective").any()
