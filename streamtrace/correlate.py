@@ -726,17 +726,17 @@ def _buckets_by_identity(lcode, dur, frac):
     if not len(lcode):
         return {}
     top = int(lcode.max()) + 1
-    # rows by identity, ascending within each (numpy sorts 16-bit ints by radix)
-    order = np.argsort(lcode.astype(np.uint16) if top <= 1 << 16 else lcode, kind="stable")
-    groups = []
-    for mask in (None, frac >= HIGH_OVERLAP, frac < LOW_OVERLAP):
-        rows, codes = (order, lcode) if mask is None else (order[mask[order]], lcode[mask])
-        groups.append((rows, np.r_[0, np.cumsum(np.bincount(codes, minlength=top))]))
-    (_, b_all), (h, b_h), (i, b_i) = groups
-    d_h, d_i = dur[h], dur[i]
-    return {c: (int(b_all[c + 1] - b_all[c]), (h[b_h[c]:b_h[c + 1]], d_h[b_h[c]:b_h[c + 1]]),
-                (i[b_i[c]:b_i[c + 1]], d_i[b_i[c]:b_i[c + 1]]))
-            for c in np.flatnonzero(np.diff(b_all)).tolist()}
+    # one stable sort by (identity, bucket: 0 overlapped, 1 isolated, 2 neither);
+    # numpy sorts 16-bit ints by radix
+    group = lcode * 3 + np.where(frac >= HIGH_OVERLAP, 0, np.where(frac < LOW_OVERLAP, 1, 2))
+    order = np.argsort(group.astype(np.uint16) if 3 * top <= 1 << 16 else group, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(group, minlength=3 * top))]
+    d = dur[order]
+    out = {}
+    for c in np.flatnonzero(bounds[3::3] > bounds[:-1:3]).tolist():
+        h0, h1, i1 = bounds[3 * c], bounds[3 * c + 1], bounds[3 * c + 2]
+        out[c] = (int(bounds[3 * c + 3] - h0), (order[h0:h1], d[h0:h1]), (order[h1:i1], d[h1:i1]))
+    return out
 
 
 SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
