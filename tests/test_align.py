@@ -262,6 +262,25 @@ def test_align_tables_columns_are_stable(new_tables):
     assert list(new_tables["align.ranks"].columns) == RANK_COLUMNS
 
 
+def test_small_align_tables_have_their_dtypes(new_tables):
+    """align.ranks, align.clocks and align.quality are built column by
+    column: integers, nullable integers, text as objects with None missing."""
+    ranks, clocks, quality = (new_tables[f"align.{t}"] for t in ("ranks", "clocks", "quality"))
+    for col in ("rank", "base_ns", "collective_kernels", "events"):
+        assert ranks[col].dtype == np.int64
+    for col in ("world_size", "trace_rank", "trace_world_size", "gpus", "truncated_at_byte"):
+        assert str(ranks[col].dtype) == "Int64"
+    assert ranks["truncated_at_byte"].isna().all() and ranks["world_size"].tolist() == [4] * 4
+    for col in ("rank", "offset_ns", "collectives", "reference_rank"):
+        assert clocks[col].dtype == np.int64
+    assert clocks["applied"].dtype == bool and clocks["residual_ns"].dtype == np.float64
+    assert len(quality)
+    assert str(quality["rank"].dtype) == "Int64" and str(quality["count"].dtype) == "Int64"
+    for col in ("severity", "category", "pg", "collective_id", "message"):
+        assert quality[col].dtype == object
+        assert all(v is None or isinstance(v, str) for v in quality[col])
+
+
 def test_align_twice_replaces_tables(fx_new):
     once = list(align_frames(iter_frames(stream_of(fx_new[0], 4))))
     twice = list(align_frames(iter(once)))
