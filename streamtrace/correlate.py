@@ -440,31 +440,35 @@ def collect(frames):
 
 def instances_from_align(coll):
     """Correlate's instance table from ``align.collectives`` (aligned clock:
-    base + ts - clock offset, as align applies it)."""
+    base + ts - clock offset, as align applies it).  Column by column in
+    numpy (pandas' nullable arithmetic costs more than the rest)."""
     coll = coll[coll["collective_id"].notna()]
-    offset = coll["clock_offset_ns"].astype("int64").to_numpy()
-    base = coll["base_ns"].astype("int64").to_numpy()
-    start = coll["ts_aligned_ns"].astype("int64").to_numpy()
-    launch_end = (coll["launch_ts_ns"].astype("Float64") + coll["launch_dur_ns"].astype("Float64")
-                  + base - offset)
-    nbytes = np.where(coll["category"].astype(str) == "allgather", coll["out_bytes"].astype("Float64"),
-                      coll["in_bytes"].astype("Float64"))
+
+    def floats(col):   # nullable integers as float64, NaN missing
+        return coll[col].to_numpy(dtype=np.float64, na_value=np.nan)
+
+    offset = coll["clock_offset_ns"].to_numpy(np.int64)
+    base = coll["base_ns"].to_numpy(np.int64)
+    start = coll["ts_aligned_ns"].to_numpy(np.int64)
+    # in float64, the order of the sum as it always was
+    launch_end = floats("launch_ts_ns") + floats("launch_dur_ns") + base.astype(np.float64) - offset.astype(np.float64)
+    nbytes = np.where(coll["category"].to_numpy(object) == "allgather", floats("out_bytes"), floats("in_bytes"))
     return pd.DataFrame({
         "instance": coll["collective_id"].astype(str).to_numpy(),
-        "rank": coll["rank"].astype("int64").to_numpy(),
-        "event": coll["event"].astype("int64").to_numpy(),
+        "rank": coll["rank"].to_numpy(np.int64),
+        "event": coll["event"].to_numpy(np.int64),
         "start": start,
-        "end": start + coll["dur_aligned_ns"].astype("int64").to_numpy(),
+        "end": start + coll["dur_aligned_ns"].to_numpy(np.int64),
         "stream": coll["stream"].to_numpy(),
         "implicit_sync": coll["implicit_sync"].fillna(False).astype(bool).to_numpy(),
         "collective_name": coll["collective_name"].to_numpy(),
         "pg_name": coll["pg_name"].to_numpy(),
         "dtype": coll["dtype"].to_numpy(),
-        "nbytes": pd.array(nbytes, dtype="Float64").to_numpy(dtype=float, na_value=np.nan),
+        "nbytes": nbytes,
         "group_size": coll["group_size"].to_numpy(),
         "kernel_name": coll["kernel_name"].to_numpy(),
-        "launch_end": launch_end.to_numpy(dtype=float, na_value=np.nan),
-        "launch_tid": coll["launch_tid"].astype("Float64").to_numpy(dtype=float, na_value=np.nan),
+        "launch_end": launch_end,
+        "launch_tid": floats("launch_tid"),
     }).reset_index(drop=True)
 
 
@@ -633,10 +637,10 @@ class Inputs:
         self.quality = []
         self.instances = instances.copy()
         # aligned clock: raw + base + offset (offsets from align; 0 when absent)
-        events = dict(iter(instances.groupby("rank")["event"])) if len(instances) else {}
+        inst_rank, inst_event = instances["rank"].to_numpy(np.int64), instances["event"].to_numpy(np.int64)
         for r, tl in timelines.items():
             tl.shift_by(tl.base_ns + int(offsets.get(r, 0)) - tl.shift)
-            linked = events[r].to_numpy(np.int64) if r in events else np.zeros(0, dtype=np.int64)
+            linked = inst_event[inst_rank == r]
             # the rank was classified by kernel name at its end: linking only
             # adds events to C, so it changes nothing when all are in C already
             if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
