@@ -784,10 +784,14 @@ static int read_int_value(st_tok *t, const char *base, const char *p, const char
                 digits = 0; /* "1." : let the slow path judge it */
         }
         if (digits && q < end && !is_scalar_char(*q)) {
-            v *= (uint64_t)POW10[scale - frac];
-            *num = neg ? -(int64_t)v : (int64_t)v;
-            *next = q;
-            return P_OK;
+            v *= (uint64_t)POW10[scale - frac]; /* < 10^19: no wrap in 64 bits */
+            /* below 10^18 it fits; 19 digits may not (16 of them and
+             * scale 3): past INT64_MAX the slow path rejects it */
+            if (digits + scale <= 18 || v <= (uint64_t)INT64_MAX) {
+                *num = neg ? -(int64_t)v : (int64_t)v;
+                *next = q;
+                return P_OK;
+            }
         }
     }
     int r = scan_scalar(p, end, next);

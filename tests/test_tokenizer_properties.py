@@ -9,7 +9,7 @@ import io
 import json
 from decimal import Decimal
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from reference import scaled_int
@@ -140,11 +140,19 @@ numbers = st.one_of(
                 min_value=Decimal("-1e15"), max_value=Decimal("1e15")).map(lambda d: format(d, "f")),
     st.tuples(st.integers(0, 10**6), st.integers(-30, 30)).map(lambda t: f"{t[0]}e{t[1]}"),
     st.tuples(st.integers(0, 999999), st.integers(0, 10**9)).map(lambda t: f"{t[0]}.{t[1]:09d}"),
+    # around int64's end in ns (9223372036854775.807 us), where the fast path must give way
+    st.builds(lambda sign, us, frac: f"{sign}{us}" + (f".{frac:03d}" if frac >= 0 else ""),
+              st.sampled_from(["", "-"]), st.integers(9_223_372_036_854_000, 9_223_372_036_856_000),
+              st.integers(-1, 999)),
 )
 
 
 @settings(max_examples=500, deadline=None)
 @given(numbers)
+@example("9223372036854776")        # 16 digits of us: past int64 in ns (once taken by the fast path)
+@example("9223372036854775.807")    # INT64_MAX ns exactly
+@example("9223372036854775.808")
+@example("-9223372036854775.807")
 def test_timestamps_parse_exactly(text):
     doc = b'{"traceEvents": [{"ph": "X", "ts": ' + text.encode() + b', "args": {"correlation": ' + text.encode() + b"}}]}"
     status, (events, _, _), _, _, n = tokenize(doc, [])
