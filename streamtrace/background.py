@@ -1,10 +1,12 @@
-"""Iterating in a background thread, a few items ahead.
+"""Iterating in background threads, a few items ahead.
 
 Used where the producer spends its time in code that releases the GIL (the C
 tokenizer, file reads, decompression), so the consumer works meanwhile:
-``pipeline.trace_frames`` (extraction ahead of align/correlate) and
-``inputs.ReadAhead`` (reading and decompressing ahead of the tokenizer).
+``pipeline.trace_frames`` (extraction ahead of align/correlate; with several
+ranks at once, ``interleaved``) and ``inputs.ReadAhead`` (reading and
+decompressing ahead of the tokenizer).
 """
+import collections
 import queue
 import threading
 
@@ -58,24 +60,108 @@ _END = object()
 def _produce(items, q, stop):
     """The producer of ``prefetched``: (item, None) per item, then (_END, None),
     or (None, exception)."""
-
-    def put(item):
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
     try:
         for item in items:
-            if not put((item, None)):
+            if not _put(q, stop, (item, None)):
                 return
-        put((_END, None))
+        _put(q, stop, (_END, None))
     except BaseException as exc:  # re-raised in the consumer
-        put((None, exc))
+        _put(q, stop, (None, exc))
     finally:
         close = getattr(items, "close", None)
         if close is not None:
             close()
+
+
+class interleaved:
+    """The items of several iterators, produced by ``workers`` background
+    threads at once: each thread takes the next iterator not yet started
+    (in the given order) and runs it to its end.  Items come in the order
+    they are made: each iterator's own order is kept, iterators interleave.
+    At most ``depth`` items wait.  An iterator's exception is raised by
+    ``next`` (after the items queued before it) and stops every thread;
+    ``close()`` (also on garbage collection) stops them and closes the
+    iterators they were running."""
+
+    def __init__(self, iterators, workers=2, depth=8, name="streamtrace-prefetch"):
+        self._queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        pending = collections.deque(iterators)   # popleft is atomic: the threads share it
+        self._running = max(1, min(workers, len(pending)))
+        self._threads = [threading.Thread(target=_produce_from, args=(pending, self._queue, self._stop),
+                                          name=name, daemon=True) for _ in range(self._running)]
+        for t in self._threads:
+            t.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while not self._done:
+            item, exc = self._queue.get()
+            if exc is not None:
+                self.close()
+                raise exc
+            if item is not _END:
+                return item
+            self._running -= 1
+            if not self._running:
+                self.close()
+        raise StopIteration
+
+    def close(self):
+        self._done = True
+        self._stop.set()
+        for t in self._threads:
+            while t.is_alive():   # a producer blocked on a full queue sees the stop
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    t.join(0.05)
+
+    def __del__(self):
+        self.close()
+
+
+def _produce_from(pending, q, stop):
+    """A thread of ``interleaved``: iterators from ``pending`` until none is
+    left, each run to its end; then (_END, None), or (None, exception)."""
+    items = None
+    try:
+        while not stop.is_set():
+            try:
+                items = pending.popleft()
+            except IndexError:
+                break
+            for item in items:
+                if not _put(q, stop, (item, None)):
+                    return
+            items = None
+        _put(q, stop, (_END, None))
+    except BaseException as exc:  # re-raised in the consumer
+        _put(q, stop, (None, exc))
+    finally:
+        close = getattr(items, "close", None)   # the one stopped midway, if any
+        if close is not None:
+            close()
+        if stop.is_set():   # never started: close them all (a generator not started just ends)
+            while True:
+                try:
+                    rest = pending.popleft()
+                except IndexError:
+                    break
+                close = getattr(rest, "close", None)
+                if close is not None:
+                    close()
+
+
+def _put(q, stop, item):
+    """Put item unless stopped meanwhile; False when stopped."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False

@@ -119,8 +119,8 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
 
 
 def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress):
-    """extract -> align -> correlate in-process (``jobs`` > 1: ranks extracted
-    in parallel processes first): ``{name: DataFrame}``."""
+    """extract -> align -> correlate in-process (``jobs`` > 1: that many ranks
+    extracted at once, in threads): ``{name: DataFrame}``."""
     from .align import align_frames
     from .correlate import correlate_frames
     from .pipeline import trace_frames

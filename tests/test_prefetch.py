@@ -59,3 +59,74 @@ def test_trace_frames_prefetched_equals_serial(tmp_path):
     assert ahead == serial
     time.sleep(0)  # nothing left running
     assert not any(t.name == "streamtrace-extract" and t.is_alive() for t in threading.enumerate())
+
+
+# ---------------------------------------------------------------- interleaved
+
+def labelled(label, n, fail_at=None, closed=None):
+    try:
+        for i in range(n):
+            if i == fail_at:
+                raise ValueError(f"boom in {label} at {i}")
+            yield label, i
+    finally:
+        if closed is not None:
+            closed.add(label)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+def test_interleaved_keeps_each_iterator_in_order(workers):
+    from streamtrace.background import interleaved
+
+    sizes = {"a": 300, "b": 0, "c": 1000, "d": 7}
+    got = list(interleaved([labelled(k, n) for k, n in sizes.items()], workers=workers, depth=4))
+    assert sorted(got) == sorted((k, i) for k, n in sizes.items() for i in range(n))
+    for k in sizes:
+        assert [i for label, i in got if label == k] == list(range(sizes[k]))
+
+
+def test_interleaved_raises_an_iterators_exception_and_stops_the_others():
+    from streamtrace.background import interleaved
+
+    closed = set()
+    it = interleaved([labelled("a", 10**6, closed=closed), labelled("b", 100, fail_at=50, closed=closed),
+                      labelled("c", 10, closed=closed)], workers=2, depth=4)
+    with pytest.raises(ValueError, match="boom in b at 50"):
+        for _ in it:
+            pass
+    for t in it._threads:
+        t.join(5)
+        assert not t.is_alive()
+    assert {"a", "b"} <= closed       # "c", never started, has nothing to close
+
+
+@pytest.mark.parametrize("how", ["close", "drop"])
+def test_interleaved_early_stop_closes_the_iterators(how):
+    from streamtrace.background import interleaved
+
+    closed = set()
+    it = interleaved([labelled(k, 10**6, closed=closed) for k in "abc"], workers=2, depth=2)
+    assert next(it)[1] == 0
+    threads = it._threads
+    if how == "close":
+        it.close()
+        assert next(it, None) is None
+    else:
+        del it
+        gc.collect()
+    for t in threads:
+        t.join(5)
+        assert not t.is_alive()
+    assert closed == {"a", "b"}
+
+
+def test_trace_frames_in_two_threads_keeps_each_rank_in_order(tmp_path):
+    import generate_fixture
+    from streamtrace.pipeline import trace_frames
+    from streamtrace.sources import resolve_inputs
+
+    generate_fixture.generate(str(tmp_path), ranks=3)
+    inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=3)
+    serial = [(f.kind, f.rank, f.payload) for f in trace_frames(inputs, world_size=3)]
+    threads = [(f.kind, f.rank, f.payload) for f in trace_frames(inputs, world_size=3, jobs=2)]
+    assert sorted(threads, key=lambda f: f[1]) == serial   # sorted() is stable: per rank, the order made

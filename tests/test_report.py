@@ -379,6 +379,18 @@ def test_parallel_and_sequential_give_identical_sheets(fx_report, report_sheets)
             pd.testing.assert_frame_equal(other[name], seq[name])
 
 
+def test_blocking_analysis_with_ranks_in_threads_gives_the_sheets_of_one_at_a_time(fx_report):
+    """With --blocking_analysis, -j N extracts N ranks at once in threads
+    whose frames interleave; every sheet is that of -j 1."""
+    seq = generate_collective_report(trace_dir=fx_report[0], world_size=4, write_files=False, jobs=1,
+                                     blocking_analysis=True)
+    par = generate_collective_report(trace_dir=fx_report[0], world_size=4, write_files=False, jobs=3,
+                                     blocking_analysis=True)
+    assert list(par) == list(seq) and "collective_blockers" in seq
+    for name in seq:
+        pd.testing.assert_frame_equal(par[name], seq[name])
+
+
 def test_build_report_from_stream_path_frames_or_tables(tmp_path, fx_report, report_sheets):
     from streamtrace.report import collect_tables
 
