@@ -1383,7 +1383,7 @@ def _ranks_table(results):
         "warnings": _objects(["; ".join(m.get("warnings") or []) for m in metas]),
     }
     for col in ("world_size", "trace_rank", "trace_world_size", "gpus", "truncated_at_byte"):
-        cols[col] = _nullable_ints([m.get(col) for m in metas])
+        cols[col] = nullable_ints([m.get(col) for m in metas])
     return pd.DataFrame({col: cols[col] for col in RANK_COLUMNS})
 
 
@@ -1391,7 +1391,7 @@ def _missing(v):
     return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
-def _nullable_ints(values):
+def nullable_ints(values):
     """An Int64 array of values, None or NaN as missing."""
     return pd.array([None if _missing(v) else int(v) for v in values], dtype="Int64")
 
@@ -1407,7 +1407,7 @@ def _json(v):
 
 def _quality_table(findings):
     cols = {c: [f.get(c) for f in findings] for c in QUALITY_COLUMNS}
-    return pd.DataFrame({c: _nullable_ints(v) if c in ("rank", "count") else _objects(v) for c, v in cols.items()})
+    return pd.DataFrame({c: nullable_ints(v) if c in ("rank", "count") else _objects(v) for c, v in cols.items()})
 
 
 def _empty_collectives():

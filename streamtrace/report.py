@@ -47,7 +47,7 @@ import pandas as pd
 from pandas.api.types import infer_dtype
 
 from . import collectives as coll
-from .align import COLLECTIVE_COLUMNS, align_frames, read_align_tables
+from .align import COLLECTIVE_COLUMNS, align_frames, nullable_ints, read_align_tables
 from .atomic import atomic_path, umask
 from .codes import Text, dense_rank, factorize, group_ids
 from .errors import StreamtraceError
@@ -1021,8 +1021,7 @@ def _clock_sheet(clocks, applied):
 def _quality_sheet(findings):
     df = pd.DataFrame(findings, columns=QUALITY_SHEET_COLUMNS)
     for col in ("rank", "count"):
-        df[col] = pd.array([None if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)) else int(v)
-                            for v in df[col].tolist()], dtype="Int64")
+        df[col] = nullable_ints(df[col].tolist())
     for col in ("severity", "category", "pg", "collective_id", "message"):
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     return df

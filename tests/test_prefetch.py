@@ -31,18 +31,25 @@ def test_producer_exception_after_the_items_before_it():
     assert got == [0, 1, 2, 3, 4]
 
 
+def first_then_stopped(make, how):
+    """Start a background iterator, take its first item, then end it early:
+    close it, or drop the only reference.  (first item, its threads)"""
+    it = make()
+    first, threads = next(it), list(it._threads)
+    if how == "close":
+        it.close()
+        assert next(it, None) is None
+    else:
+        del it
+        gc.collect()
+    return first, threads
+
+
 @pytest.mark.parametrize("how", ["close", "drop"])
 def test_early_stop_closes_the_source(how):
     closed = threading.Event()
-    p = prefetched(items(10_000, closed=closed), depth=2)
-    assert next(p) == 0
-    thread = p._thread
-    if how == "close":
-        p.close()
-        assert next(p, None) is None
-    else:
-        del p
-        gc.collect()
+    first, (thread,) = first_then_stopped(lambda: prefetched(items(10_000, closed=closed), depth=2), how)
+    assert first == 0
     thread.join(5)
     assert not thread.is_alive() and closed.wait(5)
 
@@ -105,15 +112,9 @@ def test_interleaved_early_stop_closes_the_iterators(how):
     from streamtrace.background import interleaved
 
     closed = set()
-    it = interleaved([labelled(k, 10**6, closed=closed) for k in "abc"], workers=2, depth=2)
-    assert next(it)[1] == 0
-    threads = it._threads
-    if how == "close":
-        it.close()
-        assert next(it, None) is None
-    else:
-        del it
-        gc.collect()
+    first, threads = first_then_stopped(
+        lambda: interleaved([labelled(k, 10**6, closed=closed) for k in "abc"], workers=2, depth=2), how)
+    assert first[1] == 0
     for t in threads:
         t.join(5)
         assert not t.is_alive()
