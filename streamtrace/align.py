@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 
 from . import collectives as coll
+from .background import in_thread
 from ._native import COMM_DTYPE, NONE, NOSTR
 from .codes import Text, dense_rank, group_ids, joined_labels, occurrence
 from .forked import both
@@ -561,8 +562,8 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                 continue
             yield frame
             continue
+        ranks.add(frame)   # first: a rank's end starts its finishing before the frame goes on
         yield frame
-        ranks.add(frame)
     if replaced:
         log.warning("the input already held align tables; they are replaced by this run's")
     results = ranks.results()
@@ -606,14 +607,16 @@ class _Ranks:
             c = self.collectors[r] = RankCollector(r)
         c.add(frame)
         if kind == Kind.META:
-            self.done[r] = self.collectors.pop(r).finish()
+            # in a thread: in a chain, correlate finishes the rank meanwhile
+            # (the last rank's finishing is otherwise all in the chain's tail)
+            self.done[r] = in_thread(self.collectors.pop(r).finish, name="streamtrace-align-finish")
 
     def results(self):
         """RankResult of every rank, in rank order (unfinished ranks finished now)."""
         for r, c in self.collectors.items():
-            self.done[r] = c.finish()
+            self.done[r] = in_thread(c.finish)
         self.collectors = {}
-        return [self.done[r] for r in sorted(self.done)]
+        return [self.done[r].result() for r in sorted(self.done)]
 
 
 def align_options_table(align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):

@@ -4,7 +4,8 @@ Used where the producer spends its time in code that releases the GIL (the C
 tokenizer, file reads, decompression), so the consumer works meanwhile:
 ``pipeline.trace_frames`` (extraction ahead of align/correlate; with several
 ranks at once, ``interleaved``) and ``inputs.ReadAhead`` (reading and
-decompressing ahead of the tokenizer).
+decompressing ahead of the tokenizer).  ``in_thread`` runs one call in the
+background (align finishing a rank while correlate finishes its own).
 """
 import collections
 import queue
@@ -117,3 +118,26 @@ class prefetched(interleaved):
 
     def __init__(self, items, depth=8, name="streamtrace-prefetch"):
         super().__init__([items], workers=1, depth=depth, name=name)
+
+
+class in_thread:
+    """``fn(*args)`` started at once in a background thread; ``result()``
+    waits for it and returns its value, or raises its exception."""
+
+    def __init__(self, fn, *args, name="streamtrace-background"):
+        self._outcome = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, fn, args):
+        try:
+            self._outcome = (fn(*args), None)
+        except BaseException as exc:  # re-raised by result()
+            self._outcome = (None, exc)
+
+    def result(self):
+        self._thread.join()
+        value, exc = self._outcome
+        if exc is not None:
+            raise exc
+        return value

@@ -584,3 +584,45 @@ def _same_as_pandas_medians(group, values):
     want = pd.Series(values).groupby(group).agg(["median", "size"])
     assert ids.tolist() == want.index.tolist()
     assert medians.tolist() == want["median"].tolist() and counts.tolist() == want["size"].tolist()
+
+
+def test_a_rank_is_being_finished_before_its_metadata_frame_goes_on(fx_new, monkeypatch):
+    """align starts finishing a rank (in a thread) before passing its META
+    frame downstream, so that correlate's own finishing of the rank overlaps
+    it; the results are the same."""
+    import streamtrace.align as align_mod
+
+    started = []
+    real = align_mod.in_thread
+
+    def recording(fn, *args, **kw):
+        started.append(fn.__self__.rank)
+        return real(fn, *args, **kw)
+
+    monkeypatch.setattr(align_mod, "in_thread", recording)
+    d, truth = fx_new
+    seen = []
+    frames = []
+    for frame in align_frames(iter_frames(stream_of(d, 4))):
+        if frame.kind == Kind.META:
+            seen.append((frame.rank, list(started)))
+        frames.append(frame)
+    assert [r for r, _ in seen] == [0, 1, 2, 3]
+    for r, begun in seen:
+        assert r in begun
+    monkeypatch.setattr(align_mod, "in_thread", real)
+    again = list(align_frames(iter_frames(stream_of(d, 4))))
+    assert [(f.kind, f.rank, f.payload) for f in frames] == [(f.kind, f.rank, f.payload) for f in again]
+
+
+def test_an_error_finishing_a_rank_is_raised_by_align_frames(fx_new, monkeypatch):
+    import streamtrace.align as align_mod
+    from streamtrace.errors import StreamtraceError
+
+    def broken(c):
+        raise StreamtraceError(f"rank {c.rank}: broken on purpose")
+
+    monkeypatch.setattr(align_mod, "finish_rank", broken)
+    d, _ = fx_new
+    with pytest.raises(StreamtraceError, match="broken on purpose"):
+        list(align_frames(iter_frames(stream_of(d, 4))))

@@ -131,3 +131,32 @@ def test_trace_frames_in_two_threads_keeps_each_rank_in_order(tmp_path):
     serial = [(f.kind, f.rank, f.payload) for f in trace_frames(inputs, world_size=3)]
     threads = [(f.kind, f.rank, f.payload) for f in trace_frames(inputs, world_size=3, jobs=2)]
     assert sorted(threads, key=lambda f: f[1]) == serial   # sorted() is stable: per rank, the order made
+
+
+def test_in_thread_runs_at_once_and_returns_the_value():
+    from streamtrace.background import in_thread
+
+    started = threading.Event()
+    go_on = threading.Event()
+
+    def work(x):
+        started.set()
+        assert go_on.wait(5)
+        return x * 2
+
+    job = in_thread(work, 21)
+    assert started.wait(5)   # running before anyone asks for the result
+    go_on.set()
+    assert job.result() == 42
+    assert job.result() == 42
+
+
+def test_in_thread_raises_the_exception_in_result():
+    from streamtrace.background import in_thread
+
+    def fail():
+        raise ValueError("bad rank")
+
+    job = in_thread(fail)
+    with pytest.raises(ValueError, match="bad rank"):
+        job.result()
