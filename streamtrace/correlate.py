@@ -218,8 +218,8 @@ class _Collector:
         # launch geometry is joined as each KERNELS frame arrives, into the
         # rows of the latest EVENTS frame (``last_part``); records matching
         # none of them wait in ``pending`` and are joined at the rank's end.
-        # Rows before ``identified`` have their CTAs and threads worked out.
-        self.last_part, self.identified, self.pending = slice(0, 0), 0, []
+        # A row's CTAs and threads are worked out where its geometry is joined.
+        self.last_part, self.pending = slice(0, 0), []
         self.n_events = 0
         self.meta = {}
 
@@ -242,7 +242,6 @@ class _Collector:
         self.n_events += len(records)
         if not len(records):
             return
-        self._identify(self.gpu.n)   # the earlier rows have all their geometry by now
         # rows picked by C passes (complete events with a timestamp, by
         # category class), then per-field gathers of the kept rows (a gather
         # of whole structured records is several times slower)
@@ -271,7 +270,7 @@ class _Collector:
             keys = c["keys"][rows]
             keys[:, 1:7] = -1
             keys[:, 0], keys[:, 7] = c["name"][rows], 0
-            c["regs"][rows] = c["smem"][rows] = np.nan
+            c["regs"][rows] = c["smem"][rows] = c["ctas"][rows] = c["threads"][rows] = np.nan
 
     def add_kernels(self, records):
         """Join a KERNELS frame's geometry to the latest GPU part (extract
@@ -281,30 +280,14 @@ class _Collector:
             self.pending.append(records)
             return
         c = self.gpu.cols
-        rest = _join_geometry(c["event"][rows], records, c["keys"][rows, 1:7], c["regs"][rows], c["smem"][rows])
+        rest = _join_geometry(c["event"][rows], records, *_geometry_columns(c, rows))
         if len(rest):
             self.pending.append(rest)
 
-    def _identify(self, stop):
-        """CTAs and threads of GPU rows identified..stop, from their geometry."""
-        lo, self.identified = self.identified, stop
-        if stop <= lo:
-            return
-        c = self.gpu.cols
-        keys = c["keys"][lo:stop]
-        has = (keys[:, 1] >= 0) & (keys[:, 4] >= 0)
-        for col, first in (("ctas", 1), ("threads", 4)):   # as int64: never an int32 overflow
-            product = keys[:, first].astype(np.int64) * keys[:, first + 1] * keys[:, first + 2]
-            c[col][lo:stop] = np.where(has, product, np.nan)
-
     def finish(self):
         for records in self.pending:   # none when the stream comes from extract
-            c = self.gpu.cols
-            n = self.gpu.n
-            _join_geometry(c["event"][:n], records, c["keys"][:n, 1:7], c["regs"][:n], c["smem"][:n])
-        if self.pending:
-            self.identified = 0
-        self._identify(self.gpu.n)
+            rows = slice(0, self.gpu.n)
+            _join_geometry(self.gpu.cols["event"][rows], records, *_geometry_columns(self.gpu.cols, rows))
         gpu = self.gpu.take()
         cpu_parts, step_parts = self.cpu_parts, self.step_parts
         self.gpu = self.cpu_parts = self.step_parts = self.pending = None
@@ -343,11 +326,17 @@ class _Collector:
         return tl
 
 
-def _join_geometry(events, records, dims, regs, smem):
+def _geometry_columns(cols, rows):
+    """The GPU columns _join_geometry writes, for ``rows`` (a slice: views)."""
+    return cols["keys"][rows, 1:7], cols["regs"][rows], cols["smem"][rows], cols["ctas"][rows], cols["threads"][rows]
+
+
+def _join_geometry(events, records, dims, regs, smem, ctas, threads):
     """Write the geometry of KERNELS ``records`` into the rows of the GPU
-    rows whose (increasing) event indices are ``events``; returns the
-    records that match no row.  Fields are taken one at a time: a gather of
-    whole structured records is several times slower."""
+    rows whose (increasing) event indices are ``events``, with the CTAs and
+    threads it makes (NaN without a grid and a block); returns the records
+    that match no row.  Fields are taken one at a time: a gather of whole
+    structured records is several times slower."""
     n = len(events)
     if not n:
         return records
@@ -360,8 +349,12 @@ def _join_geometry(events, records, dims, regs, smem):
         return values if everything else values[hit]
 
     rows = hits(at)
-    dims[rows, 0:3] = hits(records["grid"])
-    dims[rows, 3:6] = hits(records["block"])
+    grid, block = hits(records["grid"]), hits(records["block"])
+    dims[rows, 0:3] = grid
+    dims[rows, 3:6] = block
+    has = (grid[:, 0] >= 0) & (block[:, 0] >= 0)
+    for out, d in ((ctas, grid), (threads, block)):   # as int64: never an int32 overflow
+        out[rows] = np.where(has, d[:, 0].astype(np.int64) * d[:, 1] * d[:, 2], np.nan)
     r, m = hits(records["registers_per_thread"]), hits(records["shared_memory"])
     regs[rows] = np.where(r >= 0, r, np.nan)
     smem[rows] = np.where(m >= 0, m, np.nan)
