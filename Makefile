@@ -81,7 +81,7 @@ bench: $(STAMP)
 	$(PY) bench/run.py --mb $(shell $(PYTHON) -c "print(max(20, int(1000 * $(BENCH_SCALE))))") \
 	    --small_mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
 	$(PY) bench/bench_report.py --scale $(BENCH_SCALE) --repeat 3
-	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB) --repeat 7
+	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB) --repeat 9
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
 
 fixtures: $(STAMP)

@@ -10,7 +10,10 @@ overhead ratios: of the fastest runs, and the median over rounds of each
 round's own ratio (the cases run one after another in every round, so a
 round's ratio compares runs made under the same load: this machine's speed
 drifts by tens of percent within minutes).  Every other round runs the
-cases in reverse order, so a drift within a round favours no case.
+cases in reverse order, so a drift within a round favours no case.  It also
+splits the chain's median time into the extraction (until the extractor
+hands over its last frame) and the tail after it (the last rank's finish,
+matching and the analyses).
 """
 import argparse
 import json
@@ -44,7 +47,14 @@ def child(mode, directory, ranks):
     t0 = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
-    frames = trace_frames(inputs, world_size=ranks)
+    handed = [t0]
+
+    def timed(frames):   # when the extractor handed over its last frame: the rest is the chain's tail
+        for frame in frames:
+            handed[0] = time.perf_counter()
+            yield frame
+
+    frames = timed(trace_frames(inputs, world_size=ranks))
     if mode in ("align", "chain"):
         from streamtrace.align import align_frames
 
@@ -55,7 +65,8 @@ def child(mode, directory, ranks):
         frames = correlate_frames(frames)
     n = sum(1 for _ in frames)
     usage = resource.getrusage(resource.RUSAGE_SELF)   # every thread of the process
-    print(json.dumps({"seconds": time.perf_counter() - t0, "frames": n,
+    end = time.perf_counter()
+    print(json.dumps({"seconds": end - t0, "frames": n, "tail_seconds": end - handed[0],
                       "cpu_seconds": usage.ru_utime + usage.ru_stime - cpu0,
                       "peak_rss_mb": usage.ru_maxrss / 1024}))
 
@@ -98,6 +109,18 @@ def main():
         rounds = sorted(100 * (c[key] / e[key] - 1) for c, e in zip(runs[mode], runs["extract"]))
         return fastest, rounds[len(rounds) // 2]
 
+    # where the chain's time goes, medians over the rounds: the extractor's
+    # own time (its last frame handed over) and the tail after it
+    def median(values):
+        values = sorted(values)
+        return values[len(values) // 2]
+
+    ext, chain = median(m["seconds"] for m in runs["extract"]), runs["chain"]
+    tail = median(m["tail_seconds"] for m in chain)
+    until = median(m["seconds"] - m["tail_seconds"] for m in chain)
+    print(f"  medians: extract alone {ext:.2f} s; the chain {median(m['seconds'] for m in chain):.2f} s = its "
+          f"extraction until the last frame {until:.2f} s (+{100 * (until / ext - 1):.1f} %) + the tail after it "
+          f"{tail:.2f} s (+{100 * tail / ext:.1f} %)")
     for label, mode in (("align", "align"), ("align + correlate", "chain")):
         fastest, median = added(mode)
         print(f"  {label} add {fastest:.1f} % to extraction, fastest runs; {median:.1f} % median of the "
