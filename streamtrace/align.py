@@ -26,7 +26,9 @@ frames arrive:
 * each EVENTS frame is filtered with numpy into three small arrays: kernels,
   kernel launches and collective CPU ops; comm-argument records are kept;
   everything else is dropped;
-* at the rank's META frame the rank is finished: kernels join their launch by
+* at the rank's META frame the rank is finished (in a background thread,
+  started before the frame is passed on, so that a stage downstream finishes
+  its own view of the rank meanwhile): kernels join their launch by
   ``correlation``; launches/kernels join the CPU ops by ``External id`` (new
   traces) or by time containment of the launch on its thread (old traces,
   where External id == correlation); a kernel is a collective kernel when its
