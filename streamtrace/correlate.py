@@ -206,14 +206,15 @@ class _Collector:
     the extractor reads on), so a rank's end is left with what needs the
     whole rank."""
 
-    def __init__(self, rank):
+    def __init__(self, rank, capacity=4096):
+        """``capacity``: GPU rows to make room for at first (more as needed)."""
         self.rank = rank
         self.strings = []
         # slot len(strings) is always 0: NOSTR and ids not yet defined
         self._kind = np.zeros(1024, dtype=np.uint8)
         self._name = np.zeros(1024, dtype=np.uint8)
         self._sel = np.zeros(1024, dtype=np.uint16)   # SEL_* bits of each category
-        self.gpu = _Growing(_GPU_SPEC)
+        self.gpu = _Growing(_GPU_SPEC, max(1, capacity))
         self.cpu_parts, self.step_parts = [], []
         # launch geometry is joined as each KERNELS frame arrives, into the
         # rows of the latest EVENTS frame (``last_part``); records matching
@@ -380,12 +381,17 @@ class StreamCollector:
 
     def __init__(self):
         self.collectors, self.done, self.tables = {}, {}, {}
+        # ranks are alike: a rank starts with room for as many GPU rows as
+        # the largest one so far (no doubling copies; room never written to
+        # costs no memory)
+        self.gpu_rows = 4096
         # the analysis' table of compute kernels, a rank added at its end
         # while ranks come in ascending order (else made when first used)
         self.compute = _Compute()
 
     def _finished(self, r, tl):
         self.done[r] = tl
+        self.gpu_rows = max(self.gpu_rows, len(tl.gpu["start"]))
         if self.compute is not None and self.compute.timelines and r < max(self.compute.timelines):
             self.compute = None
         if self.compute is not None:
@@ -401,7 +407,7 @@ class StreamCollector:
                 raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
             c = self.collectors.get(frame.rank)
             if c is None:
-                c = self.collectors[frame.rank] = _Collector(frame.rank)
+                c = self.collectors[frame.rank] = _Collector(frame.rank, self.gpu_rows)
             if kind == Kind.STRINGS:
                 c.add_strings(decode_strings(frame.payload)[1])
             elif kind == Kind.EVENTS:
