@@ -104,21 +104,20 @@ def main():
         print(f"  {label}   {m['seconds']:7.2f} s  {total_mb / m['seconds']:6.0f} MB/s  "
               f"CPU {m['cpu_seconds']:6.2f} s  peak RSS {m['peak_rss_mb']:6.0f} MB")
 
-    def added(mode, key="seconds"):
-        fastest = 100 * (best[mode][key] / best["extract"][key] - 1)
-        rounds = sorted(100 * (c[key] / e[key] - 1) for c, e in zip(runs[mode], runs["extract"]))
-        return fastest, rounds[len(rounds) // 2]
-
-    # where the chain's time goes, medians over the rounds: the extractor's
-    # own time (its last frame handed over) and the tail after it
-    def median(values):
+    def middle(values):   # the median (the upper one of an even count)
         values = sorted(values)
         return values[len(values) // 2]
 
-    ext, chain = median(m["seconds"] for m in runs["extract"]), runs["chain"]
-    tail = median(m["tail_seconds"] for m in chain)
-    until = median(m["seconds"] - m["tail_seconds"] for m in chain)
-    whole = median(m["seconds"] for m in chain)
+    def added(mode, key="seconds"):
+        fastest = 100 * (best[mode][key] / best["extract"][key] - 1)
+        return fastest, middle(100 * (c[key] / e[key] - 1) for c, e in zip(runs[mode], runs["extract"]))
+
+    # where the chain's time goes, medians over the rounds: the extractor's
+    # own time (its last frame handed over) and the tail after it
+    ext, chain = middle(m["seconds"] for m in runs["extract"]), runs["chain"]
+    tail = middle(m["tail_seconds"] for m in chain)
+    until = middle(m["seconds"] - m["tail_seconds"] for m in chain)
+    whole = middle(m["seconds"] for m in chain)
     print(f"  medians: extract alone {ext:.2f} s; the chain {whole:.2f} s (+{100 * (whole / ext - 1):.1f} %) = its "
           f"extraction until the last frame {until:.2f} s (+{100 * (until / ext - 1):.1f} %) + the tail after it "
           f"{tail:.2f} s (+{100 * tail / ext:.1f} %)")

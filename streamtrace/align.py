@@ -1064,7 +1064,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                                "reference_rank": pd.Series(present, dtype="int64"),
                                "applied": np.full(len(present), apply), "method": ["none"] * len(present)})
         return {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
-                "align.clocks": clocks, "align.quality": _quality_table(quality)}
+                "align.clocks": clocks, "align.quality": quality_table(quality)}
     d = _combined_rows(results)
     n = len(d["rank"])
     rank = d["rank"]
@@ -1274,7 +1274,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         clocks = clocks_table(est)
     quality += _clock_findings(clocks, apply, multi_node, G) + row_findings
     return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
-            "align.quality": _quality_table(quality)}
+            "align.quality": quality_table(quality)}
 
 
 def _flags(cols, method, name_missing):
@@ -1410,7 +1410,9 @@ def _json(v):
     return json.dumps(v, separators=(",", ":"), default=str)
 
 
-def _quality_table(findings):
+def quality_table(findings):
+    """Finding dicts as a QUALITY_COLUMNS table: Int64 rank and count, None
+    for every missing value (also report's data_quality sheet)."""
     cols = {c: [f.get(c) for f in findings] for c in QUALITY_COLUMNS}
     return pd.DataFrame({c: nullable_ints(v) if c in ("rank", "count") else _objects(v) for c, v in cols.items()})
 

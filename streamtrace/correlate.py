@@ -160,12 +160,13 @@ class _Growing:
         self.n = 0
         self.cols = {name: np.empty((capacity,) + shape, dtype=dtype) for name, (dtype, shape) in spec.items()}
 
-    def extend(self, m):
-        """Room for m more rows: the slice of them (to fill)."""
+    def extend(self, m, at_least=0):
+        """Room for m more rows: the slice of them (to fill).  When the
+        arrays must grow, to at least ``at_least`` rows (else they double)."""
         need = self.n + m
-        cap = len(self.cols["event"])
+        cap = len(next(iter(self.cols.values())))
         if need > cap:
-            size = max(need, 2 * cap)
+            size = max(need, at_least, 2 * cap)
             for name, a in self.cols.items():
                 grown = np.empty((size,) + a.shape[1:], dtype=a.dtype)
                 grown[:self.n] = a[:self.n]
@@ -553,8 +554,7 @@ class _Compute:
         self.offset, self.offset_end, self.max_dur, self.l_key = {}, {}, {}, {}
         self.texts, self.triples = [], []        # by ident / by key
         self._text_code, self._triple_code = {}, {}
-        self.n = 0
-        self._cols = {c: np.empty(capacity, dtype=np.int64) for c in self.COLUMNS}
+        self._rows = _Growing({c: (np.int64, ()) for c in self.COLUMNS}, capacity)
 
     @classmethod
     def of(cls, timelines):
@@ -568,9 +568,13 @@ class _Compute:
         """Append rank r's kernels, with room for ``room_for`` ranks of this
         size in all when the arrays must grow (untouched room costs no memory)."""
         m = len(tl.compute_rows)
-        if self.n + m > len(self._cols["start"]):
-            self._grow(max(self.n + m, m * room_for, 2 * len(self._cols["start"])))
-        block = slice(self.n, self.n + m)
+        before = self._rows.cols["start"]
+        block = self._rows.extend(m, at_least=m * room_for)
+        c = self._rows.cols
+        if c["start"] is not before:   # grown: the earlier ranks' views, onto the new arrays
+            for q, earlier in self.timelines.items():
+                rows = self.rank_slice(q)
+                earlier.compute_start, earlier.compute_end = c["start"][rows], c["end"][rows]
         # by the rank's kernel identity code (lcode): the shared codes
         l_ident = np.zeros(len(tl.lkeys), dtype=np.int64)
         l_key = np.zeros(len(tl.lkeys), dtype=np.int64)
@@ -582,7 +586,6 @@ class _Compute:
             l_key[i] = self._triple_code.setdefault(triple, len(self._triple_code))
             if l_key[i] == len(self.triples):
                 self.triples.append(triple)
-        c = self._cols
         c["start"][block], c["end"][block] = tl.compute_start, tl.compute_end
         np.take(l_ident, tl.compute_lcode, out=c["ident"][block])
         np.take(l_key, tl.compute_lcode, out=c["key"][block])
@@ -591,28 +594,18 @@ class _Compute:
         self.offset[r], self.offset_end[r] = block.start, block.stop
         self.l_key[r] = l_key
         self.max_dur[r] = tl.compute_max_dur
-        self.n = block.stop
-
-    def _grow(self, size):
-        for name, a in self._cols.items():
-            grown = np.empty(size, dtype=np.int64)
-            grown[:self.n] = a[:self.n]
-            self._cols[name] = grown
-        for r, tl in self.timelines.items():   # the earlier ranks' views, onto the new arrays
-            tl.compute_start, tl.compute_end = self._cols["start"][self.rank_slice(r)], \
-                self._cols["end"][self.rank_slice(r)]
 
     def holds(self, timelines):
         """True when this table is still that of ``timelines``: the same
         ranks in the same order, none classified again since it was added."""
         return list(self.timelines) == list(timelines) and all(
-            self.timelines[r] is tl and tl.compute_start.base is self._cols["start"]
+            self.timelines[r] is tl and tl.compute_start.base is self._rows.cols["start"]
             for r, tl in timelines.items())
 
-    start = property(lambda self: self._cols["start"][:self.n])
-    end = property(lambda self: self._cols["end"][:self.n])
-    ident = property(lambda self: self._cols["ident"][:self.n])
-    key = property(lambda self: self._cols["key"][:self.n])
+    start = property(lambda self: self._rows.cols["start"][:self._rows.n])
+    end = property(lambda self: self._rows.cols["end"][:self._rows.n])
+    ident = property(lambda self: self._rows.cols["ident"][:self._rows.n])
+    key = property(lambda self: self._rows.cols["key"][:self._rows.n])
     n_ident = property(lambda self: len(self.texts))
 
     def rank_slice(self, r):

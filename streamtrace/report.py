@@ -47,7 +47,7 @@ import pandas as pd
 from pandas.api.types import infer_dtype
 
 from . import collectives as coll
-from .align import COLLECTIVE_COLUMNS, align_frames, nullable_ints, read_align_tables
+from .align import COLLECTIVE_COLUMNS, align_frames, quality_table, read_align_tables
 from .atomic import atomic_path, umask
 from .codes import Text, dense_rank, factorize, group_ids
 from .errors import StreamtraceError
@@ -98,7 +98,6 @@ BY_SIZE_COLUMNS = ["Collective name", "Process Group Name", "size_bucket", "coun
                    "avg bus bw (GB/s)", "bus bw (GB/s)"]
 CLOCK_SHEET_COLUMNS = ["rank", "offset_us", "residual_us", "max_residual_us", "collectives", "reference_rank",
                        "applied", "method", "note"]
-QUALITY_SHEET_COLUMNS = ["severity", "category", "rank", "pg", "collective_id", "count", "message"]
 
 #: correlate's sheets (spec blocking-analysis.md), present when the stream
 #: went through ``correlate``
@@ -339,7 +338,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
         findings += [{"severity": "info", "category": row["check"], "rank": row["rank"], "pg": None,
                       "collective_id": None, "count": None, "message": row["detail"]}
                      for row in quality.to_dict("records")]
-    sheets["data_quality"] = _quality_sheet(findings)
+    sheets["data_quality"] = quality_table(findings)
     if not len(c):
         log.warning("no collective kernels found: the report is empty (see the data_quality sheet)")
     return {name: sheets[name] for name in SHEET_ORDER if name in sheets}
@@ -1016,15 +1015,6 @@ def _clock_sheet(clocks, applied):
         "method": clocks["method"].astype(object).to_numpy(),
         "note": [note] * len(clocks),
     }, columns=CLOCK_SHEET_COLUMNS)
-
-
-def _quality_sheet(findings):
-    df = pd.DataFrame(findings, columns=QUALITY_SHEET_COLUMNS)
-    for col in ("rank", "count"):
-        df[col] = nullable_ints(df[col].tolist())
-    for col in ("severity", "category", "pg", "collective_id", "message"):
-        df[col] = df[col].astype(object).where(df[col].notna(), None)
-    return df
 
 
 # ====================================================================== writers

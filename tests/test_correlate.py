@@ -463,6 +463,21 @@ def test_compute_table_made_as_ranks_end_equals_one_made_at_the_end(small_set, m
     _assert_same_tables(shuffled, at_end)
 
 
+def test_compute_table_grown_rank_by_rank_is_the_one_made_at_once(small_set, monkeypatch):
+    """With no room made ahead (``room_for=1``) the table grows at every
+    rank; the earlier ranks' compute times follow it onto the new arrays,
+    and the sheets are those of a table made at the end."""
+    from streamtrace import correlate
+
+    add, holds, used = correlate._Compute.add, correlate._Compute.holds, []
+    monkeypatch.setattr(correlate._Compute, "add", lambda self, r, tl, room_for=1: add(self, r, tl, 1))
+    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
+    grown = _tables(_rank_frames(small_set, [0, 1, 2]))
+    assert used == [True]          # the grown table was used
+    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: False)
+    _assert_same_tables(grown, _tables(_rank_frames(small_set, [0, 1, 2])))
+
+
 def test_kernels_linked_by_align_only_are_taken_out_of_compute(tmp_path, monkeypatch):
     """A collective kernel with a name no pattern knows is linked to its
     collective op by align; correlate then classifies that rank again, and
