@@ -137,6 +137,16 @@ def _labels(table, codes):
     return np.array(table, dtype=object)[codes]
 
 
+def _take(records, index):
+    """``records[index]`` (integer indices) for a record array: gathered as
+    rows of 8-byte words when the layout allows, as numpy's own gather of
+    structured records goes field by field and is ~10x slower."""
+    if not len(records) or records.dtype.itemsize % 8 or not records.flags.c_contiguous:
+        return records[index]
+    words = records.view(np.int64).reshape(len(records), -1)
+    return np.take(words, index, axis=0).view(records.dtype).reshape(-1)
+
+
 def _concat(parts, dtype):
     if not parts:
         return np.empty(0, dtype)
@@ -161,9 +171,10 @@ def _candidates(kernel_parts, launch_parts, O, C, lookup):
         return (((lookup(k["name"]) & S_NCCL_NAME) != 0) | ~new_regime | _in_sorted(k["event"], comm_events)
                 | (new_regime & _in_sorted(k["ext"], op_ext)))
 
-    K = _concat([k[maybe(k)] for k in kernel_parts], _K_DTYPE)
+    K = _concat([_take(k, np.flatnonzero(maybe(k))) for k in kernel_parts], _K_DTYPE)
     corr = np.sort(K["corr"])
-    L = _concat([launch[_in_sorted(launch["corr"], corr)] for launch in launch_parts], _L_DTYPE)
+    L = _concat([_take(launch, np.flatnonzero(_in_sorted(launch["corr"], corr))) for launch in launch_parts],
+                _L_DTYPE)
     return K, L
 
 
@@ -221,11 +232,11 @@ def _join_sorted(keys, queries, valid=None):
     return out
 
 
-def _containing(O, kind, pid, tid, t):
-    """Per query (pid, tid, t): index into O of the innermost op of ``kind``
-    on that thread whose [ts, ts+dur] covers t, else -1."""
+def _containing(O, sel, pid, tid, t):
+    """Per query (pid, tid, t): index into O of the innermost op among
+    ``O[sel]`` (the ops of one kind) on that thread whose [ts, ts+dur]
+    covers t, else -1."""
     out = np.full(len(t), -1, dtype=np.int64)
-    sel = np.flatnonzero(O["kind"] == kind)
     if not len(sel) or not len(t):
         return out
     ts, dur, opid, otid = (O[f][sel] for f in ("ts", "dur", "pid", "tid"))
@@ -281,6 +292,24 @@ class _Parsed:
         return self.types[key]
 
 
+class _CommRecords:
+    """The comm-args record of each row (``ci``: index into ``C``, -1 for
+    none), gathered once as whole records: each field read after it is a
+    cheap strided pass instead of a gather of its own."""
+
+    def __init__(self, C, ci):
+        self.missing = ci < 0
+        self.records = _take(C, np.maximum(ci, 0)) if len(C) else None
+
+    def field(self, name, missing_value):
+        """One field per row as int64, ``missing_value`` where a row has no record."""
+        if self.records is None:
+            return np.full(len(self.missing), missing_value, dtype=np.int64)
+        out = self.records[name].astype(np.int64)
+        out[self.missing] = missing_value
+        return out
+
+
 def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     """Select the collective kernels of one rank and describe them (one row each)."""
     quality = []
@@ -302,9 +331,10 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     any_ext = np.zeros(nK, dtype=bool)
     any_time = np.zeros(nK, dtype=bool)
     by_ext = {}
+    of_kind = {kind: np.flatnonzero(O["kind"] == kind) for kind in (OP_ANNOT, OP_RPC, OP_C10D)}
     for kind in (OP_ANNOT, OP_RPC, OP_C10D):
         by_ext[kind] = np.full(nK, -1, dtype=np.int64)
-        sel = np.flatnonzero(O["kind"] == kind)
+        sel = of_kind[kind]
         if len(sel):
             j = _join_sorted(O["ext"][sel], K["ext"], valid=new_regime)
             by_ext[kind][j >= 0] = sel[j[j >= 0]]
@@ -317,7 +347,7 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         by_time = np.full(nK, -1, dtype=np.int64)
         if probe.any():
             q = np.flatnonzero(probe)
-            by_time[q] = _containing(O, kind, lpid[q], ltid[q], lts[q])
+            by_time[q] = _containing(O, of_kind[kind], lpid[q], ltid[q], lts[q])
         ops[kind] = np.where(by_ext[kind] >= 0, by_ext[kind], by_time)
         any_time |= by_time >= 0
     link = np.where(any_ext, 1, np.where(any_time, 2, 0)).astype(np.int8)  # none / external id / containment
@@ -339,47 +369,40 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     if not len(sel):
         return _empty_rank_rows(), quality
 
-    Ks = K[sel]
+    Ks = _take(K, sel)
     n = len(sel)
     sel_by = _labels(("name", "comm_args", "cpu_op"), np.where(name_match[sel], 0, np.where(has_kcomm[sel], 1, 2)))
     launch_s = launch[sel]
     ann, rpc, c10 = ops[OP_ANNOT][sel], ops[OP_RPC][sel], ops[OP_C10D][sel]
     link_s = link[sel]
     kc = kcomm[sel]
-    rc = _join_sorted(cev, np.where(rpc >= 0, O["event"][np.maximum(rpc, 0)], -1), valid=rpc >= 0) if len(O) \
-        else np.full(n, -1, dtype=np.int64)
-    ac = _join_sorted(cev, np.where(ann >= 0, O["event"][np.maximum(ann, 0)], -1), valid=ann >= 0) if len(O) \
-        else np.full(n, -1, dtype=np.int64)
-    cc = _join_sorted(cev, np.where(c10 >= 0, O["event"][np.maximum(c10, 0)], -1), valid=c10 >= 0) if len(O) \
-        else np.full(n, -1, dtype=np.int64)
 
-    def sfield(ci, name):
-        out = np.full(n, NOSTR, dtype=np.int64)
-        ok = ci >= 0
-        if ok.any():
-            out[ok] = C[name][ci[ok]]
-        return out
+    def op_events(op):  # the event of each row's op (-1: none)
+        return np.where(op >= 0, O["event"][np.maximum(op, 0)], -1) if len(O) else np.full(n, -1, dtype=np.int64)
 
-    def ifield(ci, name):
-        out = np.full(n, NONE, dtype=np.int64)
-        ok = ci >= 0
-        if ok.any():
-            out[ok] = C[name][ci[ok]]
-        return out
+    rpc_ev, ann_ev, c10_ev = op_events(rpc), op_events(ann), op_events(c10)
+    rc = _join_sorted(cev, rpc_ev, valid=rpc >= 0)
+    ac = _join_sorted(cev, ann_ev, valid=ann >= 0)
+    cc = _join_sorted(cev, c10_ev, valid=c10 >= 0)
+
+    k_recs, r_recs = _CommRecords(C, kc), _CommRecords(C, rc)
 
     def coalesce_s(name):
-        a, b = sfield(kc, name), sfield(rc, name)
+        a, b = k_recs.field(name, NOSTR), r_recs.field(name, NOSTR)
         return np.where(a != NOSTR, a, b), a != NOSTR, b != NOSTR
 
     def coalesce_i(name):
-        a, b = ifield(kc, name), ifield(rc, name)
+        a, b = k_recs.field(name, NONE), r_recs.field(name, NONE)
         return np.where(a != NONE, a, b), a != NONE, b != NONE
 
     table = np.array(strings + [None], dtype=object)
 
+    def absent(ids):  # ids that stand for no string (their text is None)
+        return (ids < 0) | (ids >= len(strings))
+
     def text(ids):
         ids = np.asarray(ids, dtype=np.int64)
-        return table[np.where((ids < 0) | (ids >= len(strings)), len(strings), ids)]
+        return table[np.where(absent(ids), len(strings), ids)]
 
     uniq, inv = np.unique(Ks["name"], return_inverse=True)
     uniq_names = text(uniq)
@@ -388,26 +411,32 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
 
     name_id, from_k, from_r = coalesce_s("collective_name")
     cname = text(name_id)
+    name_absent = absent(name_id)
     name_source = _labels(("kernel_args", "record_param_comms", None), np.where(from_k, 0, np.where(from_r, 1, 2)))
     dtype_id, _, _ = coalesce_s("dtype")
     dtype = text(dtype_id)
+    dtype_absent = absent(dtype_id)
     in_n, ink, inr = coalesce_i("in_nelems")
     out_n, _, _ = coalesce_i("out_nelems")
     size_source = _labels(("kernel_args", "record_param_comms", None), np.where(ink, 0, np.where(inr, 1, 2)))
     group_size, _, _ = coalesce_i("group_size")
     gs_source = _labels(("args", None), (group_size == NONE).astype(np.int64))
-    pg_name = text(coalesce_s("pg_name")[0])
+    pg_name_id = coalesce_s("pg_name")[0]
+    pg_name = text(pg_name_id)
     pg_id, _, _ = coalesce_i("pg_id")
     pg_desc = text(coalesce_s("pg_desc")[0])
-    pg_ranks = text(coalesce_s("pg_ranks")[0])
+    pg_ranks_id = coalesce_s("pg_ranks")[0]
+    pg_ranks = text(pg_ranks_id)
     in_split = text(coalesce_s("in_split")[0])
     out_split = text(coalesce_s("out_split")[0])
     seq, _, _ = coalesce_i("seq")
 
-    op_names = text(O["name"]) if len(O) else np.empty(0, object)
-    ann_name = np.where(ann >= 0, op_names[np.maximum(ann, 0)] if len(O) else None, None)
-    c10_name = np.where(c10 >= 0, op_names[np.maximum(c10, 0)] if len(O) else None, None)
-    rpc_name = np.where(rpc >= 0, op_names[np.maximum(rpc, 0)] if len(O) else None, None)
+    def op_names(op):  # the name of each row's op (None: none)
+        if not len(O):
+            return np.full(n, None, object)
+        return text(np.where(op >= 0, O["name"][np.maximum(op, 0)].astype(np.int64), -1))
+
+    ann_name, c10_name, rpc_name = op_names(ann), op_names(c10), op_names(rpc)
 
     # fallbacks, per collective (Python, cached per distinct string)
     parsed = _Parsed(strings)
@@ -415,12 +444,12 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     for pg in meta.get("pg_config") or []:
         if isinstance(pg, dict) and pg.get("pg_name") is not None:
             pg_conf[str(pg["pg_name"])] = pg
-    a_dims, a_type = sfield(ac, "input_dims"), sfield(ac, "input_type")
-    c_dims, c_type = sfield(cc, "input_dims"), sfield(cc, "input_type")
-    need = (pd.isna(cname) | pd.isna(dtype) | (in_n == NONE) | (out_n == NONE)
-            | (pd.isna(pg_name) & (pg_id != NONE)))
+    a_recs, c_recs = _CommRecords(C, ac), _CommRecords(C, cc)
+    a_dims, a_type = a_recs.field("input_dims", NOSTR), a_recs.field("input_type", NOSTR)
+    c_dims, c_type = c_recs.field("input_dims", NOSTR), c_recs.field("input_type", NOSTR)
+    need = name_absent | dtype_absent | (in_n == NONE) | (out_n == NONE) | (absent(pg_name_id) & (pg_id != NONE))
     if pg_conf:
-        need |= (group_size == NONE) | pd.isna(pg_ranks)
+        need |= (group_size == NONE) | absent(pg_ranks_id)
     for i in np.flatnonzero(need).tolist():
         if pg_name[i] is None and pg_id[i] != NONE:
             pg_name[i] = str(int(pg_id[i]))
@@ -460,9 +489,7 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         "launch_ts": np.where(launch_s >= 0, L["ts"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
         "launch_dur": np.where(launch_s >= 0, L["dur"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
         "launch_tid": np.where(launch_s >= 0, L["tid"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
-        "rpc_event": np.where(rpc >= 0, O["event"][np.maximum(rpc, 0)] if len(O) else -1, -1),
-        "annotation_event": np.where(ann >= 0, O["event"][np.maximum(ann, 0)] if len(O) else -1, -1),
-        "c10d_event": np.where(c10 >= 0, O["event"][np.maximum(c10, 0)] if len(O) else -1, -1),
+        "rpc_event": rpc_ev, "annotation_event": ann_ev, "c10d_event": c10_ev,
         "rpc_name": rpc_name, "annotation_name": ann_name, "c10d_name": c10_name,
         "link": np.array(["none", "external_id", "containment"], dtype=object)[link_s],
         "collective_name": cname, "name_source": name_source, "dtype": dtype,
@@ -471,13 +498,19 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         "pg_name": pg_name, "pg_desc": pg_desc, "pg_ranks": pg_ranks, "in_split": in_split, "out_split": out_split,
         "seq": seq, "no_ids": no_ids,
     }
-    rpc_ev, ann_ev = columns["rpc_event"], columns["annotation_event"]
     columns["cpu_op_event"] = np.where(rpc_ev >= 0, rpc_ev, np.where(ann_ev >= 0, ann_ev, columns["c10d_event"]))
     columns["cpu_op_name"] = np.where(rpc_ev >= 0, columns.pop("rpc_name"),
                                       np.where(ann_ev >= 0, columns.pop("annotation_name"), columns.pop("c10d_name")))
-    # rows in (ts, event) order, text as object arrays (None when missing)
+    # rows in (ts, event) order, text as object arrays (None when missing);
+    # kernels usually come in that order already: then no column is copied
+    # but the strided views of the kernel records
     order = np.lexsort((columns["event"], columns["ts"]))
-    rows = {k: v[order] if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order] for k, v in columns.items()}
+    if (order == np.arange(n)).all():
+        rows = {k: np.ascontiguousarray(v) if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)
+                for k, v in columns.items()}
+    else:
+        rows = {k: v[order] if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order]
+                for k, v in columns.items()}
 
     # per-rank findings
     n_nolaunch = int((rows["launch_event"] < 0).sum())
@@ -497,7 +530,7 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     if n_cpu:
         quality.append(_finding("info", "linked_kernels", f"rank {rank}: {n_cpu} kernel(s) without an NCCL/RCCL name "
                                 "identified as collectives through their CPU op or comm args", rank=rank, count=n_cpu))
-    n_unknown = int(pd.isna(rows["collective_name"]).sum())
+    n_unknown = int((rows["collective_name"] == None).sum())  # noqa: E711 - elementwise, on an object array
     if n_unknown:
         quality.append(_finding("info", "unknown_kind", f"rank {rank}: {n_unknown} collective kernel(s) whose "
                                 "collective kind is unknown (no Collective name arg, no collective CPU op)",

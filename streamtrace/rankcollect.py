@@ -22,11 +22,12 @@ _RULES = (dict(cat_any=S_KERNEL_CAT, ph=b"X"), dict(cat_any=S_RUNTIME_CAT, name_
           dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"))
 
 _K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
-                     ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")])
+                     ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")],
+                    align=True)
 _L_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("corr", "<i8")])
 _O_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
-                     ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")])
+                     ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")], align=True)
 
 
 def classify_string(s):

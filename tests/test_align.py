@@ -626,3 +626,25 @@ def test_an_error_finishing_a_rank_is_raised_by_align_frames(fx_new, monkeypatch
     d, _ = fx_new
     with pytest.raises(StreamtraceError, match="broken on purpose"):
         list(align_frames(iter_frames(stream_of(d, 4))))
+
+
+@given(st.integers(0, 60), st.integers(0, 2**32 - 1))
+@settings(max_examples=200, deadline=None)
+def test_take_is_numpy_fancy_indexing_of_records(n, seed):
+    """align._take (records gathered as rows of 8-byte words) gives what
+    ``records[index]`` gives, for the record layouts align uses, a packed
+    layout and a strided (non-contiguous) array that it hands to numpy."""
+    from streamtrace._native import COMM_DTYPE
+    from streamtrace.align import _take
+    from streamtrace.rankcollect import _K_DTYPE, _L_DTYPE, _O_DTYPE
+
+    rng = np.random.default_rng(seed)
+    packed = np.dtype([("a", "<i8"), ("b", "u1")])
+    for dtype in (_K_DTYPE, _L_DTYPE, _O_DTYPE, COMM_DTYPE, packed):
+        raw = np.frombuffer(rng.bytes(2 * n * dtype.itemsize), dtype=dtype)
+        for records in (raw[:n], raw[::2]):
+            index = rng.integers(0, n, size=rng.integers(0, 3 * n + 1)) if n else np.zeros(0, np.int64)
+            got, want = _take(records, index), records[index]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            for name in dtype.names:   # fields, not the padding between them (numpy leaves that unset)
+                assert got[name].tobytes() == want[name].tobytes()
