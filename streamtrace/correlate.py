@@ -76,8 +76,9 @@ def _cat_kind(cat):
 
 # per-string classes, computed once per string of a rank's table
 S_NCCL, S_STEP = 1, 2   # collective kernel name; ProfilerStep#N annotation
-# category classes as bits, for the C row selection: GPU activity, host ops
-SEL_GPU, SEL_HOST = 1, 2
+# string classes as bits, for the C row selection: categories of GPU
+# activity and of host ops, and ProfilerStep#N names
+SEL_GPU, SEL_HOST, SEL_STEP_NAME = 1, 2, 4
 _SEL_OF_KIND = np.array([0, SEL_GPU, SEL_GPU, SEL_GPU, SEL_HOST, SEL_HOST], dtype=np.uint16)
 
 
@@ -234,9 +235,10 @@ class _Collector:
             self._name = np.concatenate([self._name[:n0], np.zeros(size - n0, dtype=np.uint8)])
             self._sel = np.concatenate([self._sel[:n0], np.zeros(size - n0, dtype=np.uint16)])
         self._kind[n0:n0 + len(strings)] = [_cat_kind(s) for s in strings]
-        self._sel[n0:n0 + len(strings)] = _SEL_OF_KIND[self._kind[n0:n0 + len(strings)]]
         self._name[n0:n0 + len(strings)] = [(S_NCCL if is_collective_kernel_name(s) else 0)
                                             | (S_STEP if s.startswith("ProfilerStep#") else 0) for s in strings]
+        self._sel[n0:n0 + len(strings)] = (_SEL_OF_KIND[self._kind[n0:n0 + len(strings)]]
+                                           | np.where(self._name[n0:n0 + len(strings)] & S_STEP, SEL_STEP_NAME, 0))
         self.strings.extend(strings)
 
     def add_events(self, records):
@@ -248,14 +250,17 @@ class _Collector:
         # category class), then per-field gathers of the kept rows (a gather
         # of whole structured records is several times slower)
         n_cls, has_ts = len(self.strings), _native.FLAGS["has_ts"]
-        g = _native.select_rows(records, self._sel, n_cls, SEL_GPU, flags_all=has_ts, ph=b"X")
+        # GPU rows and the ProfilerStep#N host ops in one pass
+        g, steps = _native.select_many(records, self._sel, n_cls, (
+            dict(cat_any=SEL_GPU, flags_all=has_ts, ph=b"X"),
+            dict(cat_any=SEL_HOST, name_any=SEL_STEP_NAME, flags_all=has_ts, ph=b"X")))
+        if len(steps):
+            ts = records["ts"][steps]
+            self.step_parts.append((ts, ts + records["dur"][steps], records["name"][steps]))
         # CPU ops are most events: kept as spans, 28 bytes each (an event record is 96)
         spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
         if len(spans[0]):
             self.cpu_parts.append(spans)
-            steps = np.flatnonzero((self._name.take(spans[3], mode="clip") & S_STEP) != 0)
-            if len(steps):
-                self.step_parts.append((spans[0][steps], spans[1][steps], spans[3][steps]))
         rows = self.gpu.extend(len(g))
         self.last_part = rows
         if len(g):
