@@ -21,6 +21,7 @@ import os
 import resource
 import subprocess
 import sys
+import threading
 import time
 
 from measure import machine_speed  # bench/ is on sys.path when run as a script
@@ -39,11 +40,51 @@ def generate(ranks, mb):
     return out
 
 
+class ThreadCpu:
+    """CPU seconds (user + sys, from /proc) of this process's threads by
+    name, sampled every 0.1 s (a thread that ends keeps its last sample):
+    the extractor's thread and the main thread, which runs the stages."""
+
+    def __init__(self):
+        self.by_tid, self._names, self._stop = {}, {}, threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        for t in threading.enumerate():
+            if t.native_id:
+                self._names[t.native_id] = t.name
+        tick = os.sysconf("SC_CLK_TCK")
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:   # the thread just ended
+                continue
+            self.by_tid[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
+
+    def _run(self):
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def stop(self):
+        """``{thread name: CPU seconds}``, summed over threads of one name."""
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        out = {}
+        for tid, cpu in self.by_tid.items():
+            name = self._names.get(tid, "?")
+            out[name] = out.get(name, 0.0) + cpu
+        return out
+
+
 def child(mode, directory, ranks):
     from streamtrace.pipeline import trace_frames
     from streamtrace.sources import resolve_inputs
 
     inputs = resolve_inputs(trace_dir=directory, world_size=ranks)
+    threads = ThreadCpu() if os.path.isdir("/proc/self/task") else None
     t0 = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
@@ -66,8 +107,10 @@ def child(mode, directory, ranks):
     n = sum(1 for _ in frames)
     usage = resource.getrusage(resource.RUSAGE_SELF)   # every thread of the process
     end = time.perf_counter()
+    by_name = threads.stop() if threads is not None else {}
     print(json.dumps({"seconds": end - t0, "frames": n, "tail_seconds": end - handed[0],
                       "cpu_seconds": usage.ru_utime + usage.ru_stime - cpu0,
+                      "extractor_cpu": by_name.get("streamtrace-extract"), "main_cpu": by_name.get("MainThread"),
                       "peak_rss_mb": usage.ru_maxrss / 1024}))
 
 
@@ -121,6 +164,13 @@ def main():
     print(f"  medians: extract alone {ext:.2f} s; the chain {whole:.2f} s (+{100 * (whole / ext - 1):.1f} %) = its "
           f"extraction until the last frame {until:.2f} s (+{100 * (until / ext - 1):.1f} %) + the tail after it "
           f"{tail:.2f} s (+{100 * tail / ext:.1f} %)")
+    if all(m.get("extractor_cpu") is not None for ms in runs.values() for m in ms):
+        cpu = {mode: (middle(m["extractor_cpu"] for m in ms), middle(m["main_cpu"] for m in ms))
+               for mode, ms in runs.items()}
+        print("  CPU by thread, medians: the extractor's thread " + " / ".join(f"{cpu[m][0]:.2f}" for m in runs)
+              + " s and the main thread (the stages) " + " / ".join(f"{cpu[m][1]:.2f}" for m in runs)
+              + " s, for extract / extract | align / the chain (the same extraction: what it costs more in the "
+              "chain is the stages' work slowing it on the other CPU)")
     for label, mode in (("align", "align"), ("align + correlate", "chain")):
         fastest, median = added(mode)
         print(f"  {label} add {fastest:.1f} % to extraction, fastest runs; {median:.1f} % median of the "
