@@ -169,8 +169,8 @@ def main():
                for mode, ms in runs.items()}
         print("  CPU by thread, medians: the extractor's thread " + " / ".join(f"{cpu[m][0]:.2f}" for m in runs)
               + " s and the main thread (the stages) " + " / ".join(f"{cpu[m][1]:.2f}" for m in runs)
-              + " s, for extract / extract | align / the chain (the same extraction: what it costs more in the "
-              "chain is the stages' work slowing it on the other CPU)")
+              + " s, for extract / extract | align / the chain (the same extraction in each: a longer wall time "
+              "at the same extractor CPU is waiting, not work)")
     for label, mode in (("align", "align"), ("align + correlate", "chain")):
         fastest, median = added(mode)
         print(f"  {label} add {fastest:.1f} % to extraction, fastest runs; {median:.1f} % median of the "

@@ -502,15 +502,13 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
     columns["cpu_op_name"] = np.where(rpc_ev >= 0, columns.pop("rpc_name"),
                                       np.where(ann_ev >= 0, columns.pop("annotation_name"), columns.pop("c10d_name")))
     # rows in (ts, event) order, text as object arrays (None when missing);
-    # kernels usually come in that order already: then no column is copied
-    # but the strided views of the kernel records
+    # kernels usually come in that order already: then no column is gathered,
+    # only the strided views of the kernel records are copied
     order = np.lexsort((columns["event"], columns["ts"]))
     if (order == np.arange(n)).all():
-        rows = {k: np.ascontiguousarray(v) if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)
-                for k, v in columns.items()}
-    else:
-        rows = {k: v[order] if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order]
-                for k, v in columns.items()}
+        order = slice(None)
+    rows = {k: np.ascontiguousarray(v[order]) if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order]
+            for k, v in columns.items()}
 
     # per-rank findings
     n_nolaunch = int((rows["launch_event"] < 0).sum())

@@ -234,11 +234,11 @@ class _Collector:
             self._kind = np.concatenate([self._kind[:n0], np.zeros(size - n0, dtype=np.uint8)])
             self._name = np.concatenate([self._name[:n0], np.zeros(size - n0, dtype=np.uint8)])
             self._sel = np.concatenate([self._sel[:n0], np.zeros(size - n0, dtype=np.uint16)])
-        self._kind[n0:n0 + len(strings)] = [_cat_kind(s) for s in strings]
-        self._name[n0:n0 + len(strings)] = [(S_NCCL if is_collective_kernel_name(s) else 0)
-                                            | (S_STEP if s.startswith("ProfilerStep#") else 0) for s in strings]
-        self._sel[n0:n0 + len(strings)] = (_SEL_OF_KIND[self._kind[n0:n0 + len(strings)]]
-                                           | np.where(self._name[n0:n0 + len(strings)] & S_STEP, SEL_STEP_NAME, 0))
+        new = slice(n0, n0 + len(strings))
+        self._kind[new] = [_cat_kind(s) for s in strings]
+        self._name[new] = [(S_NCCL if is_collective_kernel_name(s) else 0)
+                           | (S_STEP if s.startswith("ProfilerStep#") else 0) for s in strings]
+        self._sel[new] = _SEL_OF_KIND[self._kind[new]] | np.where(self._name[new] & S_STEP, SEL_STEP_NAME, 0)
         self.strings.extend(strings)
 
     def add_events(self, records):
