@@ -20,6 +20,9 @@ from .stream import Frame, Kind, StreamWriter, json_frame, strings_frame
 log = logging.getLogger("streamtrace")
 
 STITCH_BYTES = 64 << 10  # first bytes of a chunk tried when completing a carried item
+#: records per frame written to a stream: ~1.5 MB of events, which keeps
+#: ``extract``'s peak RSS under 64 MB
+BATCH_EVENTS = 16384
 MAX_ITEM_BYTES = 256 << 20  # one event or top-level member larger than this is refused
 VERSION = "0.1.0"
 
@@ -47,7 +50,7 @@ def _parse_meta_value(path, key, raw):
 
 def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
                  chunk_size=None, progress=None, gzip_backend=None, strict=False, drop_flows=False,
-                 align_only=False):
+                 align_only=False, batch_events=BATCH_EVENTS):
     """Yield the frames of one trace file.
 
     ``rank`` is the rank the caller assigned (flag, position, regex); when None
@@ -59,19 +62,22 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
     metadata then says so.  ``align_only`` also leaves out, unparsed, the
     complete events align never reads (every one but kernels, kernel
     launches and collective CPU ops; ``align_wants`` in the C tokenizer).
+    ``batch_events``: records per output array, so at most that many
+    records per frame (the tokenizer's buffers grow with it).
     """
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
         yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict,
-                            drop_flows, align_only)
+                            drop_flows, align_only, batch_events)
     finally:
         close()
 
 
 def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows,
-             align_only):
-    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, drop_flows=drop_flows, align_only=align_only)
+             align_only, batch_events):
+    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=batch_events, drop_flows=drop_flows,
+                            align_only=align_only)
     trace_meta = {}
     warnings = []
     resolved_rank = None

@@ -22,13 +22,22 @@ def is_stream(path):
         raise StreamtraceError(f"{path}: {exc.strerror or exc}") from None
 
 
-#: frames extracted ahead of the consumer (an EVENTS frame is about 1.5 MB,
+#: records per frame in the in-process chains: 4x the stream's frames.  The
+#: stages' Python code runs once per frame (align and correlate make a few
+#: hundred numpy calls per frame, whatever its size), so fewer frames cost
+#: the consumer less CPU: extract | align | correlate on 4 x 500 MB took
+#: 3.70-3.77 s instead of 3.98-4.03 s, extraction alone the same; at 8x the
+#: extraction itself slowed (its buffers no longer stay in cache)
+PIPELINE_BATCH_EVENTS = 65536
+
+#: frames extracted ahead of the consumer (an EVENTS frame is about 6 MB,
 #: and a batch is 2-3 frames): enough (~0.2 s of extraction) to cover a
 #: rank's finishing work in align and correlate, during which the consumer
-#: reads nothing.  At 32 the queue filled at every rank's end and the
-#: extractor stood still for ~0.2 s in all on 4 x 500 MB; at 96 it does not,
-#: and peak RSS moved 400 -> 405 MB (the queue is full only at rank ends)
-PREFETCH_FRAMES = 96
+#: reads nothing.  In frames of a quarter the size, at 32 the queue filled at
+#: every rank's end and the extractor stood still for ~0.2 s in all on
+#: 4 x 500 MB; at 96 it did not, and peak RSS moved 400 -> 405 MB (the queue
+#: is full only at rank ends)
+PREFETCH_FRAMES = 24
 
 
 def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None):
@@ -45,7 +54,8 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
     from .extract import extract_rank
 
     frames = [extract_rank(i.path, i.rank, world_size, keep_pyfunc, i.position, strict=strict,
-                           progress=progress if jobs <= 1 else None) for i in inputs]
+                           progress=progress if jobs <= 1 else None, batch_events=PIPELINE_BATCH_EVENTS)
+              for i in inputs]
     if jobs > 1 and len(inputs) > 1:
         return interleaved(frames, workers=jobs, depth=PREFETCH_FRAMES, name="streamtrace-extract")
     frames = itertools.chain.from_iterable(frames)

@@ -52,25 +52,22 @@ def inflated(tmp_path_factory):
                      clock_offsets_us="random")
 
 
-def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path, monkeypatch):
+def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path):
     """Launch geometry is joined per KERNELS frame to the GPU rows of the
     frame before it (extract's order); KERNELS frames elsewhere in a stream
-    (all at a rank's end, or before their events) are joined at the end."""
+    (all at a rank's end, or before their events) are joined at the end.
+    Nor does the frame size change a result (the in-process chains use
+    larger frames than a stream's)."""
     truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=3, slow_kernel_rank=1)
     paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
 
-    class SmallBatches(_native.Tokenizer):   # many EVENTS/KERNELS frame pairs per rank
-        def __init__(self, **options):
-            super().__init__(capacity=256, **options)
-
-    monkeypatch.setattr(_native, "Tokenizer", SmallBatches)
-
     def frames(order):
         for r, p in sorted(paths.items()):
-            rank_frames = list(extract_rank(p, r))
+            # many EVENTS/KERNELS frame pairs per rank, but for "whole": one of each
+            rank_frames = list(extract_rank(p, r, batch_events=1 << 20 if order == "whole" else 256))
             kernels = [f for f in rank_frames if f.kind == Kind.KERNELS]
             others = [f for f in rank_frames if f.kind != Kind.KERNELS]
-            assert len(kernels) > 2
+            assert len(kernels) == 1 if order == "whole" else len(kernels) > 2
             yield from (rank_frames if order == "extract" else
                         others[:-1] + kernels + others[-1:] if order == "late" else kernels + others)
 
@@ -84,7 +81,7 @@ def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path, monkeyp
 
     want = sheets("extract")
     assert (want["correlate.collective_overlap"]["top_kernel_grid"].fillna("") != "").any()
-    for order in ("late", "early"):
+    for order in ("late", "early", "whole"):
         got = sheets(order)
         assert got.keys() == want.keys()
         for name in want:
