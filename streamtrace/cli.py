@@ -437,7 +437,8 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         output_csvs_dir=output_csvs_dir, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
         allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
-        max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis)
+        max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis,
+        keep_sheets=False)
     _end_progress(progress)
     _wrote(written.get("paths", []), sheets)
 

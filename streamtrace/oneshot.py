@@ -5,6 +5,7 @@ Apart from ``report`` and free of pandas at import time on purpose:
 which release the GIL) before it imports ``report`` -- and with it pandas,
 about 0.2 s -- so that the import and the first ranks' tokenizing overlap.
 """
+import functools
 import os
 
 from .errors import StreamtraceError
@@ -137,7 +138,7 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
                                max_workers=None, gpus_per_node=None, all2allv_heatmap=False,
                                strict_world_size_check=True, align_clocks=None, allow_missing_ranks=False,
                                strict=False, jobs=None, paths=(), write_files=True, progress=None, written=None,
-                               blocking_analysis=False):
+                               blocking_analysis=False, keep_sheets=True):
     """The whole chain (extract -> align -> report) in one process.
 
     Same arguments as TraceLens's ``generate_collective_report`` plus
@@ -151,6 +152,9 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
     labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
     ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
+    ``keep_sheets=False``, for a caller that needs only the files (the CLI):
+    with CSV output alone, sheets written by a forked child are returned as
+    None (see ``report.build_report``'s ``deliver``).
     """
     from .sources import DEFAULT_RANK_REGEX, resolve_inputs
 
@@ -173,9 +177,20 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
             reading.close()
             raise
         tables = reading.tables(align_clocks, gpus_per_node)
-    sheets = report.build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
-                                 gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict,
-                                 world_size=world_size)
+    options = dict(detailed_analysis=detailed_analysis, agg_metrics=agg_metrics, gpus_per_node=gpus_per_node,
+                   all2allv_heatmap=all2allv_heatmap, strict=strict, world_size=world_size)
+    if write_files and output_csvs_dir and not output_xlsx_path and not keep_sheets:
+        out = report.CsvDir(output_csvs_dir)
+        try:
+            sheets = report.build_report(tables, deliver=functools.partial(out.write, parallel=False), **options)
+            out.write({name: df for name, df in sheets.items() if df is not None})
+            paths_written = [out.commit(list(sheets))]
+        finally:
+            out.discard()
+        if written is not None:
+            written["paths"] = paths_written
+        return sheets
+    sheets = report.build_report(tables, **options)
     if write_files:
         if not output_xlsx_path and not output_csvs_dir:
             output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,

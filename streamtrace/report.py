@@ -252,7 +252,7 @@ def _check_align_options(tables, align_clocks):
 
 
 def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS, gpus_per_node=None,
-                 all2allv_heatmap=False, strict=False, align_clocks=None, world_size=None):
+                 all2allv_heatmap=False, strict=False, align_clocks=None, world_size=None, deliver=None):
     """The report as ``{sheet name: DataFrame}`` in workbook order.
 
     ``source``: a dict of tables, an iterable of frames, or a stream path.
@@ -260,6 +260,13 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     the node columns.  ``strict`` turns metadata disagreements into an error
     (TraceLens behaviour).  ``align_clocks`` and ``gpus_per_node`` are also
     used when the stream has not been through ``align`` yet.
+
+    ``deliver`` (for a caller that needs only files, e.g. ``CsvDir.write``):
+    when a large report's sheets are built in two groups at once (the second
+    in a forked child), each process hands its group to ``deliver`` as soon
+    as it is built, and the returned dict maps those names to None: the
+    child sends back no tables, and writing them needs no second fork (on
+    two cores, forking once more to write cost about what it saved).
     """
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
@@ -285,7 +292,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     long, ns = _long_table(c, common_base)
     inst = _instance_stats(ns)
 
-    def implicit_part():
+    def implicit_part(with_implicit_sheet=True):
         """The implicit-sync sheets, nccl_long, straggler_summary, by size."""
         part, notes = {}, []
         implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, notes)
@@ -293,15 +300,20 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
         if detailed_analysis:
             part["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
                                             text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
-            part["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+            if with_implicit_sheet:
+                part["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
         if len(implicit):
             part["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
         part["nccl_summary_by_size"] = _by_size(long, ns, inst)
         return part, notes, nodes.unresolved_keys if nodes is not None else set()
 
-    def other_part():
-        """nccl_summary_long and the all_to_allv sheets."""
+    def other_part(with_implicit_sheet=False):
+        """nccl_summary_long and the all_to_allv sheets (and, to balance the
+        work of delivered groups, nccl_implicit_sync)."""
         part, notes = {}, []
+        if with_implicit_sheet:
+            implicit, _ = _implicit_sync(long, ns, inst, simplified, strict, [])   # its notes come from implicit_part
+            part["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
         part["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
         a2av = _all2allv(long, ns, inst, strict, notes, nodes)
         if len(a2av):
@@ -316,11 +328,24 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
                 part["nccl_all2allv_heatmap"] = heat
         return part, notes, nodes.unresolved_keys if nodes is not None else set()
 
+    def delivered(build_part, **options):
+        def build_and_deliver():
+            part, notes, keys = build_part(**options)
+            deliver(part)
+            return dict.fromkeys(part), notes, keys
+        return build_and_deliver
+
     # two groups of sheets that share nothing they write: on two cores the
     # second runs in a forked child meanwhile (large reports only: forking a
-    # process that holds every row costs ~20 ms) and sends back its tables
-    (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(
-        implicit_part, other_part, fork=len(c) >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
+    # process that holds every row costs ~20 ms) and sends back its tables,
+    # or delivers them itself
+    fork = len(c) >= _PARALLEL_MIN_ROWS and available_cpus() > 1 and can_fork()
+    if deliver is not None and fork:
+        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(
+            delivered(implicit_part, with_implicit_sheet=False),
+            delivered(other_part, with_implicit_sheet=detailed_analysis), fork=True)
+    else:
+        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(implicit_part, other_part, fork=fork)
     sheets = {**mine, **theirs}
     findings += mine_notes + their_notes   # the order the sheets were once built in: implicit first
     sheets["clock_alignment"] = _clock_sheet(clocks, applied)
@@ -1443,34 +1468,60 @@ def write_csvs(sheets, directory):
     ``+``, ``-`` or ``@`` get a leading ``'`` so spreadsheets do not evaluate
     them.
     """
-    directory = os.path.abspath(str(directory))
-    parent = os.path.dirname(directory)
-    if not os.path.isdir(parent):
-        raise StreamtraceError(f"{directory}: the parent directory does not exist")
-    if os.path.exists(directory) and not os.path.isdir(directory):
-        raise StreamtraceError(f"{directory}: exists and is not a directory")
-    tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
+    out = CsvDir(directory)
     try:
-        tasks = [functools.partial(_write_csv, df, os.path.join(tmp, f"{name}.csv")) for name, df in sheets.items()]
+        out.write(sheets)
+        return out.commit(sheets)
+    finally:
+        out.discard()
+
+
+class CsvDir:
+    """A CSV output directory being written (``write_csvs``): ``write``
+    puts sheets in a temporary directory beside it (from any process: the
+    one-shot report's forked child writes the sheets it builds), ``commit``
+    moves them in, ``discard`` removes what was not committed."""
+
+    def __init__(self, directory):
+        directory = os.path.abspath(str(directory))
+        parent = os.path.dirname(directory)
+        if not os.path.isdir(parent):
+            raise StreamtraceError(f"{directory}: the parent directory does not exist")
+        if os.path.exists(directory) and not os.path.isdir(directory):
+            raise StreamtraceError(f"{directory}: exists and is not a directory")
+        self.directory = directory
+        self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
+
+    def write(self, sheets, parallel=True):
+        """Write ``{name: DataFrame}`` (``parallel`` on two cores: a large set
+        split with a forked child)."""
+        tasks = [functools.partial(_write_csv, df, os.path.join(self._tmp, f"{name}.csv"))
+                 for name, df in sheets.items()]
         cells = [df.shape[0] * max(1, df.shape[1]) for df in sheets.values()]
-        if sum(cells) >= _PARALLEL_MIN_CELLS and available_cpus() > 1:
+        if parallel and sum(cells) >= _PARALLEL_MIN_CELLS and available_cpus() > 1:
             split_in_two(tasks, cells)  # two cores: a forked child writes about half
         else:
             for task in tasks:
                 task()
-        for name in sheets:
+
+    def commit(self, names):
+        """Move the sheets ``names`` (all written) into place; returns the directory."""
+        tmp, directory = self._tmp, self.directory
+        for name in names:
             os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~umask())
         if not os.path.exists(directory):
             os.chmod(tmp, 0o777 & ~umask())
             os.rename(tmp, directory)
-            tmp = None
+            self._tmp = None
         else:
-            for name in sheets:
+            for name in names:
                 os.replace(os.path.join(tmp, f"{name}.csv"), os.path.join(directory, f"{name}.csv"))
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return directory
+        return directory
+
+    def discard(self):
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
 
 
 def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None):

@@ -1,5 +1,6 @@
 """report: every Part A sheet against the spec (columns, formulas, units) and
 the fixture generator's ground truth; Part B sheets; writers; robustness."""
+import functools
 import math
 import os
 
@@ -12,7 +13,7 @@ import generate_fixture
 from conftest import needs_real, real_id, real_traces
 from streamtrace import StreamtraceError, generate_collective_report
 from streamtrace.oneshot import collect_tables_from_traces
-from streamtrace.report import build_report, sheet_parts, write_csvs, write_xlsx
+from streamtrace.report import CsvDir, build_report, sheet_parts, write_csvs, write_xlsx
 from streamtrace.sources import resolve_inputs
 from synthtrace import NCCL_SENDRECV, coll_kernel, compute_kernel, write_trace
 
@@ -708,6 +709,44 @@ def test_sheets_built_in_two_processes_equal_one(case, fx_report, tmp_path, monk
     if case == "big_group":
         unknown = serial["data_quality"].query("category == 'node_span_unknown'")
         assert unknown["count"].tolist() == [1]
+
+
+@pytest.mark.parametrize("case", ["fixture", "big_group"])
+def test_sheets_delivered_by_the_process_that_built_them_equal_one(case, fx_report, tmp_path, monkeypatch):
+    """The CLI's CSV-only way (``build_report(deliver=CsvDir.write)``: each
+    process writes the group of sheets it built, the parent the rest) writes
+    the files ``write_csvs`` writes of sheets built here, byte for byte, with
+    the same data-quality rows, and returns the names of every sheet."""
+    import streamtrace.report as report_mod
+    from helpers import serial_and_forked
+
+    if case == "fixture":
+        tables = collect_tables_from_traces(resolve_inputs(trace_dir=fx_report[0], world_size=4), world_size=4)
+    else:
+        d = _big_group_set(tmp_path / "set", with_pg_config=False)
+        tables = collect_tables_from_traces(resolve_inputs(trace_dir=d, world_size=32), world_size=32)
+
+    def delivered():
+        out = CsvDir(tmp_path / "delivered")
+        try:
+            sheets = build_report(tables, all2allv_heatmap=True, deliver=functools.partial(out.write, parallel=False))
+            out.write({name: df for name, df in sheets.items() if df is not None})
+            out.commit(list(sheets))
+        finally:
+            out.discard()
+        return sheets
+
+    expected = build_report(tables, all2allv_heatmap=True)
+    write_csvs(expected, tmp_path / "expected")
+    _, sheets, forks = serial_and_forked(monkeypatch, report_mod, delivered)
+    assert forks == [True]   # the child really ran (and wrote its sheets)
+    assert list(sheets) == list(expected)
+    assert {name for name, df in sheets.items() if df is None} >= {"nccl_implicit_sync", "nccl_summary_long",
+                                                                   "nccl_long"}
+    assert sorted(os.listdir(tmp_path / "delivered")) == sorted(os.listdir(tmp_path / "expected"))
+    for name in os.listdir(tmp_path / "expected"):
+        assert (tmp_path / "delivered" / name).read_bytes() == (tmp_path / "expected" / name).read_bytes(), name
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".streamtrace-csv-")]   # no staging left behind
 
 
 @pytest.mark.parametrize("two_processes", [False, True])
