@@ -10,7 +10,6 @@ import logging
 import os
 import shutil
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
 
 from . import _native
 from .errors import TraceError
@@ -256,6 +255,8 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=F
                                           progress=progress, strict=strict))
         writer.close()
         return
+    from concurrent.futures import ProcessPoolExecutor  # here: multiprocessing costs every command ~30 ms to import
+
     tmpdir = tempfile.mkdtemp(prefix="streamtrace-")
     try:
         jobs_args = [(inp, world_size, keep_pyfunc, strict, os.path.join(tmpdir, f"{i}.stev"))

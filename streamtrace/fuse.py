@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -1039,6 +1039,8 @@ class TraceFuse:
     def _masks(self, filter_fn):
         items = [(p, r, filter_fn) for r, p in self.rank2file.items()]
         if self.use_multiprocessing and len(items) > 1:
+            from concurrent.futures import ProcessPoolExecutor  # here: multiprocessing is slow to import
+
             with ProcessPoolExecutor(max_workers=min(self._jobs(), len(items))) as pool:
                 results = list(pool.map(_spans_mask, items))
         else:
