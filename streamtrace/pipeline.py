@@ -25,8 +25,9 @@ def is_stream(path):
 #: records per frame in the in-process chains: 4x the stream's frames.  The
 #: stages' Python code runs once per frame (align and correlate make a few
 #: hundred numpy calls per frame, whatever its size), so fewer frames cost
-#: the consumer less CPU: extract | align | correlate on 4 x 500 MB took
-#: 3.70-3.77 s instead of 3.98-4.03 s, extraction alone the same; at 8x the
+#: the consumer less CPU: in interleaved runs of extract | align | correlate
+#: on 4 x 500 MB, the main thread's CPU went 2.15-2.37 -> 2.06-2.13 s and the
+#: wall time 3.76-4.08 -> 3.54-3.97 s, extraction alone unchanged; at 16x the
 #: extraction itself slowed (its buffers no longer stay in cache)
 PIPELINE_BATCH_EVENTS = 65536
 
