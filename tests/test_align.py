@@ -630,6 +630,29 @@ def test_an_error_finishing_a_rank_is_raised_by_align_frames(fx_new, monkeypatch
 
 @given(st.integers(0, 60), st.integers(0, 2**32 - 1))
 @settings(max_examples=200, deadline=None)
+def test_concat_joins_records_in_their_own_layout(n, seed):
+    """align._concat gives the fields np.concatenate gives, in the parts' own
+    layout (padding kept: numpy's concatenate packs the C core's 96-byte comm
+    records to 92 bytes, which sends every later _take to numpy's
+    field-by-field gather), for empty, contiguous and strided parts."""
+    from streamtrace._native import COMM_DTYPE
+    from streamtrace.align import _concat
+    from streamtrace.rankcollect import _K_DTYPE, _L_DTYPE, _O_DTYPE
+
+    rng = np.random.default_rng(seed)
+    packed = np.dtype([("a", "<i8"), ("b", "u1")])
+    for dtype in (_K_DTYPE, _L_DTYPE, _O_DTYPE, COMM_DTYPE, packed):
+        raw = np.frombuffer(rng.bytes(4 * n * dtype.itemsize), dtype=dtype)
+        for parts in ([raw[:n], raw[n:n]], [raw[:n], raw[n:2 * n], raw[2 * n:4 * n]], [raw[::2], raw[:n]], [raw[:0]]):
+            got = _concat(parts, dtype)
+            assert got.dtype == dtype and len(got) == sum(len(p) for p in parts)
+            for name in dtype.names:
+                assert got[name].tobytes() == np.concatenate([p[name] for p in parts]).tobytes()
+    assert len(_concat([], COMM_DTYPE)) == 0 and _concat([], COMM_DTYPE).dtype == COMM_DTYPE
+
+
+@given(st.integers(0, 60), st.integers(0, 2**32 - 1))
+@settings(max_examples=200, deadline=None)
 def test_take_is_numpy_fancy_indexing_of_records(n, seed):
     """align._take (records gathered as rows of 8-byte words) gives what
     ``records[index]`` gives, for the record layouts align uses, a packed
