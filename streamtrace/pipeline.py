@@ -32,13 +32,13 @@ def is_stream(path):
 PIPELINE_BATCH_EVENTS = 65536
 
 #: frames extracted ahead of the consumer (an EVENTS frame is about 6 MB,
-#: and a batch is 2-3 frames): enough (~0.2 s of extraction) to cover a
-#: rank's finishing work in align and correlate, during which the consumer
-#: reads nothing.  In frames of a quarter the size, at 32 the queue filled at
-#: every rank's end and the extractor stood still for ~0.2 s in all on
-#: 4 x 500 MB; at 96 it did not, and peak RSS moved 400 -> 405 MB (the queue
-#: is full only at rank ends)
-PREFETCH_FRAMES = 24
+#: and a batch is 2-3 frames): enough to cover a rank's finishing work in
+#: align and correlate, during which the consumer reads nothing.  On
+#: 4 x 500 MB the extractor stood still on a full queue for 0.05-0.07 s at
+#: 24 and 0.01-0.02 s at 48, peak RSS the same (370 against 371 MB: the
+#: queue is full only at rank ends).  (In frames a quarter the size: 0.2 s
+#: at 32, none at 96.)
+PREFETCH_FRAMES = 48
 
 
 def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None):
