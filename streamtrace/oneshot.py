@@ -180,22 +180,28 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     options = dict(detailed_analysis=detailed_analysis, agg_metrics=agg_metrics, gpus_per_node=gpus_per_node,
                    all2allv_heatmap=all2allv_heatmap, strict=strict, world_size=world_size)
     if write_files and output_csvs_dir and not output_xlsx_path and not keep_sheets:
-        out = report.CsvDir(output_csvs_dir)
-        try:
-            sheets = report.build_report(tables, deliver=functools.partial(out.write, parallel=False), **options)
-            out.write({name: df for name, df in sheets.items() if df is not None})
-            paths_written = [out.commit(list(sheets))]
-        finally:
-            out.discard()
-        if written is not None:
-            written["paths"] = paths_written
-        return sheets
-    sheets = report.build_report(tables, **options)
-    if write_files:
+        sheets, paths_written = _report_into_csvs(report, tables, output_csvs_dir, options)
+    else:
+        sheets = report.build_report(tables, **options)
+        if not write_files:
+            return sheets
         if not output_xlsx_path and not output_csvs_dir:
             output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,
                                                           world_size)
         paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
-        if written is not None:
-            written["paths"] = paths_written
+    if written is not None:
+        written["paths"] = paths_written
     return sheets
+
+
+def _report_into_csvs(report, tables, directory, options):
+    """Build the report and write its CSVs, each forked process writing the
+    sheets it built (``build_report``'s ``deliver``): (sheets, with None for
+    those written by the child; the paths written)."""
+    out = report.CsvDir(directory)
+    try:
+        sheets = report.build_report(tables, deliver=functools.partial(out.write, parallel=False), **options)
+        out.write({name: df for name, df in sheets.items() if df is not None})
+        return sheets, [out.commit(list(sheets))]
+    finally:
+        out.discard()
