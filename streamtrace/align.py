@@ -137,13 +137,21 @@ def _labels(table, codes):
     return np.array(table, dtype=object)[codes]
 
 
+def _words(records):
+    """A contiguous record array as rows of 8-byte words (a view), or None
+    when its layout is not a whole number of words."""
+    if records.dtype.itemsize % 8 or not records.flags.c_contiguous:
+        return None
+    return records.view(np.int64).reshape(len(records), records.dtype.itemsize // 8)
+
+
 def _take(records, index):
     """``records[index]`` (integer indices) for a record array: gathered as
     rows of 8-byte words when the layout allows, as numpy's own gather of
     structured records goes field by field and is ~10x slower."""
-    if not len(records) or records.dtype.itemsize % 8 or not records.flags.c_contiguous:
+    words = _words(records) if len(records) else None
+    if words is None:
         return records[index]
-    words = records.view(np.int64).reshape(len(records), -1)
     return np.take(words, index, axis=0).view(records.dtype).reshape(-1)
 
 
@@ -158,10 +166,10 @@ def _concat(parts, dtype):
         return np.empty(0, dtype)
     if len(parts) == 1:
         return parts[0]
-    if dtype.itemsize % 8 or not all(p.dtype == dtype and p.flags.c_contiguous for p in parts):
+    words = [_words(p) if p.dtype == dtype else None for p in parts]
+    if any(w is None for w in words):
         return np.concatenate(parts).astype(dtype, copy=False)
-    words = np.concatenate([p.view(np.int64).reshape(len(p), dtype.itemsize // 8) for p in parts])
-    return words.view(dtype).reshape(-1)
+    return np.concatenate(words).view(dtype).reshape(-1)
 
 
 def _candidates(kernel_parts, launch_parts, O, C, lookup):

@@ -292,6 +292,9 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     long, ns = _long_table(c, common_base)
     inst = _instance_stats(ns)
 
+    def implicit_sync_sheet(implicit):
+        return _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+
     def implicit_part(with_implicit_sheet=True):
         """The implicit-sync sheets, nccl_long, straggler_summary, by size."""
         part, notes = {}, []
@@ -301,7 +304,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
             part["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
                                             text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
             if with_implicit_sheet:
-                part["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+                part["nccl_implicit_sync"] = implicit_sync_sheet(implicit)
         if len(implicit):
             part["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
         part["nccl_summary_by_size"] = _by_size(long, ns, inst)
@@ -313,7 +316,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
         part, notes = {}, []
         if with_implicit_sheet:
             implicit, _ = _implicit_sync(long, ns, inst, simplified, strict, [])   # its notes come from implicit_part
-            part["nccl_implicit_sync"] = _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+            part["nccl_implicit_sync"] = implicit_sync_sheet(implicit)
         part["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
         a2av = _all2allv(long, ns, inst, strict, notes, nodes)
         if len(a2av):
