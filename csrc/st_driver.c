@@ -9,6 +9,7 @@
  *   st_driver -w ROUNDS                          random interval sweeps and
  *                                                report row writes checked
  *                                                against brute force
+ * Every feed's n_meta is checked against st_tok_meta_count.
  * Every batch of records is also run through st_select and st_select_spans,
  * checked against a plain loop.  Prints one line per file.  Exit 0 when every file was
  * tokenized or refused with an error code and every sweep and selection
@@ -39,6 +40,7 @@ static st_event events[OUT_CAP];
 static st_kernel kernels[OUT_CAP];
 static st_comm comms[OUT_CAP];
 static int select_mismatches;
+static int meta_mismatches; /* feeds whose out->n_meta differed from st_tok_meta_count */
 
 /* st_select, st_select_spans and st_select_many on a batch of real records, with random class bits for the
  * strings seen so far (some ids left past the table) and a random rule,
@@ -115,7 +117,7 @@ static int run_file(const char *path, size_t max_chunk)
     size_t in_len = 0, in_pos = 0;
     int eof = 0, rc = ST_OK;
     unsigned long long events_total = 0;
-    st_tok_out out = {events, OUT_CAP, 0, kernels, OUT_CAP, 0, comms, OUT_CAP, 0};
+    st_tok_out out = {events, OUT_CAP, 0, kernels, OUT_CAP, 0, comms, OUT_CAP, 0, 0};
     for (;;) {
         /* fill buf with up to a random number of new bytes; when the last
          * feed consumed nothing (one item bigger than what is buffered), at
@@ -164,6 +166,9 @@ static int run_file(const char *path, size_t max_chunk)
             memmove(buf, buf + consumed, len - consumed);
             len -= consumed;
             check_select(events, out.n_events, st_tok_string_count(tok));
+            if (out.n_meta != st_tok_meta_count(tok))
+                meta_mismatches++;
+            st_tok_meta_clear(tok);
             events_total += out.n_events;
             out.n_events = out.n_kernels = out.n_comms = 0;
             if (rc != ST_OUTPUT_FULL)
@@ -512,6 +517,10 @@ int main(int argc, char **argv)
         run_file(argv[i], max_chunk);
     if (select_mismatches) {
         printf("st_select: %d mismatches against the plain loop\n", select_mismatches);
+        return 1;
+    }
+    if (meta_mismatches) {
+        printf("st_tok_feed: %d feeds reported a wrong n_meta\n", meta_mismatches);
         return 1;
     }
     return 0;

@@ -1515,6 +1515,7 @@ int st_tok_feed(st_tok *t, const char *buf, size_t len, int eof, st_tok_out *out
         snprintf(t->err, sizeof t->err, "truncated at byte %llu",
                  (unsigned long long)t->counts.bytes_consumed);
     }
+    out->n_meta = t->meta.n;
     return rc;
 }
 

@@ -49,6 +49,8 @@ typedef struct st_tok_out {
     st_comm *comms;
     size_t comms_cap;
     size_t n_comms;
+    size_t n_meta;      /* set by st_tok_feed: top-level members waiting in st_tok_meta (lets the
+                           caller skip the calls that take them, each a GIL hand-off in Python) */
 } st_tok_out;
 
 typedef struct st_tok_counts {

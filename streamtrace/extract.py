@@ -49,7 +49,7 @@ def _parse_meta_value(path, key, raw):
 
 def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
                  chunk_size=None, progress=None, gzip_backend=None, strict=False, drop_flows=False,
-                 align_only=False, batch_events=BATCH_EVENTS):
+                 align_only=False, batch_events=BATCH_EVENTS, map_window=None):
     """Yield the frames of one trace file.
 
     ``rank`` is the rank the caller assigned (flag, position, regex); when None
@@ -63,18 +63,21 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
     launches and collective CPU ops; ``align_wants`` in the C tokenizer).
     ``batch_events``: records per output array, so at most that many
     records per frame (the tokenizer's buffers grow with it).
+    ``map_window``: bytes per memory-mapped window of a plain file (None:
+    ``chunk_size``, else ``MappedChunks.WINDOW``); each window is one hand-off
+    between the read-ahead thread and the tokenizer's, and a few feeds.
     """
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
         yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict,
-                            drop_flows, align_only, batch_events)
+                            drop_flows, align_only, batch_events, map_window)
     finally:
         close()
 
 
 def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows,
-             align_only, batch_events):
+             align_only, batch_events, map_window):
     tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=batch_events, drop_flows=drop_flows,
                             align_only=align_only)
     trace_meta = {}
@@ -135,7 +138,7 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
     # start of the next chunk go through the small ``carry`` buffer, then
     # tokenizing continues in the chunk itself, so the bulk of the input is
     # never copied.
-    reader = chunk_reader(source, chunk_size)
+    reader = chunk_reader(source, chunk_size, map_window)
     carry = bytearray()
     status = _native.OK
     try:

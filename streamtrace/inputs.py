@@ -344,12 +344,13 @@ class ReadInline:
         pass
 
 
-def chunk_reader(source, chunk_size=None):
+def chunk_reader(source, chunk_size=None, map_window=None):
     """The reader for one source: memory-mapped windows for a plain regular
-    file, else reusable buffers (``chunk_size`` None: each kind's default);
-    produced in a read-ahead thread unless STREAMTRACE_READ_AHEAD=0."""
+    file (``map_window`` bytes, else ``chunk_size``), else reusable buffers
+    (``chunk_size``; None: each kind's default); produced in a read-ahead
+    thread unless STREAMTRACE_READ_AHEAD=0."""
     if _mappable(source):
-        producer = MappedChunks(source._f, chunk_size)
+        producer = MappedChunks(source._f, map_window or chunk_size)
     else:
         producer = BufferChunks(source, chunk_size or BUFFER_CHUNK)
     if os.environ.get("STREAMTRACE_READ_AHEAD", "1") == "0":

@@ -48,7 +48,7 @@ KIND_NAMES = {v: k.lower() for k, v in vars(Kind).items() if k.isupper() and isi
 class Frame:
     kind: int
     rank: int
-    payload: bytes
+    payload: bytes   # or another read-only bytes-like object (extract hands over its record arrays)
     source: str = field(default=None, compare=False, repr=False)   # the stream it was read from
 
     def records(self):

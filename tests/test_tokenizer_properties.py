@@ -9,6 +9,7 @@ import io
 import json
 from decimal import Decimal
 
+import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -67,6 +68,31 @@ REFERENCE = tokenize(SAMPLE, [])
 def test_any_chunking_gives_identical_output(cuts):
     assert tokenize(SAMPLE, cuts) == REFERENCE
     assert REFERENCE[0] == _native.DONE and REFERENCE[4] == 5
+
+
+def test_top_level_members_are_taken():
+    """take_meta skips its C calls when the last feed reported no members
+    waiting (``n_meta``): the members still all arrive, in order."""
+    assert [k for k, _ in REFERENCE[3]] == [b"schemaVersion", b"deviceProperties", b"distributedInfo", b"traceName",
+                                         b"baseTimeNanoseconds"]
+
+
+def test_records_taken_stay_intact_and_read_only():
+    """Full record arrays are handed over rather than copied: what
+    take_records returned must not change as the tokenizer fills its next
+    arrays, and must not be writable (the frames built on it are shared)."""
+    tok = _native.Tokenizer(capacity=2)
+    parts, status, pending = [[], [], []], _native.OUTPUT_FULL, bytearray(SAMPLE)
+    while status == _native.OUTPUT_FULL:
+        status, consumed = tok.feed(pending, eof=True)
+        del pending[:consumed]
+        for i, part in enumerate(tok.take_records()):
+            parts[i].append(part)
+    assert status == _native.DONE
+    handed = [p for p in parts[0] if isinstance(p, memoryview)]
+    assert len(handed) >= 2   # 5 events, 2 a batch
+    assert all(p.readonly and not np.frombuffer(p, np.uint8).flags.writeable for p in handed)
+    assert [b"".join(p) for p in parts] == REFERENCE[1]
 
 
 NO_FLOWS = tokenize(SAMPLE, [], drop_flows=True)
