@@ -6,7 +6,9 @@
  * reports how many bytes it consumed.  A chunk may end anywhere, even inside a
  * token: the unconsumed tail must be passed again, followed by more input, on
  * the next call.  Records go into caller-provided arrays; when one is full the
- * call returns ST_OUTPUT_FULL and the caller drains and calls again.
+ * call returns ST_OUTPUT_FULL and the caller drains and calls again.  Every
+ * byte of a stored record is written (padding included), so the arrays need
+ * not be cleared beforehand.
  *
  * A context holds the per-rank string table and the top-level metadata members
  * (copied, so they outlive the caller's buffer); there is no global state.
