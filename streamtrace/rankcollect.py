@@ -144,10 +144,17 @@ class RankCollector:
 
 def collect_rank(frames, rank=None):
     """Run a RankCollector over one rank's frames (e.g. an ``extract_rank``
-    generator) and return its RankResult; used by parallel report workers."""
+    generator) and return its RankResult."""
+    return collected_rank(frames, rank).finish()
+
+
+def collected_rank(frames, rank=None):
+    """A RankCollector that has taken every one of a rank's frames, not yet
+    finished (``finish()`` makes its RankResult): a reading thread can go on
+    to the next rank while another finishes this one."""
     collector = None
     for frame in frames:
         if collector is None:
             collector = RankCollector(frame.rank if rank is None else rank)
         collector.add(frame)
-    return (collector or RankCollector(rank or 0)).finish()
+    return collector or RankCollector(rank or 0)
