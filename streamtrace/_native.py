@@ -59,6 +59,11 @@ class NativeError(Exception):
 #: fault their pages in under the GIL
 _new_uncleared = ffi.new_allocator(should_clear_after_alloc=False)
 
+#: the tokenizer's output arrays: their st_tok_out field, C type, record size
+_OUTPUTS = (("events", "st_event[]", EVENT_DTYPE.itemsize),
+            ("kernels", "st_kernel[]", KERNEL_DTYPE.itemsize),
+            ("comms", "st_comm[]", COMM_DTYPE.itemsize))
+
 
 class Tokenizer:
     """One rank's incremental tokenizer with its output arrays."""
@@ -76,13 +81,11 @@ class Tokenizer:
             raise MemoryError("cannot allocate a tokenizer")
         self._tok = ffi.gc(ptr[0], lib.st_tok_destroy)
         self.capacity = capacity
-        self._events = ffi.new("st_event[]", capacity)
-        self._kernels = ffi.new("st_kernel[]", capacity)
-        self._comms = ffi.new("st_comm[]", capacity)
         self._out = ffi.new("st_tok_out *")
-        self._out.events, self._out.events_cap = self._events, capacity
-        self._out.kernels, self._out.kernels_cap = self._kernels, capacity
-        self._out.comms, self._out.comms_cap = self._comms, capacity
+        self._arrays = {}   # st_tok_out field -> the array it points into (owned here)
+        for field, ctype, _ in _OUTPUTS:
+            self._new_array(field, ctype)
+            setattr(self._out, field + "_cap", capacity)
         self._consumed = ffi.new("size_t *")
         self.strings_sent = 0
 
@@ -121,22 +124,23 @@ class Tokenizer:
         faults of a new array are taken in ``feed``, GIL released.  A fuller
         array would keep at most twice its records' memory alive; a
         less full one is copied (a small copy), so it keeps none."""
+        taken = tuple(self._take(field, ctype, itemsize) for field, ctype, itemsize in _OUTPUTS)
         out = self._out
-        taken = (self._take("_events", "events", "st_event[]", EVENT_DTYPE.itemsize),
-                 self._take("_kernels", "kernels", "st_kernel[]", KERNEL_DTYPE.itemsize),
-                 self._take("_comms", "comms", "st_comm[]", COMM_DTYPE.itemsize))
         out.n_events = out.n_kernels = out.n_comms = 0
         return taken
 
-    def _take(self, attr, field, ctype, itemsize):
+    def _take(self, field, ctype, itemsize):
         n = getattr(self._out, "n_" + field)
-        array = getattr(self, attr)
+        array = self._arrays[field]
         if 2 * n < self.capacity:
             return bytes(ffi.buffer(array, n * itemsize))
-        fresh = _new_uncleared(ctype, self.capacity)
-        setattr(self, attr, fresh)
-        setattr(self._out, field, fresh)
+        self._new_array(field, ctype)
         return memoryview(ffi.buffer(array, n * itemsize)).toreadonly()
+
+    def _new_array(self, field, ctype):
+        """A new output array for ``field`` (the tokenizer writes every byte of a record)."""
+        self._arrays[field] = array = _new_uncleared(ctype, self.capacity)
+        setattr(self._out, field, array)
 
     def take_new_strings(self):
         """Raw (JSON-escaped) bytes of the strings interned since the last call."""

@@ -90,7 +90,7 @@ def test_records_taken_stay_intact_and_read_only(monkeypatch):
         return array
 
     monkeypatch.setattr(_native, "_new_uncleared", garbage)
-    tok = _native.Tokenizer(capacity=1)   # every record is a full array: all but the first land in garbage
+    tok = _native.Tokenizer(capacity=1)   # every record is a full array, and every array starts as garbage
     parts, status, pending = [[], [], []], _native.OUTPUT_FULL, bytearray(SAMPLE)
     while status == _native.OUTPUT_FULL:
         status, consumed = tok.feed(pending, eof=True)
