@@ -3,8 +3,12 @@
     python bench/bench_correlate.py [--ranks 4] [--mb 500]
 
 Generates RANKS traces of about MB each (reused when present), then measures,
-each in a fresh process: (1) extract alone, every rank, frames consumed and
-dropped; (2) extract | align; (3) extract | align | correlate in one process.
+each in a fresh process: (1) extract alone, every rank, every event kept (as
+``streamtrace extract`` does), frames consumed and dropped; (2) extract |
+align; (3) extract | align | correlate in one process, through
+``pipeline.stage_frames`` as ``collective-report --blocking_analysis`` and
+``blockers`` run them (flow events left out in the tokenizer: the stages read
+none); (4) that lighter extraction alone, for reference.
 Prints wall and CPU times (user + sys, all threads), peak RSS and the
 overhead ratios: of the fastest runs, and the median over rounds of each
 round's own ratio (the cases run one after another in every round, so a
@@ -80,7 +84,7 @@ class ThreadCpu:
 
 
 def child(mode, directory, ranks):
-    from streamtrace.pipeline import trace_frames
+    from streamtrace.pipeline import stage_frames, trace_frames
     from streamtrace.sources import resolve_inputs
 
     inputs = resolve_inputs(trace_dir=directory, world_size=ranks)
@@ -95,7 +99,11 @@ def child(mode, directory, ranks):
             handed[0] = time.perf_counter()
             yield frame
 
-    frames = timed(trace_frames(inputs, world_size=ranks))
+    if mode == "extract":
+        frames = trace_frames(inputs, world_size=ranks)
+    else:   # what the in-process chains extract (flows left out); "lean": that alone
+        frames = stage_frames(inputs, world_size=ranks)
+    frames = timed(frames)
     if mode in ("align", "chain"):
         from streamtrace.align import align_frames
 
@@ -132,17 +140,18 @@ def main():
     directory = generate(args.ranks, args.mb)
     total_mb = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
                    if f.endswith(".json")) / 1e6
-    runs = {"extract": [], "align": [], "chain": []}
+    runs = {"extract": [], "align": [], "chain": [], "lean": []}
     for k in range(max(1, args.repeat)):
         for mode in (list(runs) if k % 2 == 0 else list(runs)[::-1]):
             runs[mode].append(measure(mode, directory, args.ranks))
     best = {mode: min(ms, key=lambda m: m["seconds"]) for mode, ms in runs.items()}
     seconds = {mode: ", ".join(f"{m['seconds']:.2f}" for m in ms) for mode, ms in runs.items()}
     print(f"  (best of {max(1, args.repeat)}; all runs: extract {seconds['extract']} s; "
-          f"extract | align {seconds['align']} s; chain {seconds['chain']} s)")
+          f"extract | align {seconds['align']} s; chain {seconds['chain']} s; "
+          f"extract without flows {seconds['lean']} s)")
     print(f"{args.ranks} ranks x ~{args.mb} MB ({total_mb:.0f} MB of JSON); {machine_speed()}")
     for label, mode in (("extract only               ", "extract"), ("extract | align            ", "align"),
-                        ("extract | align | correlate", "chain")):
+                        ("extract | align | correlate", "chain"), ("extract without flows      ", "lean")):
         m = best[mode]
         print(f"  {label}   {m['seconds']:7.2f} s  {total_mb / m['seconds']:6.0f} MB/s  "
               f"CPU {m['cpu_seconds']:6.2f} s  peak RSS {m['peak_rss_mb']:6.0f} MB")
@@ -151,9 +160,9 @@ def main():
         values = sorted(values)
         return values[len(values) // 2]
 
-    def added(mode, key="seconds"):
-        fastest = 100 * (best[mode][key] / best["extract"][key] - 1)
-        return fastest, middle(100 * (c[key] / e[key] - 1) for c, e in zip(runs[mode], runs["extract"]))
+    def added(mode, key="seconds", base="extract"):
+        fastest = 100 * (best[mode][key] / best[base][key] - 1)
+        return fastest, middle(100 * (c[key] / e[key] - 1) for c, e in zip(runs[mode], runs[base]))
 
     # where the chain's time goes, medians over the rounds: the extractor's
     # own time (its last frame handed over) and the tail after it
@@ -169,13 +178,16 @@ def main():
                for mode, ms in runs.items()}
         print("  CPU by thread, medians: the extractor's thread " + " / ".join(f"{cpu[m][0]:.2f}" for m in runs)
               + " s and the main thread (the stages) " + " / ".join(f"{cpu[m][1]:.2f}" for m in runs)
-              + " s, for extract / extract | align / the chain (the same extraction in each: a longer wall time "
-              "at the same extractor CPU is waiting, not work)")
+              + " s, for extract / extract | align / the chain / extract without flows (the chains' extraction is "
+              "the last one's: a longer wall time at the same extractor CPU is waiting, not work)")
     for label, mode in (("align", "align"), ("align + correlate", "chain")):
         fastest, median = added(mode)
         print(f"  {label} add {fastest:.1f} % to extraction, fastest runs; {median:.1f} % median of the "
               f"rounds' own ratios; {added(mode, 'cpu_seconds')[0]:.1f} % in CPU time"
               + (" (target <= 20 %)" if mode == "chain" else ""))
+    fastest, median = added("chain", base="lean")
+    print(f"  align + correlate add {fastest:.1f} % to the extraction without flows they run on, fastest runs; "
+          f"{median:.1f} % median of the rounds' own ratios")
     # correlate's own share: what the chain adds over extract | align, as a part of extraction
     fastest = 100 * (best["chain"]["seconds"] - best["align"]["seconds"]) / best["extract"]["seconds"]
     median = middle(100 * (c["seconds"] - a["seconds"]) / e["seconds"]

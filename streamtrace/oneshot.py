@@ -140,10 +140,10 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     extracted at once, in threads): ``{name: DataFrame}``."""
     from .align import align_frames
     from .correlate import correlate_frames
-    from .pipeline import trace_frames
+    from .pipeline import stage_frames
     from .report import collect_tables
 
-    frames = trace_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress)
+    frames = stage_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress)
     return collect_tables(correlate_frames(align_frames(frames, align_clocks=align_clocks,
                                                         gpus_per_node=gpus_per_node)))
 

@@ -51,7 +51,8 @@ PREFETCH_FRAMES = 48
 PIPELINE_MAP_WINDOW = 16 << 20
 
 
-def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None):
+def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None,
+                 drop_flows=False):
     """Frames of every RankInput, extracted in-process in a background thread
     ``PREFETCH_FRAMES`` frames ahead (``prefetch``): the C tokenizer releases
     the GIL, so the stages consuming the frames (align, correlate) work
@@ -61,17 +62,27 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
     thread, and their frames come interleaved as they are made (each rank's
     in order; every stage keeps its state per rank); ``progress`` is then
     not called.  On this 2-core machine that beat extracting the ranks in
-    parallel processes into a temporary stream read back afterwards."""
+    parallel processes into a temporary stream read back afterwards.
+    ``drop_flows``: flow events are left out (``extract_rank``), for
+    consumers that read none (``stage_frames``)."""
     from .extract import extract_rank
 
     frames = [extract_rank(i.path, i.rank, world_size, keep_pyfunc, i.position, strict=strict,
                            progress=progress if jobs <= 1 else None, batch_events=PIPELINE_BATCH_EVENTS,
-                           map_window=PIPELINE_MAP_WINDOW)
+                           map_window=PIPELINE_MAP_WINDOW, drop_flows=drop_flows)
               for i in inputs]
     if jobs > 1 and len(inputs) > 1:
         return interleaved(frames, workers=jobs, depth=PREFETCH_FRAMES, name="streamtrace-extract")
     frames = itertools.chain.from_iterable(frames)
     return prefetched(frames, depth=PREFETCH_FRAMES, name="streamtrace-extract") if prefetch else frames
+
+
+def stage_frames(inputs, world_size=None, jobs=1, strict=False, progress=None):
+    """``trace_frames`` for the in-process align and correlate, which read
+    complete events only: flow events (two per kernel launch, a third of a
+    Kineto trace's events) are left out in the tokenizer, so the stages
+    have a third fewer records to pass over while the extractor runs."""
+    return trace_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress, drop_flows=True)
 
 
 def table_names(path):
@@ -130,7 +141,7 @@ def correlated_frames(paths, jobs=1, world_size=None):
     if any(streams):
         raise StreamtraceError("give either event streams or trace files, not both")
     inputs = resolve_inputs(paths=paths, world_size=world_size)
-    return correlate_frames(align_frames(trace_frames(inputs, world_size=world_size, jobs=jobs)))
+    return correlate_frames(align_frames(stage_frames(inputs, world_size=world_size, jobs=jobs)))
 
 
 def correlated_sheets(paths, jobs=1, world_size=None):

@@ -88,6 +88,40 @@ def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path):
             pd.testing.assert_frame_equal(got[name], want[name])
 
 
+def test_in_process_chain_without_flows_gives_the_same_tables(tmp_path):
+    """The in-process chains (``pipeline.stage_frames``) leave flow events
+    out in the tokenizer: align and correlate read complete events only, so
+    every table is the one a full extraction gives, but for what counts
+    the events in the stream: align's event indices and events per rank."""
+    from streamtrace.pipeline import stage_frames, trace_frames
+
+    generate_fixture.generate(str(tmp_path), ranks=3, steps=3, slow_kernel_rank=1, host_delay_rank=2)
+    inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=3)
+
+    def tables(frames):
+        events, out = 0, {}
+        for f in correlate_frames(align_frames(frames)):
+            if f.kind == Kind.EVENTS:
+                events += len(f.records())
+            elif f.kind == Kind.TABLE:
+                name, df = f.table()
+                out[name] = df
+        return events, out
+
+    full_events, want = tables(trace_frames(inputs, world_size=3))
+    lean_events, got = tables(stage_frames(inputs, world_size=3))
+    assert lean_events < 0.8 * full_events   # flows are two per kernel launch
+    assert any(n.startswith(TABLE_PREFIX) for n in want) and got.keys() == want.keys()
+    assert got["align.ranks"]["events"].sum() == lean_events and want["align.ranks"]["events"].sum() == full_events
+    stream_positions = {"align.ranks": ["events"], "align.collectives": [
+        "event", "launch_event", "cpu_op_event", "rpc_event", "annotation_event", "c10d_event"]}
+    for table in (got, want):
+        for name, columns in stream_positions.items():
+            table[name] = table[name].drop(columns=columns)
+    for name in want:
+        pd.testing.assert_frame_equal(got[name], want[name])
+
+
 def test_runs_under_a_profiler_or_tracer(tmp_path):
     """A profiler (cProfile, coverage, a debugger) holds references to the
     arrays whose methods it sees called: a rank's end then copies its rows
