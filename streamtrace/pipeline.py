@@ -79,9 +79,10 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
 
 def stage_frames(inputs, world_size=None, jobs=1, strict=False, progress=None):
     """``trace_frames`` for the in-process align and correlate, which read
-    complete events only: flow events (two per kernel launch, a third of a
-    Kineto trace's events) are left out in the tokenizer, so the stages
-    have a third fewer records to pass over while the extractor runs."""
+    complete events only: flow events (two per kernel launch, a quarter to
+    a third of a Kineto trace's events) are left out in the tokenizer, so
+    the stages have that many fewer records to pass over while the
+    extractor runs."""
     return trace_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress, drop_flows=True)
 
 
