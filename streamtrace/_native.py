@@ -124,13 +124,11 @@ class Tokenizer:
         faults of a new array are taken in ``feed``, GIL released.  A fuller
         array would keep at most twice its records' memory alive; a
         less full one is copied (a small copy), so it keeps none."""
-        taken = tuple(self._take(field, ctype, itemsize) for field, ctype, itemsize in _OUTPUTS)
-        out = self._out
-        out.n_events = out.n_kernels = out.n_comms = 0
-        return taken
+        return tuple(self._take(field, ctype, itemsize) for field, ctype, itemsize in _OUTPUTS)
 
     def _take(self, field, ctype, itemsize):
         n = getattr(self._out, "n_" + field)
+        setattr(self._out, "n_" + field, 0)
         array = self._arrays[field]
         if 2 * n < self.capacity:
             return bytes(ffi.buffer(array, n * itemsize))
