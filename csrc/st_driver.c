@@ -10,7 +10,7 @@
  *                                                report row writes checked
  *                                                against brute force
  * Every feed's n_meta is checked against st_tok_meta_count.
- * Every batch of records is also run through st_select and st_select_spans,
+ * Every batch of records is also run through st_select, st_select_spans and st_gather,
  * checked against a plain loop.  Prints one line per file.  Exit 0 when every file was
  * tokenized or refused with an error code and every sweep and selection
  * agreed; 1 on a mismatch; 2 on usage errors.  Memory errors abort under AddressSanitizer/UBSan.
@@ -18,6 +18,7 @@
 #include "st_tokenizer.h"
 #include "st_cells.h"
 #include "st_select.h"
+#include <stddef.h>
 #include "st_sweep.h"
 
 #include <math.h>
@@ -88,6 +89,32 @@ static void check_select(const st_event *ev, size_t n, uint32_t n_strings)
         select_mismatches += many[1][k] != got[k];
     st_select_many(ev, n, cls, n_cls, rules, 3, outs, cap, counts);
     select_mismatches += counts[1] != (m < cap ? m : cap) || counts[0] > cap || counts[2] > cap;
+    /* st_gather of the selected rows: same-size copies, zero- and
+     * sign-extension, a strided destination; then a row past the records
+     * and a field past the record, which must write nothing */
+    st_select(ev, n, cls, n_cls, &rule, got, OUT_CAP);
+    static int64_t ts[OUT_CAP], name64[OUT_CAP], stream64[OUT_CAP];
+    static uint16_t flags[2 * OUT_CAP];
+    st_gather_field fields[4] = {
+        {offsetof(st_event, ts), 8, ts, 8, 8, 1},
+        {offsetof(st_event, name), 8, name64, 4, 8, 0},
+        {offsetof(st_event, stream), 8, stream64, 4, 8, 1},
+        {offsetof(st_event, flags), 4, flags, 2, 2, 0},
+    };
+    select_mismatches += st_gather(ev, n, sizeof *ev, got, m, fields, 4) != ST_GATHER_OK;
+    for (k = 0; k < m; k++) {
+        const st_event *e = &ev[got[k]];
+        select_mismatches += ts[k] != e->ts || name64[k] != (int64_t)e->name || stream64[k] != (int64_t)e->stream
+                             || flags[2 * k] != e->flags;
+    }
+    if (m) {
+        int64_t keep = ts[0];
+        got[m - 1] = (int64_t)n;
+        select_mismatches += st_gather(ev, n, sizeof *ev, got, m, fields, 4) != ST_GATHER_BAD_ROW || ts[0] != keep;
+        got[m - 1] = 0;
+        st_gather_field past = {sizeof *ev - 4, 8, ts, 8, 8, 1};
+        select_mismatches += st_gather(ev, n, sizeof *ev, got, m, &past, 1) != ST_GATHER_BAD_FIELD || ts[0] != keep;
+    }
 }
 
 static int run_file(const char *path, size_t max_chunk)

@@ -1,5 +1,7 @@
-/* Row selection by string class.  See st_select.h. */
+/* Row selection by string class, and gathering the rows kept.  See st_select.h. */
 #include "st_select.h"
+
+#include <string.h>
 
 static uint16_t class_of(const uint16_t *cls, size_t n_cls, uint32_t id)
 {
@@ -63,4 +65,84 @@ size_t st_select_spans(const st_event *ev, size_t n, const uint16_t *cls, size_t
         m++;
     }
     return m;
+}
+
+static int valid_size(uint8_t size)
+{
+    return size == 1 || size == 2 || size == 4 || size == 8;
+}
+
+static int64_t read_int(const unsigned char *p, uint8_t size, uint8_t is_signed)
+{
+    switch (size) {
+    case 1: {
+        uint8_t v;
+        memcpy(&v, p, 1);
+        return is_signed ? (int64_t)(int8_t)v : (int64_t)v;
+    }
+    case 2: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return is_signed ? (int64_t)(int16_t)v : (int64_t)v;
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return is_signed ? (int64_t)(int32_t)v : (int64_t)v;
+    }
+    default: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    }
+}
+
+static void write_int(unsigned char *p, uint8_t size, int64_t value)
+{
+    /* truncation to the low bytes: a same-size copy keeps the bit pattern */
+    uint64_t v = (uint64_t)value;
+    switch (size) {
+    case 1: {
+        uint8_t x = (uint8_t)v;
+        memcpy(p, &x, 1);
+        break;
+    }
+    case 2: {
+        uint16_t x = (uint16_t)v;
+        memcpy(p, &x, 2);
+        break;
+    }
+    case 4: {
+        uint32_t x = (uint32_t)v;
+        memcpy(p, &x, 4);
+        break;
+    }
+    default:
+        memcpy(p, &v, 8);
+    }
+}
+
+int st_gather(const void *rec, size_t n_rec, size_t rec_size, const int64_t *rows, size_t n_rows,
+              const st_gather_field *fields, size_t n_fields)
+{
+    for (size_t f = 0; f < n_fields; f++) {
+        const st_gather_field *g = &fields[f];
+        if (!valid_size(g->src_size) || !valid_size(g->dst_size) || g->dst_size < g->src_size
+            || g->src_off > rec_size || rec_size - g->src_off < g->src_size || (n_rows && !g->dst))
+            return ST_GATHER_BAD_FIELD;
+    }
+    for (size_t k = 0; k < n_rows; k++)
+        if (rows[k] < 0 || (uint64_t)rows[k] >= n_rec)
+            return ST_GATHER_BAD_ROW;
+    const unsigned char *base = rec;
+    for (size_t k = 0; k < n_rows; k++) {
+        const unsigned char *r = base + (size_t)rows[k] * rec_size;
+        for (size_t f = 0; f < n_fields; f++) {
+            const st_gather_field *g = &fields[f];
+            write_int((unsigned char *)g->dst + k * g->dst_stride, g->dst_size,
+                      read_int(r + g->src_off, g->src_size, g->src_signed));
+        }
+    }
+    return ST_GATHER_OK;
 }

@@ -256,6 +256,38 @@ def select_many(records, classes, n_classes, rules):
     return [o[:counts[k]] for k, o in enumerate(outs)]
 
 
+def gather(records, rows, columns):
+    """Fields of ``records[rows]`` written into the caller's arrays in one C
+    pass over the rows, without the GIL (per-field numpy gathers pass over
+    the frame once per field).  ``columns``: (field name of records' dtype,
+    destination) pairs; a destination is a 1-D array of len(rows), a view
+    (a field of a structured array, a slice of a column) as well.  An
+    integer field may go to an integer destination that holds every value
+    of its type (numpy's safe cast: sign- or zero-extended); any other
+    field needs a destination of its own dtype."""
+    records = np.ascontiguousarray(records)
+    rows = _i64(rows)
+    specs = []
+    for name, dst in columns:
+        src = records.dtype.fields[name][0]
+        if dst.ndim != 1 or len(dst) != len(rows) or not dst.flags.writeable:
+            raise ValueError(f"gather: the destination of {name!r} is not a writable 1-D array of {len(rows)} rows")
+        widening = src.kind in "iu" and dst.dtype.kind in "iu" and np.can_cast(src, dst.dtype, "safe")
+        if not (widening or dst.dtype == src) or (len(rows) > 1 and dst.strides[0] < dst.dtype.itemsize):
+            raise ValueError(f"gather: field {name!r} ({src}) cannot be written to a {dst.dtype} array "
+                             f"with stride {dst.strides[0]}")
+        specs.append({"src_off": records.dtype.fields[name][1], "dst_stride": dst.strides[0],
+                      "dst": ffi.cast("void *", dst.ctypes.data), "src_size": src.itemsize,
+                      "dst_size": dst.dtype.itemsize, "src_signed": int(src.kind == "i")})
+    fields = ffi.new("st_gather_field[]", specs)
+    rc = lib.st_gather(ffi.cast("const void *", ffi.from_buffer(records)), len(records), records.dtype.itemsize,
+                       ffi.cast("const int64_t *", ffi.from_buffer(rows)), len(rows), fields, len(specs))
+    if rc == lib.ST_GATHER_BAD_ROW:
+        raise IndexError(f"gather: a row index outside the {len(records)} records")
+    if rc != lib.ST_GATHER_OK:
+        raise ValueError(f"gather: a field outside the {records.dtype.itemsize}-byte record ({rc})")
+
+
 def _rule(cat_any, name_any=0, flags_all=0, ph=b""):
     return {"cat_any": cat_any, "name_any": name_any, "flags_all": flags_all, "ph": ord(ph) if ph else 0}
 

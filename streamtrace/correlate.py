@@ -247,8 +247,8 @@ class _Collector:
         if not len(records):
             return
         # rows picked by C passes (complete events with a timestamp, by
-        # category class), then per-field gathers of the kept rows (a gather
-        # of whole structured records is several times slower)
+        # category class), then the kept rows' fields copied in one C pass
+        # (a numpy gather passes over the frame once per field)
         n_cls, has_ts = len(self.strings), _native.FLAGS["has_ts"]
         # GPU rows and the ProfilerStep#N host ops in one pass
         g, steps = _native.select_many(records, self._sel, n_cls, (
@@ -265,15 +265,15 @@ class _Collector:
         self.last_part = rows
         if len(g):
             c = self.gpu.cols
-            ts, flags, device = records["ts"][g], records["flags"][g], records["device"][g]
+            device, pid = np.empty(len(g), np.int64), np.empty(len(g), np.int64)
+            flags, cat = np.empty(len(g), np.uint16), np.empty(len(g), np.uint32)
+            _native.gather(records, g, [("ts", c["start"][rows]), ("dur", c["end"][rows]), ("name", c["name"][rows]),
+                                        ("stream", c["stream"][rows]), ("device", device), ("pid", pid),
+                                        ("flags", flags), ("cat", cat)])
+            c["end"][rows] += c["start"][rows]
             c["event"][rows] = g + base
-            c["start"][rows] = ts
-            c["end"][rows] = ts + records["dur"][g]
-            c["device"][rows] = np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1,
-                                                                      records["pid"][g]))
-            c["name"][rows] = records["name"][g]
-            c["stream"][rows] = records["stream"][g]
-            c["kind"][rows] = self._kind[records["cat"][g]]
+            c["device"][rows] = np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, pid))
+            c["kind"][rows] = self._kind[cat]
             keys = c["keys"][rows]
             keys[:, 1:7] = -1
             keys[:, 0], keys[:, 7] = c["name"][rows], 0

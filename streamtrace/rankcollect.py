@@ -9,7 +9,7 @@ threads first and imports pandas while the C tokenizer works.
 import numpy as np
 
 from . import collectives as coll
-from ._native import NONE, select_many
+from ._native import NONE, gather, select_many
 from .errors import StreamtraceError
 from .stream import Kind, decode_strings
 
@@ -28,6 +28,11 @@ _L_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<
                      ("corr", "<i8")])
 _O_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("ext", "<i8"), ("name", "<u4"), ("kind", "u1")], align=True)
+# (kept field, EVENTS field) of each kind; "event" is the rank's event index
+_K_FIELDS = (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
+             ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device"))
+_L_FIELDS = (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"))
+_O_FIELDS = (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"), ("name", "name"))
 
 
 def classify_string(s):
@@ -105,29 +110,24 @@ class RankCollector:
         if not len(recs):
             return
         # one C pass picks the rows of the three kinds (no per-frame class
-        # lookups or masks in numpy, and no GIL held meanwhile); only the
-        # rows kept are copied
+        # lookups or masks in numpy, and no GIL held meanwhile), and one C
+        # pass per kind copies the kept rows' fields
         kernels, launches, ops = select_many(recs, self._cls, len(self.strings), _RULES)
         if len(kernels):
             k = np.empty(len(kernels), _K_DTYPE)
             k["event"] = base + kernels
-            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"),
-                             ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device")):
-                k[dst] = recs[src][kernels]
+            gather(recs, kernels, [(src, k[dst]) for dst, src in _K_FIELDS])
             self.kernels.append(k)
         launches = launches[recs["correlation"][launches] != NONE]
         if len(launches):
             launch = np.empty(len(launches), _L_DTYPE)
             launch["event"] = base + launches
-            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation")):
-                launch[dst] = recs[src][launches]
+            gather(recs, launches, [(src, launch[dst]) for dst, src in _L_FIELDS])
             self.launches.append(launch)
         if len(ops):
             o = np.empty(len(ops), _O_DTYPE)
             o["event"] = base + ops
-            for dst, src in (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"),
-                             ("name", "name")):
-                o[dst] = recs[src][ops]
+            gather(recs, ops, [(src, o[dst]) for dst, src in _O_FIELDS])
             nc = self.lookup(o["name"])
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self.ops.append(o)

@@ -96,3 +96,69 @@ def test_select_rows_refuses_other_records_and_a_short_class_table():
         _native.select_rows(np.zeros(2, _native.KERNEL_DTYPE), np.zeros(1, np.uint16), 1, 1)
     with pytest.raises(ValueError, match="outside"):
         _native.select_rows(np.zeros(2, _native.EVENT_DTYPE), np.zeros(1, np.uint16), 5, 1)
+
+
+# ---------------------------------------------------------------- gather
+
+_WIDER = {np.dtype(np.int8): np.int16, np.dtype(np.uint8): np.int64, np.dtype(np.uint16): np.uint32,
+          np.dtype(np.int32): np.int64, np.dtype(np.uint32): np.int64}
+
+
+@st.composite
+def gather_cases(draw):
+    dtype = draw(st.sampled_from([_native.EVENT_DTYPE, _native.KERNEL_DTYPE, _native.COMM_DTYPE]))
+    n = draw(st.integers(0, 200))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    recs = np.frombuffer(rng.integers(0, 256, n * dtype.itemsize, dtype=np.uint8).tobytes(), dtype=dtype)
+    rows = rng.integers(0, n, draw(st.integers(0, 300))) if n else np.zeros(0, np.int64)
+    names = [f for f in dtype.names if dtype.fields[f][0].shape == ()]
+    fields = draw(st.lists(st.sampled_from(names), min_size=1, max_size=6))
+    # each destination: the field's own dtype or a wider integer, alone or
+    # as a field of a structured array (strided)
+    dests = []
+    for f in fields:
+        src = dtype.fields[f][0]
+        dst = np.dtype(_WIDER[src]) if src in _WIDER and draw(st.booleans()) else src
+        if draw(st.booleans()):
+            dests.append(np.zeros(len(rows), np.dtype([("pad", "u1"), ("x", dst), ("more", "<f8")]))["x"])
+        else:
+            dests.append(np.zeros(len(rows), dst))
+    return recs, rows, list(zip(fields, dests))
+
+
+@given(gather_cases())
+@settings(max_examples=300, deadline=None)
+def test_gather_writes_each_field_of_each_row_as_numpy_would(case):
+    recs, rows, columns = case
+    _native.gather(recs, rows, columns)   # a read-only source (a frame's payload) is fine
+    for name, dst in columns:
+        want = recs[name][rows]
+        if want.dtype.kind == "f":   # compared as bits: random bytes make NaNs
+            assert dst.view(want.dtype).tobytes() == want.tobytes()
+        else:
+            assert dst.tolist() == want.astype(dst.dtype).tolist()
+
+
+def test_gather_refuses_a_bad_row_or_destination_and_writes_nothing():
+    recs = np.zeros(4, _native.EVENT_DTYPE)
+    recs["ts"] = [10, 20, 30, 40]
+    out = np.full(3, -7, np.int64)
+    for rows in ([0, 4, 1], [-1, 0, 0]):
+        with pytest.raises(IndexError, match="outside the 4 records"):
+            _native.gather(recs, np.array(rows), [("ts", out)])
+        assert out.tolist() == [-7, -7, -7]
+    rows = np.array([3, 0, 2])
+    with pytest.raises(ValueError, match="cannot be written"):
+        _native.gather(recs, rows, [("ts", np.zeros(3, np.int32))])     # narrowing
+    with pytest.raises(ValueError, match="cannot be written"):
+        _native.gather(recs, rows, [("stream", np.zeros(3, np.float64))])
+    with pytest.raises(ValueError, match="cannot be written"):
+        _native.gather(recs, rows, [("name", np.zeros(3, np.int32))])     # uint32 values past int32's
+    with pytest.raises(ValueError, match="1-D array of 3 rows"):
+        _native.gather(recs, rows, [("ts", np.zeros(2, np.int64))])
+    frozen = np.zeros(3, np.int64)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="writable"):
+        _native.gather(recs, rows, [("ts", frozen)])
+    _native.gather(recs, rows, [("ts", out)])
+    assert out.tolist() == [40, 10, 30]
