@@ -226,14 +226,16 @@ def correlate(streams, output, quiet):
 def blockers(inputs, top, jobs, quiet):
     """The short answer: which kernels and host ops blocked the collectives.
 
-    INPUTS are event streams (at any stage: extracted, aligned or correlated)
-    or the per-rank trace files themselves; whatever stages are missing run
+    INPUTS are event streams (at any stage: extracted, aligned or correlated;
+    none: stdin), the per-rank trace files themselves, or one directory of
+    them (as --trace_dir takes it); whatever stages are missing run
     in-process.  Prints the straggler, the dominant cause of waiting, the top
     blocking kernels and host ops, and the top contention pairs.
 
     \b
       streamtrace blockers analysed.stev
       streamtrace blockers run/rank*_trace.json.gz
+      streamtrace blockers run/
     """
     from .pipeline import correlated_sheets
 

@@ -5,6 +5,7 @@ stages run in-process, generator to generator, with no serialisation between
 them.
 """
 import itertools
+import os
 
 from .background import interleaved, prefetched
 from .errors import StreamtraceError
@@ -124,12 +125,20 @@ def _spool_stdin():
 
 
 def correlated_frames(paths, jobs=1, world_size=None):
-    """Frames with align and correlate results, running what is missing."""
+    """Frames with align and correlate results, running what is missing:
+    ``paths`` are event streams (``-``: stdin), trace files, or one
+    directory of traces (resolved as ``--trace_dir`` is)."""
     from .align import align_frames
     from .correlate import TABLE_PREFIX, correlate_frames
     from .sources import resolve_inputs
 
     paths = [_spool_stdin() if str(p) == "-" else p for p in paths]
+    directories = [p for p in paths if os.path.isdir(p)]
+    if directories:   # a run's directory of traces, as --trace_dir takes it
+        if len(paths) > 1:
+            raise StreamtraceError(f"{directories[0]}: a directory of traces must be the only input")
+        inputs = resolve_inputs(trace_dir=directories[0], world_size=world_size)
+        return correlate_frames(align_frames(stage_frames(inputs, world_size=world_size, jobs=jobs)))
     streams = [is_stream(p) for p in paths]
     if all(streams):
         names = set().union(*(table_names(p) for p in paths))
