@@ -205,14 +205,12 @@ def correlate(streams, output, quiet):
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace correlate -o analysed.stev
     """
     from .correlate import correlate_frames
-    from .stream import StreamWriter, iter_frames
+    from .stream import StreamWriter
 
     _setup_logging(quiet)
-    sources = list(streams) or ["-"]
     with stream_output(output) as out:
         writer = StreamWriter(out)
-        frames = (f for s in sources for f in iter_frames(s))
-        writer.write_all(correlate_frames(frames))
+        writer.write_all(correlate_frames(_input_frames(streams)))
         out.flush()
 
 

@@ -323,14 +323,18 @@ def _read_exact(f, n):
 def iter_frames(source, name=None):
     """Yield every frame of a stream (file object, path, or '-' for stdin).
 
-    Raises StreamFormatError on a bad header, an unknown version or a
-    truncated frame.  Repeated headers (concatenated streams) are accepted.
+    Raises StreamFormatError on a file that cannot be opened, a bad header,
+    an unknown version or a truncated frame.  Repeated headers (concatenated streams) are accepted.
     """
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
         if str(source) == "-":
             yield from iter_frames(sys.stdin.buffer, name="<stdin>")
             return
-        with open(source, "rb") as f:
+        try:
+            f = open(source, "rb")
+        except OSError as exc:   # missing, a directory, unreadable: one line naming the file
+            raise StreamFormatError(str(source), f"cannot open: {exc.strerror or exc}") from None
+        with f:
             yield from iter_frames(f, name=str(source))
         return
     f = source

@@ -1,0 +1,92 @@
+"""The stream-reading commands (align, correlate, report, dump) on bad input:
+a trace where a stream is expected, a stream cut short, a missing file, a
+directory, empty stdin.  Each gives one line naming the input and the
+problem, exits 1 and leaves no output file behind; in a real shell pipe too."""
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+import generate_fixture
+from streamtrace.cli import main
+
+BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+
+# each command with the output it would write, as a path under the test's directory
+COMMANDS = {"align": ("-o", "out.stev"), "correlate": ("-o", "out.stev"), "report": ("-o", "out.xlsx"),
+            "dump": ()}
+
+
+@pytest.fixture(scope="module")
+def run_set(tmp_path_factory):
+    """Two ranks' traces, and their aligned stream whole and cut short."""
+    d = tmp_path_factory.mktemp("stage_errors")
+    generate_fixture.generate(str(d / "traces"), ranks=2, steps=2, seed=3)
+    aligned = d / "aligned.stev"
+    res = CliRunner().invoke(main, ["extract", "--trace_dir", str(d / "traces"), "--world_size", "2", "-q",
+                                    "-o", str(d / "extracted.stev")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["align", str(d / "extracted.stev"), "-q", "-o", str(aligned)])
+    assert res.exit_code == 0, res.output
+    data = aligned.read_bytes()
+    (d / "cut_inside.stev").write_bytes(data[:len(data) - 100])   # inside the last frames
+    (d / "no_end.stev").write_bytes(data[:len(data) // 2])
+    (d / "a_directory").mkdir()
+    return d
+
+
+BAD = {  # input name -> what the one line must say
+    "traces/rank0_trace.json": "not a streamtrace event stream",
+    "cut_inside.stev": "truncated stream",
+    "missing.stev": "cannot open: No such file or directory",
+    "a_directory": "cannot open: Is a directory",
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("name", list(BAD))
+def test_bad_stream_is_one_line_and_leaves_no_output(run_set, tmp_path, command, name):
+    out = [str(tmp_path / a) if a.startswith("out") else a for a in COMMANDS[command]]
+    res = CliRunner().invoke(main, [command, str(run_set / name), *out])
+    assert res.exit_code == 1
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {run_set / name}: {BAD[name]}")
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_empty_stdin_and_a_stream_without_its_end(run_set, tmp_path, command):
+    out = [str(tmp_path / a) if a.startswith("out") else a for a in COMMANDS[command]]
+    res = CliRunner().invoke(main, [command, *out], input=b"")
+    assert res.exit_code == 1
+    assert res.output.strip() == "Error: <stdin>: empty input: expected a streamtrace event stream"
+    res = CliRunner().invoke(main, [command, str(run_set / "no_end.stev"), *out])
+    assert res.exit_code == 1 and len(res.output.strip().splitlines()) == 1
+    assert res.output.startswith(f"Error: {run_set / 'no_end.stev'}: ")
+    assert "truncated" in res.output or "incomplete stream" in res.output
+    assert os.listdir(tmp_path) == []
+
+
+def test_the_good_stream_passes(run_set, tmp_path):
+    """The same commands on the whole stream succeed (the failures above are the input's)."""
+    for command, out in COMMANDS.items():
+        args = [str(tmp_path / a) if a.startswith("out") else a for a in out]
+        res = CliRunner().invoke(main, [command, str(run_set / "aligned.stev"), "-q" if out else "--what=meta", *args])
+        assert res.exit_code == 0, (command, res.output)
+    assert sorted(os.listdir(tmp_path)) == ["out.stev", "out.xlsx"]
+
+
+@pytest.mark.skipif(not os.path.exists(BIN), reason="the streamtrace script is not installed beside this python")
+def test_a_pipe_cut_short_fails_downstream_without_output(run_set, tmp_path):
+    """extract | (first bytes only) | align | correlate -o: the cut is seen,
+    every later stage fails, and correlate's output file is never made."""
+    out = tmp_path / "analysed.stev"
+    cmd = (f"{BIN} extract --trace_dir {run_set / 'traces'} --world_size 2 -q | head -c 20000 | "
+           f"{BIN} align -q | {BIN} correlate -q -o {out}")
+    proc = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
+    assert errors and errors[0].startswith("Error: <stdin>: ") and "Traceback" not in proc.stderr
+    assert not out.exists() and os.listdir(tmp_path) == []
