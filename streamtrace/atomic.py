@@ -26,12 +26,20 @@ def atomic_path(path, suffix=""):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise StreamtraceError(f"{path}: the output directory does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=suffix, dir=directory)
+    if os.path.isdir(path):   # found before the work, not at the rename after it
+        raise StreamtraceError(f"{path}: is a directory, not an output file")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=suffix, dir=directory)
+    except OSError as exc:   # read-only, no permission
+        raise StreamtraceError(f"{path}: cannot write in its directory: {exc.strerror or exc}") from None
     os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~umask())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:   # e.g. a directory of that name
+            raise StreamtraceError(f"{path}: cannot replace it: {exc.strerror or exc}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

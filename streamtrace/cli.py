@@ -38,7 +38,7 @@ def _setup_logging(quiet):
 
 
 def handle_errors(fn):
-    """Turn library errors into one-line Click errors (exit 1)."""
+    """Turn library and operating-system errors into one-line Click errors (exit 1)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -52,6 +52,9 @@ def handle_errors(fn):
             sys.exit(0)
         except KeyboardInterrupt:
             raise click.Abort() from None
+        except OSError as exc:   # the machine's, not ours (a full disk, an I/O error): one line too
+            where = f"{exc.filename}: " if exc.filename else ""
+            raise click.ClickException(f"{where}{exc.strerror or exc}") from None
 
     return wrapper
 

@@ -1493,7 +1493,11 @@ class CsvDir:
         if os.path.exists(directory) and not os.path.isdir(directory):
             raise StreamtraceError(f"{directory}: exists and is not a directory")
         self.directory = directory
-        self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
+        try:
+            self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
+        except OSError as exc:   # read-only, no permission
+            raise StreamtraceError(f"{directory}: cannot write in its parent directory: "
+                                   f"{exc.strerror or exc}") from None
 
     def write(self, sheets, parallel=True):
         """Write ``{name: DataFrame}`` (``parallel`` on two cores: a large set

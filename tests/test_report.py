@@ -585,7 +585,7 @@ def test_writers_are_atomic(tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(report_mod.os, "replace", boom)  # fails after the workbook was saved to the temp file
-    with pytest.raises(OSError):
+    with pytest.raises(StreamtraceError, match="r.xlsx: cannot replace it: disk full"):
         write_xlsx({"s": df}, tmp_path / "r.xlsx")
     assert os.listdir(tmp_path) == []
     monkeypatch.setattr(report_mod.os, "replace", real_replace)

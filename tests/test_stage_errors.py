@@ -90,3 +90,32 @@ def test_a_pipe_cut_short_fails_downstream_without_output(run_set, tmp_path):
     errors = [line for line in proc.stderr.splitlines() if line.startswith("Error: ")]
     assert errors and errors[0].startswith("Error: <stdin>: ") and "Traceback" not in proc.stderr
     assert not out.exists() and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("command", ["align", "correlate", "report"])
+def test_an_output_that_cannot_be_written_is_one_line(run_set, tmp_path, command):
+    """A directory where the output file should go, and (where the machine has
+    one) a directory nobody may create files in: refused in one line."""
+    target = tmp_path / "taken"
+    target.mkdir()
+    res = CliRunner().invoke(main, [command, str(run_set / "aligned.stev"), "-q", "-o", str(target)])
+    # report's -o is declared a file, so click refuses it as a usage error (exit 2):
+    last = res.output.strip().splitlines()[-1]
+    assert (res.exit_code, len(res.output.strip().splitlines())) in ((1, 1), (2, 4))   # usage, hint, blank, error
+    assert str(target) in last and "is a directory" in last
+    assert os.listdir(target) == [] and os.listdir(tmp_path) == ["taken"]
+    if os.path.isdir("/proc/self"):   # /proc takes no new files, even from root
+        res = CliRunner().invoke(main, [command, str(run_set / "aligned.stev"), "-q", "-o", "/proc/streamtrace.out"])
+        assert res.exit_code == 1
+        assert res.output.strip().splitlines() == [res.output.strip()]
+        assert res.output.startswith("Error: /proc/streamtrace.out: cannot write in its directory: ")
+
+
+@pytest.mark.skipif(not (os.path.exists(BIN) and os.path.exists("/dev/full")), reason="needs the script and /dev/full")
+@pytest.mark.parametrize("command", [["align", "-q"], ["correlate", "-q"], ["dump", "--what", "events"]])
+def test_a_full_disk_is_one_line(run_set, command):
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run([BIN, *command, str(run_set / "aligned.stev")], stdout=full, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "Error: No space left on device"
