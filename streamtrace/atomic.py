@@ -38,7 +38,7 @@ def atomic_path(path, suffix=""):
         os.chmod(tmp, 0o666 & ~umask())
         try:
             os.replace(tmp, path)
-        except OSError as exc:   # e.g. a directory of that name
+        except OSError as exc:   # e.g. a directory put in its place during the run
             raise StreamtraceError(f"{path}: cannot replace it: {exc.strerror or exc}") from None
     except BaseException:
         with contextlib.suppress(OSError):
