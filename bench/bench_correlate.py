@@ -85,7 +85,7 @@ class ThreadCpu:
 
 def child(mode, directory, ranks):
     from streamtrace.pipeline import stage_frames, trace_frames
-    from streamtrace.sources import resolve_inputs
+    from streamtrace.io.ranks import resolve_inputs
 
     inputs = resolve_inputs(trace_dir=directory, world_size=ranks)
     threads = ThreadCpu() if os.path.isdir("/proc/self/task") else None
@@ -105,11 +105,11 @@ def child(mode, directory, ranks):
         frames = stage_frames(inputs, world_size=ranks)
     frames = timed(frames)
     if mode in ("align", "chain"):
-        from streamtrace.align import align_frames
+        from streamtrace.align.stage import align_frames
 
         frames = align_frames(frames)
     if mode == "chain":
-        from streamtrace.correlate import correlate_frames
+        from streamtrace.correlate.stage import correlate_frames
 
         frames = correlate_frames(frames)
     n = sum(1 for _ in frames)

@@ -213,10 +213,11 @@ def _dense(workdir, scale, out, label, fill_ops, note):
     # in-process: the cross-rank matching and the report computation alone
     code = f"""
 import time, pickle
-from streamtrace.report import collect_tables_from_traces, build_report
-from streamtrace.align import collect_rank, match_ranks
-from streamtrace.stream import iter_frames
-from streamtrace.align import RankCollector
+from streamtrace.chain import collect_tables_from_traces
+from streamtrace.report.sheets import build_report
+from streamtrace.align.stage import collect_rank, match_ranks
+from streamtrace.stream.format import iter_frames
+from streamtrace.align.stage import RankCollector
 cols = {{}}
 for f in iter_frames({stev!r}):
     if f.kind in (2, 3, 5, 1):

@@ -17,20 +17,20 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .errors import StreamFormatError, StreamtraceError, TraceError
 from .extract import VERSION as __version__
 from .extract import extract, extract_rank, peek_metadata
-from .sources import RankInput, resolve_inputs
-from .stream import Frame, Kind, RankData, StreamWriter, iter_frames, read_stream
+from .io.ranks import RankInput, resolve_inputs
+from .stream.format import Frame, Kind, RankData, StreamWriter, iter_frames, read_stream
 from .fuse import TraceFuse, fuse  # light (no pandas); eager so the function, not the module, is 'fuse'
 
 #: public names that live in heavier modules, imported when first used
 _LAZY = {
     "collectives": ("collectives", None),
-    "align_frames": ("align", "align_frames"),
-    "match_ranks": ("align", "match_ranks"),
-    "build_report": ("report", "build_report"),
-    "generate_collective_report": ("oneshot", "generate_collective_report"),
-    "write_xlsx": ("report", "write_xlsx"),
-    "write_csvs": ("report", "write_csvs"),
-    "correlate_frames": ("correlate", "correlate_frames"),
+    "align_frames": ("align.stage", "align_frames"),
+    "match_ranks": ("align.stage", "match_ranks"),
+    "build_report": ("report.sheets", "build_report"),
+    "generate_collective_report": ("chain", "generate_collective_report"),
+    "write_xlsx": ("report.sheets", "write_xlsx"),
+    "write_csvs": ("report.sheets", "write_csvs"),
+    "correlate_frames": ("correlate.stage", "correlate_frames"),
 }
 
 

@@ -16,9 +16,9 @@ import click
 
 from .extract import VERSION
 from .extract import extract as extract_api
-from .atomic import atomic_file as atomic_output
+from .io.outputs import atomic_file as atomic_output
 from .errors import StreamtraceError
-from .sources import DEFAULT_RANK_REGEX, resolve_inputs
+from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
 
 log = logging.getLogger("streamtrace")
 
@@ -207,8 +207,8 @@ def correlate(streams, output, quiet):
     \b
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace correlate -o analysed.stev
     """
-    from .correlate import correlate_frames
-    from .stream import StreamWriter
+    from .correlate.stage import correlate_frames
+    from .stream.format import StreamWriter
 
     _setup_logging(quiet)
     with stream_output(output) as out:
@@ -241,7 +241,7 @@ def blockers(inputs, top, jobs, quiet):
     from .pipeline import correlated_sheets
 
     _setup_logging(quiet)
-    from .correlate import blockers_text
+    from .correlate.stage import blockers_text
 
     click.echo(blockers_text(correlated_sheets(list(inputs) or ["-"], jobs=jobs), top=top))
 
@@ -312,7 +312,7 @@ def report_options(fn):
 
 
 def _input_frames(streams):
-    from .stream import iter_frames
+    from .stream.format import iter_frames
 
     sources = list(streams) or ["-"]
     if sources == ["-"] and sys.stdin.isatty():
@@ -323,7 +323,7 @@ def _input_frames(streams):
 
 
 def _wrote(paths, sheets):
-    from .report import SHEET_ORDER
+    from .report.sheets import SHEET_ORDER
 
     names = [n for n in SHEET_ORDER if n in sheets]
     for p in paths:
@@ -352,8 +352,8 @@ def align(streams, output, align_clocks, gpus_per_node, quiet):
     \b
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align -o run.aligned.stev
     """
-    from .align import align_frames
-    from .stream import StreamWriter
+    from .align.stage import align_frames
+    from .stream.format import StreamWriter
 
     _setup_logging(quiet)
     frames = _input_frames(streams)
@@ -382,7 +382,7 @@ def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_me
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace report -o report.xlsx
       streamtrace report run.aligned.stev --output_csvs_dir csvs/
     """
-    from .report import REPORT_NAME, build_report, collect_tables, write_report
+    from .report.sheets import REPORT_NAME, build_report, collect_tables, write_report
 
     _setup_logging(quiet)
     output_xlsx_path = output_xlsx_path or output
@@ -429,7 +429,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
       streamtrace collective-report --trace_glob 'logs/*.json.gz' --rank_regex 'worker(?P<rank>\\d+)' \\
           --world_size 8 --output_csvs_dir csvs/ -j 2
     """
-    from .oneshot import generate_collective_report
+    from .chain import generate_collective_report
 
     _setup_logging(quiet)
     written = {}

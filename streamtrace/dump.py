@@ -12,8 +12,8 @@ import pandas as pd
 
 from ._native import FLAGS
 
-from .stream import read_stream
-from .tables import comms_frame, events_frame, kernels_frame
+from .stream.format import read_stream
+from .stream.records import comms_frame, events_frame, kernels_frame
 
 
 def _collectives(rank):

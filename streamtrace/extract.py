@@ -13,8 +13,8 @@ import tempfile
 
 from . import _native
 from .errors import TraceError
-from .inputs import chunk_reader, open_source
-from .stream import Frame, Kind, StreamWriter, json_frame, strings_frame
+from .io.reading import chunk_reader, open_source
+from .stream.format import Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
 

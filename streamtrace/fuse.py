@@ -47,11 +47,11 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 
 from . import _native
-from .atomic import atomic_file
+from .io.outputs import atomic_file
 from .errors import StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
-from .inputs import open_source
-from .sources import RankInput
+from .io.reading import open_source
+from .io.ranks import RankInput
 
 log = logging.getLogger("streamtrace")
 
@@ -448,7 +448,7 @@ def _clock_offsets(ranks, jobs):
     """{rank: (offset_ns, base_ns)} from the align stage's estimate (its
     ``align.clocks`` table, the report's clock_alignment sheet)."""
     try:
-        from . import align
+        from .align import stage as align
         from .extract import extract_rank
     except ImportError as exc:  # pragma: no cover - align ships with streamtrace
         raise StreamtraceError(f"--align_clocks needs the align stage ({exc})") from None

@@ -7,9 +7,9 @@ them.
 import itertools
 import os
 
-from .background import interleaved, prefetched
+from .parallel.threads import interleaved, prefetched
 from .errors import StreamtraceError
-from .stream import MAGIC, Kind, iter_frames
+from .stream.format import MAGIC, Kind, iter_frames
 
 
 def is_stream(path):
@@ -128,9 +128,9 @@ def correlated_frames(paths, jobs=1, world_size=None):
     """Frames with align and correlate results, running what is missing:
     ``paths`` are event streams (``-``: stdin), trace files, or one
     directory of traces (resolved as ``--trace_dir`` is)."""
-    from .align import align_frames
-    from .correlate import TABLE_PREFIX, correlate_frames
-    from .sources import resolve_inputs
+    from .align.stage import align_frames
+    from .correlate.stage import TABLE_PREFIX, correlate_frames
+    from .io.ranks import resolve_inputs
 
     paths = [_spool_stdin() if str(p) == "-" else p for p in paths]
     directories = [p for p in paths if os.path.isdir(p)]
@@ -156,7 +156,7 @@ def correlated_frames(paths, jobs=1, world_size=None):
 
 def correlated_sheets(paths, jobs=1, world_size=None):
     """{sheet: DataFrame} of correlate's results for streams or traces."""
-    from .correlate import sheets_from_tables
+    from .correlate.stage import sheets_from_tables
 
     tables = {}
     for f in correlated_frames(paths, jobs=jobs, world_size=world_size):

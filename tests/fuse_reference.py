@@ -134,7 +134,7 @@ def rank_pid(raw, rank):
 def undo(e, info, rank):
     """The input event a fused event came from, checking every rewrite.
 
-    ``info`` is the rank's entry of ``streamtrace.inputs`` (id_offset,
+    ``info`` is the rank's entry of ``streamtrace.io.reading`` (id_offset,
     pid_map, ts_shift_ns)."""
     e = dict(e)  # only top-level fields and args are rewritten
     args = e["args"] = dict(e["args"])

@@ -97,7 +97,7 @@ def serial_and_forked(monkeypatch, module, run):
     """``run()`` once on one CPU, then on two with ``module``'s parallel
     threshold at 0: (serial result, parallel result, per ``module.both`` call
     whether it really forked)."""
-    import streamtrace.forked as forked
+    import streamtrace.parallel.fork as forked
 
     monkeypatch.setattr(module, "available_cpus", lambda: 1)
     serial = run()

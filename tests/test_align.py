@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 import generate_fixture
 from streamtrace import collectives as coll
 from streamtrace import extract, resolve_inputs
-from streamtrace.align import (CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS, TABLE_NAMES,
+from streamtrace.align.stage import (CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS, TABLE_NAMES,
                                align_frames, align_sequences, classify_string, estimate_clock_offsets)
-from streamtrace.stream import Kind, iter_frames
+from streamtrace.stream.format import Kind, iter_frames
 from synthtrace import write_trace
 
 # ---------------------------------------------------------------------- fixtures
@@ -157,7 +157,7 @@ def test_categories_kinds_and_factors():
 
 
 def test_string_classes():
-    from streamtrace.rankcollect import S_ANNOT, S_C10D, S_KERNEL_CAT, S_LAUNCH, S_NCCL_NAME, S_RPC, S_RUNTIME_CAT
+    from streamtrace.align.collect import S_ANNOT, S_C10D, S_KERNEL_CAT, S_LAUNCH, S_NCCL_NAME, S_RPC, S_RUNTIME_CAT
 
     assert classify_string("kernel") == S_KERNEL_CAT
     assert classify_string("Runtime") == S_RUNTIME_CAT
@@ -289,7 +289,7 @@ def test_align_twice_replaces_tables(fx_new):
 
 
 def test_collector_keeps_only_what_it_needs(fx_new):
-    from streamtrace.rankcollect import RankCollector
+    from streamtrace.align.collect import RankCollector
 
     frames = [f for f in iter_frames(stream_of(fx_new[0], 4)) if f.rank == 0 and f.kind != Kind.END]
     c = RankCollector(0)
@@ -500,7 +500,7 @@ def test_align_cli_round_trip(tmp_path, fx_new):
     from click.testing import CliRunner
 
     from streamtrace.cli import main
-    from streamtrace.stream import read_tables
+    from streamtrace.stream.format import read_tables
 
     raw = tmp_path / "raw.stev"
     raw.write_bytes(stream_of(fx_new[0], 4).getvalue())
@@ -524,10 +524,10 @@ def test_rank_reading_starts_without_pandas(fx_new):
 
     code = f"""
 import sys
-from streamtrace.oneshot import RankReading
-from streamtrace.rankcollect import RankCollector
+from streamtrace.chain import RankReading
+from streamtrace.align.collect import RankCollector
 from streamtrace.extract import extract_rank
-from streamtrace.sources import resolve_inputs
+from streamtrace.io.ranks import resolve_inputs
 inputs = resolve_inputs(trace_dir={fx_new[0]!r}, world_size=4)
 c = RankCollector(0)
 for frame in extract_rank(inputs[0].path, 0, 4):
@@ -546,9 +546,9 @@ def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeyp
     """Unless applied, the clock offsets are estimated in a forked child while
     the rows are built (large sets): every table, and the data-quality rows
     in their order, are those of doing both here."""
-    import streamtrace.align as align_mod
+    import streamtrace.align.stage as align_mod
     from helpers import serial_and_forked
-    from streamtrace.oneshot import RankReading
+    from streamtrace.chain import RankReading
 
     results = RankReading(resolve_inputs(trace_dir=fx_new[0], world_size=4), 4).results()
     serial, parallel, forks = serial_and_forked(
@@ -578,7 +578,7 @@ def test_medians_by_one_wide_group_among_small_ones():
 
 
 def _same_as_pandas_medians(group, values):
-    from streamtrace.align import _medians_by
+    from streamtrace.align.stage import _medians_by
 
     ids, medians, counts = _medians_by(group, values)
     want = pd.Series(values).groupby(group).agg(["median", "size"])
@@ -590,7 +590,7 @@ def test_a_rank_is_being_finished_before_its_metadata_frame_goes_on(fx_new, monk
     """align starts finishing a rank (in a thread) before passing its META
     frame downstream, so that correlate's own finishing of the rank overlaps
     it; the results are the same."""
-    import streamtrace.align as align_mod
+    import streamtrace.align.stage as align_mod
 
     started = []
     real = align_mod.in_thread
@@ -616,7 +616,7 @@ def test_a_rank_is_being_finished_before_its_metadata_frame_goes_on(fx_new, monk
 
 
 def test_an_error_finishing_a_rank_is_raised_by_align_frames(fx_new, monkeypatch):
-    import streamtrace.align as align_mod
+    import streamtrace.align.stage as align_mod
     from streamtrace.errors import StreamtraceError
 
     def broken(c):
@@ -636,8 +636,8 @@ def test_concat_joins_records_in_their_own_layout(n, seed):
     records to 92 bytes, which sends every later _take to numpy's
     field-by-field gather), for empty, contiguous and strided parts."""
     from streamtrace._native import COMM_DTYPE
-    from streamtrace.align import _concat
-    from streamtrace.rankcollect import _K_DTYPE, _L_DTYPE, _O_DTYPE
+    from streamtrace.align.stage import _concat
+    from streamtrace.align.collect import _K_DTYPE, _L_DTYPE, _O_DTYPE
 
     rng = np.random.default_rng(seed)
     packed = np.dtype([("a", "<i8"), ("b", "u1")])
@@ -658,8 +658,8 @@ def test_take_is_numpy_fancy_indexing_of_records(n, seed):
     ``records[index]`` gives, for the record layouts align uses, a packed
     layout and a strided (non-contiguous) array that it hands to numpy."""
     from streamtrace._native import COMM_DTYPE
-    from streamtrace.align import _take
-    from streamtrace.rankcollect import _K_DTYPE, _L_DTYPE, _O_DTYPE
+    from streamtrace.align.stage import _take
+    from streamtrace.align.collect import _K_DTYPE, _L_DTYPE, _O_DTYPE
 
     rng = np.random.default_rng(seed)
     packed = np.dtype([("a", "<i8"), ("b", "u1")])

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamtrace import report
+from streamtrace.report import sheets as report
 from streamtrace.errors import StreamtraceError
-from streamtrace.forked import balanced, can_fork, split_in_two
+from streamtrace.parallel.fork import balanced, can_fork, split_in_two
 
 
 def _writer(path):
@@ -167,7 +167,7 @@ def test_write_xlsx_child_failure_leaves_no_output(tmp_path, monkeypatch):
 
 def test_both_returns_each_result_and_runs_there_in_a_child():
     _require_fork()
-    from streamtrace.forked import both
+    from streamtrace.parallel.fork import both
 
     here, there = both(lambda: ("here", os.getpid()), lambda: ("there", os.getpid(), np.arange(3)))
     assert here == ("here", os.getpid())
@@ -177,7 +177,7 @@ def test_both_returns_each_result_and_runs_there_in_a_child():
 def test_both_raises_the_childs_exception_as_itself():
     _require_fork()
     from streamtrace.errors import TraceError
-    from streamtrace.forked import both
+    from streamtrace.parallel.fork import both
 
     def fail():
         raise TraceError("r3.json", "truncated", 17)
@@ -188,7 +188,7 @@ def test_both_raises_the_childs_exception_as_itself():
 
 def test_both_turns_an_exception_that_does_not_pickle_into_its_message():
     _require_fork()
-    from streamtrace.forked import both
+    from streamtrace.parallel.fork import both
 
     class Local(Exception):   # a local class cannot be pickled by reference
         pass
@@ -201,7 +201,7 @@ def test_both_turns_an_exception_that_does_not_pickle_into_its_message():
 
 
 def test_both_runs_in_order_here_when_it_cannot_fork():
-    from streamtrace.forked import both
+    from streamtrace.parallel.fork import both
 
     calls = []
     stop = threading.Event()

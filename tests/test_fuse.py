@@ -457,7 +457,7 @@ def test_time_base_puts_ranks_on_one_epoch(tmp_path):
 def _align_clocks(paths):
     """Per-rank offsets from the align stage (its align.clocks table)."""
     from streamtrace import extract_rank
-    from streamtrace.align import align_frames
+    from streamtrace.align.stage import align_frames
 
     frames = itertools.chain.from_iterable(extract_rank(p, r) for r, p in enumerate(paths))
     tables = {}
@@ -488,7 +488,7 @@ def test_align_clocks_shifts_by_the_estimated_offsets(tmp_path, run_new):
 
 
 def test_align_clocks_matches_report_sheet(tmp_path, run_new):
-    report = pytest.importorskip("streamtrace.report")
+    report = pytest.importorskip("streamtrace.report.sheets")
     if not hasattr(report, "build_report"):
         pytest.skip("the report stage has no build_report yet")
     from streamtrace import extract_rank

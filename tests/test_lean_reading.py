@@ -9,9 +9,9 @@ import pytest
 from conftest import real_id, real_traces
 from streamtrace._native import FLAGS
 from streamtrace.extract import extract_rank
-from streamtrace.rankcollect import (S_ANNOT, S_C10D, S_CPU_CAT, S_KERNEL_CAT, S_LAUNCH, S_RPC, S_RUNTIME_CAT,
+from streamtrace.align.collect import (S_ANNOT, S_C10D, S_CPU_CAT, S_KERNEL_CAT, S_LAUNCH, S_RPC, S_RUNTIME_CAT,
                                      classify_string, collect_rank)
-from streamtrace.stream import Kind
+from streamtrace.stream.format import Kind
 
 EVENT_INDEX_COLUMNS = ["event", "launch_event", "rpc_event", "annotation_event", "c10d_event", "cpu_op_event"]
 
@@ -87,7 +87,7 @@ def _check(path, align_only=False):
 
 
 def _strings(frame):
-    from streamtrace.stream import decode_strings
+    from streamtrace.stream.format import decode_strings
 
     return decode_strings(frame.payload)[1]
 

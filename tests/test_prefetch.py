@@ -57,7 +57,7 @@ def test_early_stop_closes_the_source(how):
 def test_trace_frames_prefetched_equals_serial(tmp_path):
     import generate_fixture
     from streamtrace.pipeline import trace_frames
-    from streamtrace.sources import resolve_inputs
+    from streamtrace.io.ranks import resolve_inputs
 
     generate_fixture.generate(str(tmp_path), ranks=2)
     inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=2)
@@ -83,7 +83,7 @@ def labelled(label, n, fail_at=None, closed=None):
 
 @pytest.mark.parametrize("workers", [1, 2, 3, 8])
 def test_interleaved_keeps_each_iterator_in_order(workers):
-    from streamtrace.background import interleaved
+    from streamtrace.parallel.threads import interleaved
 
     sizes = {"a": 300, "b": 0, "c": 1000, "d": 7}
     got = list(interleaved([labelled(k, n) for k, n in sizes.items()], workers=workers, depth=4))
@@ -93,7 +93,7 @@ def test_interleaved_keeps_each_iterator_in_order(workers):
 
 
 def test_interleaved_raises_an_iterators_exception_and_stops_the_others():
-    from streamtrace.background import interleaved
+    from streamtrace.parallel.threads import interleaved
 
     closed = set()
     it = interleaved([labelled("a", 10**6, closed=closed), labelled("b", 100, fail_at=50, closed=closed),
@@ -109,7 +109,7 @@ def test_interleaved_raises_an_iterators_exception_and_stops_the_others():
 
 @pytest.mark.parametrize("how", ["close", "drop"])
 def test_interleaved_early_stop_closes_the_iterators(how):
-    from streamtrace.background import interleaved
+    from streamtrace.parallel.threads import interleaved
 
     closed = set()
     first, threads = first_then_stopped(
@@ -124,7 +124,7 @@ def test_interleaved_early_stop_closes_the_iterators(how):
 def test_trace_frames_in_two_threads_keeps_each_rank_in_order(tmp_path):
     import generate_fixture
     from streamtrace.pipeline import trace_frames
-    from streamtrace.sources import resolve_inputs
+    from streamtrace.io.ranks import resolve_inputs
 
     generate_fixture.generate(str(tmp_path), ranks=3)
     inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=3)
@@ -134,7 +134,7 @@ def test_trace_frames_in_two_threads_keeps_each_rank_in_order(tmp_path):
 
 
 def test_in_thread_runs_at_once_and_returns_the_value():
-    from streamtrace.background import in_thread
+    from streamtrace.parallel.threads import in_thread
 
     started = threading.Event()
     go_on = threading.Event()
@@ -152,7 +152,7 @@ def test_in_thread_runs_at_once_and_returns_the_value():
 
 
 def test_in_thread_raises_the_exception_in_result():
-    from streamtrace.background import in_thread
+    from streamtrace.parallel.threads import in_thread
 
     def fail():
         raise ValueError("bad rank")

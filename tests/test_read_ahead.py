@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from streamtrace import TraceError
 from streamtrace.extract import extract_rank
-from streamtrace.inputs import BufferChunks, MappedChunks, ReadAhead, ReadInline, chunk_reader, open_source
+from streamtrace.io.reading import BufferChunks, MappedChunks, ReadAhead, ReadInline, chunk_reader, open_source
 from test_tokenizer_properties import SAMPLE
 
 

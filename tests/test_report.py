@@ -12,9 +12,9 @@ import pytest
 import generate_fixture
 from conftest import needs_real, real_id, real_traces
 from streamtrace import StreamtraceError, generate_collective_report
-from streamtrace.oneshot import collect_tables_from_traces
-from streamtrace.report import CsvDir, build_report, sheet_parts, write_csvs, write_xlsx
-from streamtrace.sources import resolve_inputs
+from streamtrace.chain import collect_tables_from_traces
+from streamtrace.report.sheets import CsvDir, build_report, sheet_parts, write_csvs, write_xlsx
+from streamtrace.io.ranks import resolve_inputs
 from synthtrace import NCCL_SENDRECV, coll_kernel, compute_kernel, write_trace
 
 MIB = 1 << 20
@@ -393,14 +393,14 @@ def test_blocking_analysis_with_ranks_in_threads_gives_the_sheets_of_one_at_a_ti
 
 
 def test_build_report_from_stream_path_frames_or_tables(tmp_path, fx_report, report_sheets):
-    from streamtrace.report import collect_tables
+    from streamtrace.report.sheets import collect_tables
 
     from test_align import stream_of
 
     path = tmp_path / "s.stev"
     path.write_bytes(stream_of(fx_report[0], 4).getvalue())
     a = build_report(str(path), all2allv_heatmap=True)  # not aligned yet: aligned in-process
-    from streamtrace.stream import iter_frames
+    from streamtrace.stream.format import iter_frames
 
     b = build_report(collect_tables(iter_frames(str(path))), all2allv_heatmap=True)
     for name in report_sheets:
@@ -577,7 +577,7 @@ def test_writers_are_atomic(tmp_path, monkeypatch):
     with pytest.raises(StreamtraceError, match="does not exist"):
         write_xlsx({"s": df}, tmp_path / "nope" / "r.xlsx")
 
-    import streamtrace.report as report_mod
+    import streamtrace.report.sheets as report_mod
 
     real_replace = os.replace
 
@@ -596,7 +596,7 @@ def test_writers_are_atomic(tmp_path, monkeypatch):
 
 
 def test_default_output_paths(tmp_path):
-    from streamtrace.report import default_output_path
+    from streamtrace.report.sheets import default_output_path
 
     assert default_output_path([], trace_dir="/runs/a") == "/runs/a/nccl_analysis_report.xlsx"
     d = tmp_path / "p"
@@ -657,10 +657,10 @@ def test_param_dlrm_rank_set(real_dir, tmp_path):
 
 
 def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
-    """The CSV fast path (streamtrace.cells) writes what ``to_csv`` writes:
+    """The CSV fast path (streamtrace.report.cells) writes what ``to_csv`` writes:
     floats on and off the ns grid, -0.0, inf, NaN, huge ints, nullable ints,
     bools, text needing quotes, formula-like text, mixed object columns."""
-    import streamtrace.report as report_mod
+    import streamtrace.report.sheets as report_mod
 
     rng = np.random.default_rng(1)
     n = 3000
@@ -692,7 +692,7 @@ def test_sheets_built_in_two_processes_equal_one(case, fx_report, tmp_path, monk
     """build_report's two groups of sheets, one in a forked child, give the
     sheets (and data-quality rows, in order) of building them all here: the
     truncated rank list seen by both groups is counted once."""
-    import streamtrace.report as report_mod
+    import streamtrace.report.sheets as report_mod
     from helpers import serial_and_forked
 
     if case == "fixture":
@@ -717,7 +717,7 @@ def test_sheets_delivered_by_the_process_that_built_them_equal_one(case, fx_repo
     process writes the group of sheets it built, the parent the rest) writes
     the files ``write_csvs`` writes of sheets built here, byte for byte, with
     the same data-quality rows, and returns the names of every sheet."""
-    import streamtrace.report as report_mod
+    import streamtrace.report.sheets as report_mod
     from helpers import serial_and_forked
 
     if case == "fixture":
@@ -753,7 +753,7 @@ def test_sheets_delivered_by_the_process_that_built_them_equal_one(case, fx_repo
 def test_strict_errors_from_either_group_of_sheets(tmp_path, monkeypatch, two_processes):
     """--strict raises the same error whether the sheet group that finds the
     disagreement runs here or in the forked child (the all_to_allv group)."""
-    import streamtrace.report as report_mod
+    import streamtrace.report.sheets as report_mod
 
     kw = dict(coll="all_to_allv", group_size=2, name=NCCL_SENDRECV)
     d = _set(tmp_path, [[coll_kernel("100.0", "20.0", dtype="Float", **kw)],

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from streamtrace.stream import decode_table, encode_table
+from streamtrace.stream.format import decode_table, encode_table
 
 
 def test_columns_of_every_kind_round_trip():
@@ -71,7 +71,7 @@ def test_corrupt_text_columns_are_refused():
 def test_a_corrupt_table_frame_is_a_one_line_error_naming_the_stream(tmp_path):
     import subprocess
 
-    from streamtrace.stream import Frame, Kind, StreamWriter, json_frame, table_frame
+    from streamtrace.stream.format import Frame, Kind, StreamWriter, json_frame, table_frame
 
     payload = bytearray(table_frame("align.collectives", pd.DataFrame({"t": ["a", "b"]})).payload)
     payload[-1] = 0x7f
@@ -99,7 +99,7 @@ def test_an_in_process_table_frame_reads_as_its_decoded_bytes():
     """A TABLE frame made in this process hands a reader in the same process
     the DataFrame its bytes decode to, column kinds and missing values
     included; its bytes are made when asked for, and are the same."""
-    from streamtrace.stream import TableFrame, table_frame
+    from streamtrace.stream.format import TableFrame, table_frame
 
     df = pd.DataFrame({
         "i": np.array([1, -2, 3], dtype=np.int64), "i32": np.array([1, 2, 3], dtype=np.int32),
@@ -124,11 +124,11 @@ def test_in_process_tables_of_a_whole_chain_read_as_their_bytes(tmp_path):
     process, exactly as its encoded bytes decode."""
     import subprocess
 
-    from streamtrace.align import align_frames
-    from streamtrace.correlate import correlate_frames
+    from streamtrace.align.stage import align_frames
+    from streamtrace.correlate.stage import correlate_frames
     from streamtrace.pipeline import trace_frames
-    from streamtrace.sources import resolve_inputs
-    from streamtrace.stream import Kind
+    from streamtrace.io.ranks import resolve_inputs
+    from streamtrace.stream.format import Kind
 
     subprocess.run([sys.executable, "fixtures/generate_fixture.py", "--out", str(tmp_path), "--ranks", "4",
                     "--target_mb", "1", "--slow_kernel_rank", "1"], check=True, capture_output=True)
@@ -146,7 +146,7 @@ def test_a_table_frame_reads_only_the_columns_asked_for():
     """``table(columns)`` gives those columns (in the table's order) as the
     full decode has them, from the bytes and in process alike; ``table_name``
     reads the header alone."""
-    from streamtrace.stream import Frame, Kind, table_frame
+    from streamtrace.stream.format import Frame, Kind, table_frame
 
     df = pd.DataFrame({"a": [1, 2], "b": ["x", None], "c": [0.5, np.nan], "d": pd.array([None, 4], dtype="Int64")})
     here = table_frame("t.x", df)

@@ -9,7 +9,7 @@ import contextlib
 import os
 import tempfile
 
-from .errors import StreamtraceError
+from ..errors import StreamtraceError
 
 
 def umask():

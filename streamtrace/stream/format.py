@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
-from .errors import StreamFormatError
+from .._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
+from ..errors import StreamFormatError
 
 MAGIC = b"\x89STEV\r\n\x1a"
 _HEADER = struct.Struct("<8sII")
@@ -161,7 +161,7 @@ def _column_form(s):
     array; ``text``: (codes, distinct strings); ``json``: the JSON bytes."""
     import pandas as pd  # imported here: extract never needs pandas
 
-    from .codes import str_codes
+    from ..codes import str_codes
 
     dtype = s.dtype
     if str(dtype) in ("Int64", "Int32"):
@@ -415,17 +415,17 @@ class RankData:
 
     def events_df(self):
         """Events as a DataFrame with names resolved and times in ns."""
-        from .tables import events_frame
+        from .records import events_frame
 
         return events_frame(self)
 
     def kernels_df(self):
-        from .tables import kernels_frame
+        from .records import kernels_frame
 
         return kernels_frame(self)
 
     def comms_df(self):
-        from .tables import comms_frame
+        from .records import comms_frame
 
         return comms_frame(self)
 

@@ -13,9 +13,9 @@ import os
 import stat
 import sys
 
-from . import _native
-from .background import prefetched
-from .errors import TraceError
+from .. import _native
+from ..parallel.threads import prefetched
+from ..errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .errors import StreamtraceError
+from ..errors import StreamtraceError
 
 DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")

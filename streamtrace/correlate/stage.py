@@ -34,9 +34,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from . import _native
-from .collectives import is_collective_kernel_name, size_bucket
-from .errors import StreamtraceError
+from .. import _native
+from ..collectives import is_collective_kernel_name, size_bucket
+from ..errors import StreamtraceError
 
 log = logging.getLogger("streamtrace")
 
@@ -405,7 +405,7 @@ class StreamCollector:
             self.compute.add(r, tl, room_for=ws if isinstance(ws, int) and ws > 0 else 2 * (len(self.done) + 1))
 
     def add(self, frame):
-        from .stream import Kind, decode_strings
+        from ..stream.format import Kind, decode_strings
 
         kind = frame.kind
         if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META):
@@ -496,7 +496,7 @@ def correlate_frames(frames):
     there are no matched collectives and every table comes out empty, with a
     data-quality note.
     """
-    from .stream import Kind, json_frame, table_frame
+    from ..stream.format import Kind, json_frame, table_frame
 
     sc = StreamCollector()
     for frame in frames:

@@ -28,8 +28,8 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 import pandas as pd
 
-from ._native import format_rows
-from .codes import str_codes
+from .._native import format_rows
+from ..codes import str_codes
 
 #: |x| below this: a float equal to k/1000 (k integer) has ulp < 1e-4, so its
 #: shortest round-trip text is the decimal k/1000 itself (no shorter decimal

@@ -28,7 +28,7 @@ Where streamtrace deliberately differs from TraceLens (spec Part B):
 
 ``write_xlsx`` / ``write_csvs`` write atomically.  The one-shot
 ``generate_collective_report`` (extract -> align -> report in one process)
-lives in ``streamtrace.oneshot`` and is importable from here too.
+lives in ``streamtrace.chain``.
 """
 import csv
 import functools
@@ -46,14 +46,15 @@ import numpy as np
 import pandas as pd
 from pandas.api.types import infer_dtype
 
-from . import collectives as coll
-from .align import COLLECTIVE_COLUMNS, align_frames, quality_table, read_align_tables
-from .atomic import atomic_path, umask
-from .codes import Text, dense_rank, factorize, group_ids
-from .errors import StreamtraceError
-from .forked import Child, balanced, both, can_fork, split_in_two
-from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
-from .stream import Kind, iter_frames
+from .. import collectives as coll
+from ..align.stage import COLLECTIVE_COLUMNS, align_frames, quality_table, read_align_tables
+from ..io.outputs import atomic_path, umask
+from ..codes import Text, dense_rank, factorize, group_ids
+from ..errors import StreamtraceError
+from ..parallel.fork import Child, balanced, both, can_fork, split_in_two
+from ..parallel.cpus import available_cpus
+from .options import DEFAULT_AGG_METRICS, check_aggs
+from ..stream.format import Kind, iter_frames
 
 log = logging.getLogger("streamtrace")
 
@@ -1556,10 +1557,6 @@ def default_output_path(paths, trace_dir=None, trace_pattern=None, world_size=No
     return os.path.join(common, REPORT_NAME)
 
 
-# the one-shot report lives in streamtrace.oneshot (it must start reading
-# before pandas is imported); its names stay importable from here
-from .oneshot import collect_tables_from_traces, generate_collective_report  # noqa: E402
-
 __all__ = ["build_report", "collect_tables", "write_xlsx", "write_csvs", "write_report", "default_output_path",
-           "generate_collective_report", "collect_tables_from_traces", "sheet_parts", "DEFAULT_AGG_METRICS",
+           "sheet_parts", "DEFAULT_AGG_METRICS",
            "COLLECTIVE_COLUMNS"]

@@ -60,17 +60,17 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from . import collectives as coll
-from .background import in_thread
-from ._native import COMM_DTYPE, NONE, NOSTR
-from .codes import Text, dense_rank, group_ids, joined_labels, occurrence
-from .forked import both
-from .oneshot import available_cpus
-from .errors import StreamtraceError
+from .. import collectives as coll
+from ..parallel.threads import in_thread
+from .._native import COMM_DTYPE, NONE, NOSTR
+from ..codes import Text, dense_rank, group_ids, joined_labels, occurrence
+from ..parallel.fork import both
+from ..parallel.cpus import available_cpus
+from ..errors import StreamtraceError
 # the per-frame collector lives apart, free of pandas; re-exported here
-from .rankcollect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE
-from .rankcollect import RankCollector, classify_string, collect_rank  # noqa: F401
-from .stream import Kind, json_frame, table_frame
+from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE
+from .collect import RankCollector, classify_string, collect_rank  # noqa: F401
+from ..stream.format import Kind, json_frame, table_frame
 
 log = logging.getLogger("streamtrace")
 

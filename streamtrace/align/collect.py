@@ -8,10 +8,10 @@ threads first and imports pandas while the C tokenizer works.
 """
 import numpy as np
 
-from . import collectives as coll
-from ._native import NONE, gather, select_many
-from .errors import StreamtraceError
-from .stream import Kind, decode_strings
+from .. import collectives as coll
+from .._native import NONE, gather, select_many
+from ..errors import StreamtraceError
+from ..stream.format import Kind, decode_strings
 
 # string classes (bit flags), computed once per string
 S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
@@ -137,7 +137,7 @@ class RankCollector:
         """Link, select and describe this rank's collective kernels: its
         RankResult (``align.finish_rank``, which needs pandas: imported here,
         by when a caller that started reading first has imported it)."""
-        from .align import finish_rank
+        from .stage import finish_rank
 
         return finish_rank(self)
 

@@ -7,7 +7,7 @@ resolved to text.
 import numpy as np
 import pandas as pd
 
-from ._native import FLAGS, NONE
+from .._native import FLAGS, NONE
 
 
 def _int_col(values, missing):

@@ -14,7 +14,7 @@ import os
 import pickle
 import threading
 
-from .errors import StreamtraceError
+from ..errors import StreamtraceError
 
 
 def can_fork():

@@ -9,30 +9,8 @@ import functools
 import os
 
 from .errors import StreamtraceError
-
-DEFAULT_AGG_METRICS = ("mean", "median", "min", "max")
-#: aggregations pandas' groupby.agg takes by name (TraceLens passes the user's list to it)
-ALLOWED_AGGS = ("mean", "median", "min", "max", "std", "var", "sum", "count", "first", "last", "sem", "prod",
-                "nunique", "size")
-
-
-def check_aggs(agg_metrics):
-    """The aggregation names to use; a StreamtraceError for an unknown one."""
-    aggs = list(agg_metrics or DEFAULT_AGG_METRICS)
-    for a in aggs:
-        if a not in ALLOWED_AGGS:
-            raise StreamtraceError(f"--agg_metrics: unknown aggregation {a!r} (use any of {', '.join(ALLOWED_AGGS)})")
-    return aggs
-
-
-def available_cpus():
-    """CPUs this process may run on (its affinity mask, e.g. under taskset or
-    a container's cpuset), else the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
+from .parallel.cpus import available_cpus
+from .report.options import DEFAULT_AGG_METRICS, check_aggs
 
 class RankReading:
     """Ranks being extracted and reduced to their collective rows
@@ -77,7 +55,7 @@ class RankReading:
 
     def tables(self, align_clocks=None, gpus_per_node=None):
         """The ``align.*`` tables of the ranks (waits for them)."""
-        from .align import align_options_table, match_ranks
+        from .align.stage import align_options_table, match_ranks
 
         tables = match_ranks(self.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
@@ -98,7 +76,7 @@ READ_MAP_WINDOW = 8 << 20
 
 def _read_rank(inp, world_size, strict, progress):
     from .extract import extract_rank
-    from .rankcollect import collected_rank
+    from .align.collect import collected_rank
 
     # align reads only kernels, their launches and collective CPU ops: the
     # tokenizer leaves the other events out unparsed (flows alone are two per
@@ -138,10 +116,10 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
 def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress):
     """extract -> align -> correlate in-process (``jobs`` > 1: that many ranks
     extracted at once, in threads): ``{name: DataFrame}``."""
-    from .align import align_frames
-    from .correlate import correlate_frames
+    from .align.stage import align_frames
+    from .correlate.stage import correlate_frames
     from .pipeline import stage_frames
-    from .report import collect_tables
+    from .report.sheets import collect_tables
 
     frames = stage_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress)
     return collect_tables(correlate_frames(align_frames(frames, align_clocks=align_clocks,
@@ -172,7 +150,7 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     with CSV output alone, sheets written by a forked child are returned as
     None (see ``report.build_report``'s ``deliver``).
     """
-    from .sources import DEFAULT_RANK_REGEX, resolve_inputs
+    from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
 
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
@@ -184,11 +162,11 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         jobs = (max_workers or available_cpus()) if use_multiprocessing else min(len(inputs), available_cpus())
     if blocking_analysis:
         tables = _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress)
-        from . import report
+        from .report import sheets as report
     else:
         reading = RankReading(inputs, world_size, jobs, strict, progress)
         try:
-            from . import report  # pandas loads while the first ranks are tokenized
+            from .report import sheets as report  # pandas loads while the first ranks are tokenized
         except BaseException:
             reading.close()
             raise

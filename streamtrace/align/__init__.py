@@ -1,0 +1,2 @@
+"""The align stage: each rank's collectives collected (``collect``), matched
+across ranks, with clock offsets and data-quality findings (``stage``)."""
