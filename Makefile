@@ -12,7 +12,7 @@ DEMO   := demo
 # C warnings are errors in every build made through this Makefile (and in CI).
 export STREAMTRACE_WERROR := 1
 
-.PHONY: install demo test pytest sanitize bench fixtures clean
+.PHONY: install demo test pytest sanitize bench fixtures docs clean
 
 # The package byte-compiled, as a regular pip install leaves it: the install
 # is editable, and with PYTHONDONTWRITEBYTECODE set (as on this kind of
@@ -83,6 +83,10 @@ bench: $(STAMP)
 	$(PY) bench/bench_report.py --scale $(BENCH_SCALE) --repeat 3
 	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB) --repeat 9
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
+
+# docs/cli.md from the commands' --help (a test fails when it is stale)
+docs: $(STAMP)
+	$(PY) scripts/cli_docs.py
 
 fixtures: $(STAMP)
 	$(PY) fixtures/generate_fixture.py --out fixtures/out/example --ranks 8 --straggler_rank 3 --straggler_us 300

@@ -6,7 +6,7 @@ Generates RANKS traces of about MB each (reused when present), then measures,
 each in a fresh process: (1) extract alone, every rank, every event kept (as
 ``streamtrace extract`` does), frames consumed and dropped; (2) extract |
 align; (3) extract | align | correlate in one process, through
-``pipeline.stage_frames`` as ``collective-report --blocking_analysis`` and
+``chain.stage_frames`` as ``collective-report --blocking_analysis`` and
 ``blockers`` run them (flow events left out in the tokenizer: the stages read
 none); (4) that lighter extraction alone, for reference.
 Prints wall and CPU times (user + sys, all threads), peak RSS and the
@@ -84,7 +84,7 @@ class ThreadCpu:
 
 
 def child(mode, directory, ranks):
-    from streamtrace.pipeline import stage_frames, trace_frames
+    from streamtrace.chain import stage_frames, trace_frames
     from streamtrace.io.ranks import resolve_inputs
 
     inputs = resolve_inputs(trace_dir=directory, world_size=ranks)

@@ -28,6 +28,7 @@ _LAZY = {
     "match_ranks": ("align.stage", "match_ranks"),
     "build_report": ("report.sheets", "build_report"),
     "generate_collective_report": ("chain", "generate_collective_report"),
+    "blockers": ("chain", "blockers"),
     "write_xlsx": ("report.sheets", "write_xlsx"),
     "write_csvs": ("report.sheets", "write_csvs"),
     "correlate_frames": ("correlate.stage", "correlate_frames"),

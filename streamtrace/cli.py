@@ -238,12 +238,10 @@ def blockers(inputs, top, jobs, quiet):
       streamtrace blockers run/rank*_trace.json.gz
       streamtrace blockers run/
     """
-    from .pipeline import correlated_sheets
+    from .chain import blockers as blockers_api
 
     _setup_logging(quiet)
-    from .correlate.stage import blockers_text
-
-    click.echo(blockers_text(correlated_sheets(list(inputs) or ["-"], jobs=jobs), top=top))
+    click.echo(blockers_api(list(inputs) or ["-"], top=top, jobs=jobs))
 
 
 # ------------------------------------------------------------------ collective report (issue #3)

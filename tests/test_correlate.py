@@ -89,11 +89,11 @@ def test_geometry_arriving_late_or_early_gives_the_same_sheets(tmp_path):
 
 
 def test_in_process_chain_without_flows_gives_the_same_tables(tmp_path):
-    """The in-process chains (``pipeline.stage_frames``) leave flow events
+    """The in-process chains (``chain.stage_frames``) leave flow events
     out in the tokenizer: align and correlate read complete events only, so
     every table is the one a full extraction gives, but for what counts
     the events in the stream: align's event indices and events per rank."""
-    from streamtrace.pipeline import stage_frames, trace_frames
+    from streamtrace.chain import stage_frames, trace_frames
 
     generate_fixture.generate(str(tmp_path), ranks=3, steps=3, slow_kernel_rank=1, host_delay_rank=2)
     inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=3)

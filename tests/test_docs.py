@@ -45,3 +45,14 @@ def test_readme_starts_with_the_two_commands():
     lines = [line for line in open(os.path.join(ROOT, "README.md")).read().splitlines() if line.strip()]
     head = "\n".join(lines[:12])
     assert "make demo" in head and "make test" in head
+
+
+def test_cli_reference_is_current():
+    """docs/cli.md is what scripts/cli_docs.py makes from today's --help (`make docs` rewrites it)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_docs", os.path.join(ROOT, "scripts", "cli_docs.py"))
+    cli_docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli_docs)
+    current = open(os.path.join(ROOT, "docs", "cli.md")).read()
+    assert current == cli_docs.render(), "docs/cli.md is out of date: run `make docs`"

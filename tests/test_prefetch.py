@@ -1,11 +1,11 @@
-"""background.prefetched (used by pipeline.trace_frames): order, producer exceptions, early close, garbage collection."""
+"""background.prefetched (used by chain.trace_frames): order, producer exceptions, early close, garbage collection."""
 import gc
 import threading
 import time
 
 import pytest
 
-from streamtrace.pipeline import prefetched
+from streamtrace.chain import prefetched
 
 
 def items(n, fail_at=None, closed=None):
@@ -56,7 +56,7 @@ def test_early_stop_closes_the_source(how):
 
 def test_trace_frames_prefetched_equals_serial(tmp_path):
     import generate_fixture
-    from streamtrace.pipeline import trace_frames
+    from streamtrace.chain import trace_frames
     from streamtrace.io.ranks import resolve_inputs
 
     generate_fixture.generate(str(tmp_path), ranks=2)
@@ -123,7 +123,7 @@ def test_interleaved_early_stop_closes_the_iterators(how):
 
 def test_trace_frames_in_two_threads_keeps_each_rank_in_order(tmp_path):
     import generate_fixture
-    from streamtrace.pipeline import trace_frames
+    from streamtrace.chain import trace_frames
     from streamtrace.io.ranks import resolve_inputs
 
     generate_fixture.generate(str(tmp_path), ranks=3)

@@ -126,7 +126,7 @@ def test_in_process_tables_of_a_whole_chain_read_as_their_bytes(tmp_path):
 
     from streamtrace.align.stage import align_frames
     from streamtrace.correlate.stage import correlate_frames
-    from streamtrace.pipeline import trace_frames
+    from streamtrace.chain import trace_frames
     from streamtrace.io.ranks import resolve_inputs
     from streamtrace.stream.format import Kind
 
