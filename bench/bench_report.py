@@ -215,14 +215,14 @@ def _dense(workdir, scale, out, label, fill_ops, note):
 import time, pickle
 from streamtrace.chain import collect_tables_from_traces
 from streamtrace.report.sheets import build_report
-from streamtrace.align.stage import collect_rank, match_ranks
+from streamtrace.align.stage import finish_rank, match_ranks
 from streamtrace.stream.format import iter_frames
 from streamtrace.align.stage import RankCollector
 cols = {{}}
 for f in iter_frames({stev!r}):
     if f.kind in (2, 3, 5, 1):
         cols.setdefault(f.rank, RankCollector(f.rank)).add(f)
-t0 = time.perf_counter(); results = [c.finish() for c in cols.values()]; t1 = time.perf_counter()
+t0 = time.perf_counter(); results = [finish_rank(c) for c in cols.values()]; t1 = time.perf_counter()
 tables = match_ranks(results); t2 = time.perf_counter()
 sheets = build_report(tables); t3 = time.perf_counter()
 print(f"{{t1 - t0:.3f}} {{t2 - t1:.3f}} {{t3 - t2:.3f}} {{len(tables['align.collectives'])}}")

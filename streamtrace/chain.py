@@ -202,13 +202,15 @@ class RankReading:
         input order) is raised; ranks not started by then are not read.
 
         The reading threads only collect a rank's rows; this thread finishes
-        each rank (``RankCollector.finish``, ~80 ms of GIL-held numpy on a
+        each rank (``align.stage.finish_rank``, ~80 ms of GIL-held numpy on a
         dense rank) as it comes, so the threads go straight on to the next
         ranks.  (Finishing in the reading threads held the next ranks back
         by the finish and delayed it, two finishes contending for the GIL
         at once.)"""
         try:
-            results = [f.result().finish() for f in self._futures]
+            from .align.stage import finish_rank
+
+            results = [finish_rank(f.result()) for f in self._futures]
         finally:
             self.close()
         seen = {}

@@ -596,7 +596,7 @@ def test_a_rank_is_being_finished_before_its_metadata_frame_goes_on(fx_new, monk
     real = align_mod.in_thread
 
     def recording(fn, *args, **kw):
-        started.append(fn.__self__.rank)
+        started.append(fn.args[0].rank)
         return real(fn, *args, **kw)
 
     monkeypatch.setattr(align_mod, "in_thread", recording)

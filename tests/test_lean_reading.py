@@ -10,7 +10,8 @@ from conftest import real_id, real_traces
 from streamtrace._native import FLAGS
 from streamtrace.extract import extract_rank
 from streamtrace.align.collect import (S_ANNOT, S_C10D, S_CPU_CAT, S_KERNEL_CAT, S_LAUNCH, S_RPC, S_RUNTIME_CAT,
-                                     classify_string, collect_rank)
+                                     classify_string)
+from streamtrace.align.stage import collect_rank
 from streamtrace.stream.format import Kind
 
 EVENT_INDEX_COLUMNS = ["event", "launch_event", "rpc_event", "annotation_event", "c10d_event", "cpu_op_event"]

@@ -58,7 +58,7 @@ def classify_string(s):
 
 
 class RankCollector:
-    """Consumes one rank's frames; ``finish()`` returns its RankResult.
+    """Consumes one rank's frames; ``stage.finish_rank`` makes its RankResult.
 
     Kept per frame: ``kernels``, ``launches`` and ``ops`` (numpy record arrays
     of the candidate rows) and ``comms`` (comm-argument records)."""
@@ -132,25 +132,10 @@ class RankCollector:
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self.ops.append(o)
 
-    # ---------------------------------------------------------------- finish
-    def finish(self):
-        """Link, select and describe this rank's collective kernels: its
-        RankResult (``align.finish_rank``, which needs pandas: imported here,
-        by when a caller that started reading first has imported it)."""
-        from .stage import finish_rank
-
-        return finish_rank(self)
-
-
-def collect_rank(frames, rank=None):
-    """Run a RankCollector over one rank's frames (e.g. an ``extract_rank``
-    generator) and return its RankResult."""
-    return collected_rank(frames, rank).finish()
-
 
 def collected_rank(frames, rank=None):
     """A RankCollector that has taken every one of a rank's frames, not yet
-    finished (``finish()`` makes its RankResult): a reading thread can go on
+    finished (``align.stage.finish_rank`` makes its RankResult): a reading thread can go on
     to the next rank while another finishes this one."""
     collector = None
     for frame in frames:

@@ -69,7 +69,7 @@ from ..parallel.cpus import available_cpus
 from ..errors import StreamtraceError
 # the per-frame collector lives apart, free of pandas; re-exported here
 from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE
-from .collect import RankCollector, classify_string, collect_rank  # noqa: F401
+from .collect import RankCollector, classify_string, collected_rank  # noqa: F401
 from ..stream.format import Kind, json_frame, table_frame
 
 log = logging.getLogger("streamtrace")
@@ -130,6 +130,12 @@ def finish_rank(c):
         quality.append(_finding("warning", "incomplete_rank", f"rank {c.rank}: no metadata frame "
                                 "(the stream section of this rank is incomplete)", rank=c.rank))
     return RankResult(c.rank, meta, rows, quality, c.n_events)
+
+
+def collect_rank(frames, rank=None):
+    """One rank's frames (e.g. an ``extract_rank`` generator) collected and
+    finished: its RankResult."""
+    return finish_rank(collected_rank(frames, rank))
 
 
 def _labels(table, codes):
@@ -661,12 +667,12 @@ class _Ranks:
         if kind == Kind.META:
             # in a thread: in a chain, correlate finishes the rank meanwhile
             # (the last rank's finishing is otherwise all in the chain's tail)
-            self.done[r] = in_thread(self.collectors.pop(r).finish, name="streamtrace-align-finish")
+            self.done[r] = in_thread(functools.partial(finish_rank, self.collectors.pop(r)), name="streamtrace-align-finish")
 
     def results(self):
         """RankResult of every rank, in rank order (unfinished ranks finished now)."""
         for r, c in self.collectors.items():
-            self.done[r] = in_thread(c.finish)
+            self.done[r] = in_thread(functools.partial(finish_rank, c))
         self.collectors = {}
         return [self.done[r].result() for r in sorted(self.done)]
 
