@@ -4,11 +4,13 @@
 
 Generates RANKS traces of about MB each (reused when present), then measures,
 each in a fresh process: (1) extract alone, every rank, every event kept (as
-``streamtrace extract`` does), frames consumed and dropped; (2) extract |
-align; (3) extract | align | correlate in one process, through
-``chain.stage_frames`` as ``collective-report --blocking_analysis`` and
-``blockers`` run them (flow events left out in the tokenizer: the stages read
-none); (4) that lighter extraction alone, for reference.
+``streamtrace extract`` does), frames consumed and dropped; (2) the collective
+report's map and reduce (extract | align, align's events only); (3) extract |
+align | correlate as ``collective-report --blocking_analysis`` and
+``blockers`` run it: each rank read once into what align and correlate keep,
+then the cross-rank reduce (flow events left out in the tokenizer: the stages
+read none); (4) that lighter extraction alone, for reference.  Every case
+reads ``-j`` ranks at once through the same executor.
 Prints wall and CPU times (user + sys, all threads), peak RSS and the
 overhead ratios: of the fastest runs, and the median over rounds of each
 round's own ratio (the cases run one after another in every round, so a
@@ -25,7 +27,6 @@ import os
 import resource
 import subprocess
 import sys
-import threading
 import time
 
 from measure import machine_speed  # bench/ is on sys.path when run as a script
@@ -44,96 +45,58 @@ def generate(ranks, mb):
     return out
 
 
-class ThreadCpu:
-    """CPU seconds (user + sys, from /proc) of this process's threads by
-    name, sampled every 0.1 s (a thread that ends keeps its last sample):
-    the extractor's thread and the main thread, which runs the stages."""
-
-    def __init__(self):
-        self.by_tid, self._names, self._stop = {}, {}, threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
-        self._thread.start()
-
-    def _sample(self):
-        for t in threading.enumerate():
-            if t.native_id:
-                self._names[t.native_id] = t.name
-        tick = os.sysconf("SC_CLK_TCK")
-        for tid in os.listdir("/proc/self/task"):
-            try:
-                with open(f"/proc/self/task/{tid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:   # the thread just ended
-                continue
-            self.by_tid[int(tid)] = (int(fields[11]) + int(fields[12])) / tick
-
-    def _run(self):
-        while not self._stop.wait(0.1):
-            self._sample()
-
-    def stop(self):
-        """``{thread name: CPU seconds}``, summed over threads of one name."""
-        self._stop.set()
-        self._thread.join()
-        self._sample()
-        out = {}
-        for tid, cpu in self.by_tid.items():
-            name = self._names.get(tid, "?")
-            out[name] = out.get(name, 0.0) + cpu
-        return out
-
-
-def child(mode, directory, ranks):
-    from streamtrace.chain import stage_frames, trace_frames
+def child(mode, directory, ranks, jobs):
+    from streamtrace import chain
     from streamtrace.io.ranks import resolve_inputs
+    from streamtrace.parallel.executor import local_executor
 
     inputs = resolve_inputs(trace_dir=directory, world_size=ranks)
-    threads = ThreadCpu() if os.path.isdir("/proc/self/task") else None
     t0 = time.perf_counter()
     usage = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = usage.ru_utime + usage.ru_stime
     handed = [t0]
+    extract_mod = sys.modules["streamtrace.extract"]   # (the package's 'extract' attribute is the function)
+    extract_rank = extract_mod.extract_rank
 
-    def timed(frames):   # when the extractor handed over its last frame: the rest is the chain's tail
-        for frame in frames:
+    def timed(*args, **kwargs):   # when the last frame was extracted: the rest is the chain's tail
+        for frame in extract_rank(*args, **kwargs):
             handed[0] = time.perf_counter()
             yield frame
 
-    if mode == "extract":
-        frames = trace_frames(inputs, world_size=ranks)
-    else:   # what the in-process chains extract (flows left out); "lean": that alone
-        frames = stage_frames(inputs, world_size=ranks)
-    frames = timed(frames)
-    if mode in ("align", "chain"):
-        from streamtrace.align.stage import align_frames
+    extract_mod.extract_rank = timed
+    n = 0
+    if mode in ("extract", "lean"):   # extraction alone, in the chain's own per-rank map
+        def consume(inp):
+            frames = timed(inp.path, inp.rank, ranks, False, inp.position, drop_flows=mode == "lean",
+                           batch_events=chain.PIPELINE_BATCH_EVENTS, map_window=chain.PIPELINE_MAP_WINDOW)
+            return sum(1 for _ in chain.prefetched(frames, depth=chain.RANK_PREFETCH_FRAMES))
 
-        frames = align_frames(frames)
-    if mode == "chain":
-        from streamtrace.correlate.stage import correlate_frames
-
-        frames = correlate_frames(frames)
-    n = sum(1 for _ in frames)
+        with local_executor(jobs, len(inputs)) as ex:
+            n = sum(ex.map(consume, inputs))
+    elif mode == "align":   # what collective-report runs: align's lean extraction, its map and reduce
+        n = len(chain.RankReading(inputs, ranks, jobs).tables()["align.collectives"])
+    else:   # collective-report --blocking_analysis and blockers: extract -> align -> correlate, map and reduce
+        n = len(chain._correlated_tables(inputs, ranks, jobs, None, None, False, None))
     usage = resource.getrusage(resource.RUSAGE_SELF)   # every thread of the process
     end = time.perf_counter()
-    by_name = threads.stop() if threads is not None else {}
     print(json.dumps({"seconds": end - t0, "frames": n, "tail_seconds": end - handed[0],
                       "cpu_seconds": usage.ru_utime + usage.ru_stime - cpu0,
-                      "extractor_cpu": by_name.get("streamtrace-extract"), "main_cpu": by_name.get("MainThread"),
                       "peak_rss_mb": usage.ru_maxrss / 1024}))
 
 
-def measure(mode, directory, ranks):
-    proc = subprocess.run([sys.executable, __file__, "--child", mode, directory, str(ranks)],
+def measure(mode, directory, ranks, jobs):
+    proc = subprocess.run([sys.executable, __file__, "--child", mode, directory, str(ranks), str(jobs)],
                           capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        return child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--mb", type=int, default=500)
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="ranks read at once (the commands' default: the CPUs)")
     ap.add_argument("--repeat", type=int, default=3,
                     help="runs of each case, alternating; the fastest is shown (least disturbed by other load)")
     args = ap.parse_args()
@@ -143,13 +106,13 @@ def main():
     runs = {"extract": [], "align": [], "chain": [], "lean": []}
     for k in range(max(1, args.repeat)):
         for mode in (list(runs) if k % 2 == 0 else list(runs)[::-1]):
-            runs[mode].append(measure(mode, directory, args.ranks))
+            runs[mode].append(measure(mode, directory, args.ranks, args.jobs))
     best = {mode: min(ms, key=lambda m: m["seconds"]) for mode, ms in runs.items()}
     seconds = {mode: ", ".join(f"{m['seconds']:.2f}" for m in ms) for mode, ms in runs.items()}
     print(f"  (best of {max(1, args.repeat)}; all runs: extract {seconds['extract']} s; "
           f"extract | align {seconds['align']} s; chain {seconds['chain']} s; "
           f"extract without flows {seconds['lean']} s)")
-    print(f"{args.ranks} ranks x ~{args.mb} MB ({total_mb:.0f} MB of JSON); {machine_speed()}")
+    print(f"{args.ranks} ranks x ~{args.mb} MB ({total_mb:.0f} MB of JSON), -j {args.jobs}; {machine_speed()}")
     for label, mode in (("extract only               ", "extract"), ("extract | align            ", "align"),
                         ("extract | align | correlate", "chain"), ("extract without flows      ", "lean")):
         m = best[mode]
@@ -173,13 +136,6 @@ def main():
     print(f"  medians: extract alone {ext:.2f} s; the chain {whole:.2f} s (+{100 * (whole / ext - 1):.1f} %) = its "
           f"extraction until the last frame {until:.2f} s (+{100 * (until / ext - 1):.1f} %) + the tail after it "
           f"{tail:.2f} s (+{100 * tail / ext:.1f} %)")
-    if all(m.get("extractor_cpu") is not None for ms in runs.values() for m in ms):
-        cpu = {mode: (middle(m["extractor_cpu"] for m in ms), middle(m["main_cpu"] for m in ms))
-               for mode, ms in runs.items()}
-        print("  CPU by thread, medians: the extractor's thread " + " / ".join(f"{cpu[m][0]:.2f}" for m in runs)
-              + " s and the main thread (the stages) " + " / ".join(f"{cpu[m][1]:.2f}" for m in runs)
-              + " s, for extract / extract | align / the chain / extract without flows (the chains' extraction is "
-              "the last one's: a longer wall time at the same extractor CPU is waiting, not work)")
     for label, mode in (("align", "align"), ("align + correlate", "chain")):
         fastest, median = added(mode)
         print(f"  {label} add {fastest:.1f} % to extraction, fastest runs; {median:.1f} % median of the "

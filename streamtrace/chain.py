@@ -13,12 +13,14 @@ starts reading the ranks (C tokenizer threads, which release the GIL) before
 it imports ``report`` -- and with it pandas, about 0.2 s -- so that the
 import and the first ranks' tokenizing overlap.
 """
+import contextlib
 import functools
 import itertools
 import os
 
 from .errors import StreamtraceError
 from .parallel.cpus import available_cpus
+from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
 from .stream.format import MAGIC, Kind, iter_frames
@@ -52,6 +54,11 @@ PIPELINE_BATCH_EVENTS = 65536
 #: queue is full only at rank ends).  (In frames a quarter the size: 0.2 s
 #: at 32, none at 96.)
 PREFETCH_FRAMES = 48
+
+#: frames a rank's extraction runs ahead of the blocking analysis' map,
+#: which collects them on its own thread: enough to smooth the per-frame
+#: jitter (a rank's finishing runs on the consuming thread, not here)
+RANK_PREFETCH_FRAMES = 8
 
 #: bytes per memory-mapped window of a plain trace in the in-process chains.
 #: Each window costs the extracting thread a few GIL hand-offs (its feeds,
@@ -124,101 +131,93 @@ def table_names(path):
     return names
 
 
-def _spool_stdin():
-    """stdin to a temporary file, so it can be read twice."""
+def _spooled(spooled):
+    """stdin copied to a temporary file (its path added to ``spooled``, which
+    the caller removes), so that it can be read twice."""
     import shutil
     import sys
     import tempfile
 
-    tmp = tempfile.NamedTemporaryFile(prefix="streamtrace-", suffix=".stev", delete=False)
-    shutil.copyfileobj(sys.stdin.buffer, tmp, 1 << 20)
-    tmp.close()
+    with tempfile.NamedTemporaryFile(prefix="streamtrace-", suffix=".stev", delete=False) as tmp:
+        spooled.append(tmp.name)
+        shutil.copyfileobj(sys.stdin.buffer, tmp, 1 << 20)
     return tmp.name
 
 
-def correlated_frames(paths, jobs=1, world_size=None):
-    """Frames with align and correlate results, running what is missing:
-    ``paths`` are event streams (``-``: stdin), trace files, or one
-    directory of traces (resolved as ``--trace_dir`` is)."""
-    from .align.stage import align_frames
-    from .correlate.stage import TABLE_PREFIX, correlate_frames
+def correlated_sheets(paths, jobs=None, world_size=None, executor=None):
+    """{sheet: DataFrame} of correlate's results, running what is missing:
+    ``paths`` are event streams at any stage (``-``: stdin), trace files, or
+    one directory of traces (resolved as ``--trace_dir`` is).  Trace files
+    run as the blocking analysis' map and reduce (``_correlated_tables``);
+    streams run the stages they still need over their frames."""
+    from .correlate.stage import TABLE_PREFIX, correlate_frames, sheets_from_tables
     from .io.ranks import resolve_inputs
 
-    paths = [_spool_stdin() if str(p) == "-" else p for p in paths]
-    directories = [p for p in paths if os.path.isdir(p)]
-    if directories:   # a run's directory of traces, as --trace_dir takes it
-        if len(paths) > 1:
-            raise StreamtraceError(f"{directories[0]}: a directory of traces must be the only input")
-        inputs = resolve_inputs(trace_dir=directories[0], world_size=world_size)
-        return correlate_frames(align_frames(stage_frames(inputs, world_size=world_size, jobs=jobs)))
-    streams = [is_stream(p) for p in paths]
-    if all(streams):
+    spooled = []
+    try:
+        paths = [_spooled(spooled) if str(p) == "-" else p for p in paths]
+        directories = [p for p in paths if os.path.isdir(p)]
+        if directories:   # a run's directory of traces, as --trace_dir takes it
+            if len(paths) > 1:
+                raise StreamtraceError(f"{directories[0]}: a directory of traces must be the only input")
+            inputs = resolve_inputs(trace_dir=directories[0], world_size=world_size)
+        else:
+            streams = [is_stream(p) for p in paths]
+            if any(streams) and not all(streams):
+                raise StreamtraceError("give either event streams or trace files, not both")
+            inputs = None if all(streams) else resolve_inputs(paths=paths, world_size=world_size)
+        if inputs is not None:
+            return sheets_from_tables(_correlated_tables(inputs, world_size, jobs, None, None, False, None,
+                                                         executor=executor))
         names = set().union(*(table_names(p) for p in paths))
         frames = (f for p in paths for f in iter_frames(p))
-        if any(n.startswith(TABLE_PREFIX) for n in names):
-            return frames
-        if "align.collectives" not in names:
-            frames = align_frames(frames)
-        return correlate_frames(frames)
-    if any(streams):
-        raise StreamtraceError("give either event streams or trace files, not both")
-    inputs = resolve_inputs(paths=paths, world_size=world_size)
-    return correlate_frames(align_frames(stage_frames(inputs, world_size=world_size, jobs=jobs)))
+        if not any(n.startswith(TABLE_PREFIX) for n in names):
+            if "align.collectives" not in names:
+                from .align.stage import align_frames
 
-
-def correlated_sheets(paths, jobs=1, world_size=None):
-    """{sheet: DataFrame} of correlate's results for streams or traces."""
-    from .correlate.stage import sheets_from_tables
-
-    tables = {}
-    for f in correlated_frames(paths, jobs=jobs, world_size=world_size):
-        if f.kind == Kind.TABLE:
-            name, df = f.table()
-            tables[name] = df
-    return sheets_from_tables(tables)
+                frames = align_frames(frames)
+            frames = correlate_frames(frames)
+        tables = {}
+        for f in frames:
+            if f.kind == Kind.TABLE:
+                name, df = f.table()
+                tables[name] = df
+        return sheets_from_tables(tables)
+    finally:
+        for path in spooled:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
 
 class RankReading:
-    """Ranks being extracted and reduced to their collective rows
-    (``rankcollect.collected_rank``) in up to ``jobs`` threads, started at once.
+    """The collective report's per-rank map, started at once: each rank
+    extracted (align's events only) and reduced to its collective rows, a
+    RankResult.  ``results`` and ``tables`` are the reduce.
 
-    Threads, not processes: the C tokenizer (most of the time) runs without
-    the GIL, and threads share one copy of the interpreter and its imports --
-    worker processes measured the same speed at ~1.5x the summed RSS
-    (4 x 500 MB: 190 MB in threads, 280 MB in processes).  ``jobs`` 1 reads
-    the ranks one after another (in one thread)."""
+    Threads by default, not processes: the C tokenizer (most of the time)
+    runs without the GIL, and threads share one copy of the interpreter and
+    its imports (worker processes cost more memory for the same speed; see
+    docs/performance.md).  The reading threads only collect a rank's rows;
+    the consuming thread finishes each rank (``align.stage.finish_rank``,
+    GIL-held numpy) as it comes, so the threads go straight on to the next
+    ranks."""
 
-    def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None):
-        from concurrent.futures import ThreadPoolExecutor
-
+    def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None, executor=None):
         self.inputs = inputs
-        self._pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(inputs))),
-                                        thread_name_prefix="streamtrace-rank")
-        self._futures = [self._pool.submit(_read_rank, inp, world_size, strict, cb)
-                         for inp, cb in zip(inputs, _summed_progress(progress, len(inputs)))]
+        self._executor = executor if executor is not None else local_executor(jobs, len(inputs))
+        self._owns_executor = executor is None
+        read = functools.partial(_read_rank, world_size=world_size, strict=strict)
+        items = list(zip(inputs, _summed_progress(progress, len(inputs))))
+        self._results = self._executor.map(read, items, finish=_finish_rank)
 
     def results(self):
         """Every rank's RankResult, in input order.  The first failure (in
-        input order) is raised; ranks not started by then are not read.
-
-        The reading threads only collect a rank's rows; this thread finishes
-        each rank (``align.stage.finish_rank``, ~80 ms of GIL-held numpy on a
-        dense rank) as it comes, so the threads go straight on to the next
-        ranks.  (Finishing in the reading threads held the next ranks back
-        by the finish and delayed it, two finishes contending for the GIL
-        at once.)"""
+        input order) is raised; ranks not started by then are not read."""
         try:
-            from .align.stage import finish_rank
-
-            results = [finish_rank(f.result()) for f in self._futures]
+            results = list(self._results)
         finally:
             self.close()
-        seen = {}
-        for inp, res in zip(self.inputs, results):
-            if res.rank in seen:
-                raise StreamtraceError(f"{inp.path}: rank {res.rank} appears twice in the input "
-                                       f"(also {seen[res.rank]})")
-            seen[res.rank] = inp.path
+        _check_distinct_ranks(self.inputs, results)
         return results
 
     def tables(self, align_clocks=None, gpus_per_node=None):
@@ -231,7 +230,9 @@ class RankReading:
 
     def close(self):
         """Stop: ranks not started are not read; waits for the running ones."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._results.close()
+        if self._owns_executor:
+            self._executor.close()
 
 
 #: bytes per memory-mapped window of a plain trace read for the report.  A
@@ -242,16 +243,24 @@ class RankReading:
 READ_MAP_WINDOW = 8 << 20
 
 
-def _read_rank(inp, world_size, strict, progress):
-    from .extract import extract_rank
+def _read_rank(item, world_size, strict):
+    """The map: one rank's trace -> its RankCollector (the rows align keeps)."""
     from .align.collect import collected_rank
+    from .extract import extract_rank
 
+    inp, progress = item
     # align reads only kernels, their launches and collective CPU ops: the
     # tokenizer leaves the other events out unparsed (flows alone are two per
     # kernel launch, often a quarter of the events)
     return collected_rank(extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict,
                                        progress=progress, drop_flows=True, align_only=True,
                                        map_window=READ_MAP_WINDOW), inp.rank)
+
+
+def _finish_rank(collector):
+    from .align.stage import finish_rank
+
+    return finish_rank(collector)
 
 
 def _summed_progress(progress, n):
@@ -281,16 +290,74 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
     return RankReading(inputs, world_size, jobs, strict, progress).tables(align_clocks, gpus_per_node)
 
 
-def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress):
-    """extract -> align -> correlate in-process (``jobs`` > 1: that many ranks
-    extracted at once, in threads): ``{name: DataFrame}``."""
-    from .align.stage import align_frames
-    from .correlate.stage import correlate_frames
-    from .report.sheets import collect_tables
+def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None):
+    """extract -> align -> correlate of trace files as a map and a reduce:
+    ``{name: DataFrame}`` with the ``align.*`` and ``correlate.*`` tables.
 
-    frames = stage_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress)
-    return collect_tables(correlate_frames(align_frames(frames, align_clocks=align_clocks,
-                                                        gpus_per_node=gpus_per_node)))
+    The map reads each rank once into what align keeps (its collective rows)
+    and what correlate keeps (its Timeline); the reduce matches the ranks'
+    collectives and runs the cross-rank analyses over the timelines."""
+    from .align.stage import TABLE_NAMES, align_options_table, match_ranks
+    from .correlate.stage import ALIGN_COLUMNS_USED, TABLE_PREFIX, analyze_collected, compute_table
+    from .stream.format import table_frame
+
+    executor_ = executor if executor is not None else local_executor(jobs, len(inputs))
+    try:
+        read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
+        summaries = list(executor_.map(read, list(zip(inputs, _summed_progress(progress, len(inputs)))),
+                                       finish=_finish_rank_for_blocking))
+    finally:
+        if executor is None:
+            executor_.close()
+    _check_distinct_ranks(inputs, [result for result, _ in summaries])
+    summaries.sort(key=lambda s: s[0].rank)
+    results = [result for result, _ in summaries]
+    timelines = {tl.rank: tl for _, tl in summaries}
+    align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+    align["align.options"] = align_options_table(align_clocks, gpus_per_node)
+    # every table as the staged chain hands it on (a table frame's decoded form)
+    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES}
+    used = {"align.collectives": table_frame("align.collectives", align["align.collectives"])
+            .table(ALIGN_COLUMNS_USED)[1]}
+    sheets = analyze_collected(timelines, used, compute=compute_table(timelines))
+    for name, df in sheets.items():
+        tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
+    return tables
+
+
+def _read_rank_for_blocking(item, world_size, strict):
+    """The blocking analysis' map: one rank's trace read once, into align's
+    RankCollector and correlate's RankTimeline (flows left out: neither reads them)."""
+    from .align.collect import RankCollector
+    from .correlate.stage import RankTimeline
+    from .extract import extract_rank
+
+    inp, progress = item
+    rows = timeline = None
+    frames = extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict, progress=progress,
+                          batch_events=PIPELINE_BATCH_EVENTS, map_window=PIPELINE_MAP_WINDOW, drop_flows=True)
+    # the tokenizer (no GIL) reads on in its own thread while this one collects
+    for frame in prefetched(frames, depth=RANK_PREFETCH_FRAMES, name="streamtrace-extract"):
+        if rows is None:   # the rank is the trace's own when the input names none
+            rows, timeline = RankCollector(frame.rank), RankTimeline(frame.rank)
+        rows.add(frame)
+        timeline.add(frame)
+    return rows, timeline
+
+
+def _finish_rank_for_blocking(pair):
+    from .align.stage import finish_rank
+
+    rows, timeline = pair
+    return finish_rank(rows), timeline.finish()
+
+
+def _check_distinct_ranks(inputs, results):
+    seen = {}
+    for inp, res in zip(inputs, results):
+        if res.rank in seen:
+            raise StreamtraceError(f"{inp.path}: rank {res.rank} appears twice in the input (also {seen[res.rank]})")
+        seen[res.rank] = inp.path
 
 
 def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=None, world_size=None,
@@ -325,8 +392,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
                             rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
                             allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
-    if jobs is None:
-        jobs = (max_workers or available_cpus()) if use_multiprocessing else min(len(inputs), available_cpus())
+    if jobs is None and use_multiprocessing:
+        jobs = max_workers   # None: the CPUs available (local_executor caps every count)
     if blocking_analysis:
         tables = _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress)
         from .report import sheets as report
@@ -368,10 +435,10 @@ def _report_into_csvs(report, tables, directory, options):
         out.discard()
 
 
-def blockers(paths, top=5, jobs=1, world_size=None):
+def blockers(paths, top=5, jobs=None, world_size=None, executor=None):
     """The short answer as text: straggler, dominant cause of waiting, top
     blocking kernels and host ops, top contention pairs.  ``paths`` as
-    ``correlated_frames`` takes them."""
+    ``correlated_sheets`` takes them."""
     from .correlate.stage import blockers_text
 
-    return blockers_text(correlated_sheets(paths, jobs=jobs, world_size=world_size), top=top)
+    return blockers_text(correlated_sheets(paths, jobs=jobs, world_size=world_size, executor=executor), top=top)

@@ -200,7 +200,7 @@ _GPU_SPEC = {"event": (np.int64, ()), "start": (np.int64, ()), "end": (np.int64,
              "threads": (np.float64, ())}
 
 
-class _Collector:
+class RankTimeline:
     """Keeps, per rank, the X events correlate needs, as compact numpy arrays,
     while frames stream past: one vectorised filter per EVENTS frame, with
     category and name classes looked up once per string.  What can be
@@ -225,6 +225,20 @@ class _Collector:
         self.last_part, self.pending = slice(0, 0), []
         self.n_events = 0
         self.meta = {}
+
+    def add(self, frame):
+        """Take one of the rank's frames (kinds correlate does not read are ignored)."""
+        from ..stream.format import Kind, decode_strings
+
+        kind = frame.kind
+        if kind == Kind.STRINGS:
+            self.add_strings(decode_strings(frame.payload)[1])
+        elif kind == Kind.EVENTS:
+            self.add_events(frame.records())
+        elif kind == Kind.KERNELS:
+            self.add_kernels(frame.records())
+        elif kind == Kind.META:
+            self.meta = frame.json()
 
     def add_strings(self, strings):
         n0 = len(self.strings)
@@ -405,7 +419,7 @@ class StreamCollector:
             self.compute.add(r, tl, room_for=ws if isinstance(ws, int) and ws > 0 else 2 * (len(self.done) + 1))
 
     def add(self, frame):
-        from ..stream.format import Kind, decode_strings
+        from ..stream.format import Kind
 
         kind = frame.kind
         if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META):
@@ -413,15 +427,9 @@ class StreamCollector:
                 raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
             c = self.collectors.get(frame.rank)
             if c is None:
-                c = self.collectors[frame.rank] = _Collector(frame.rank, self.gpu_rows)
-            if kind == Kind.STRINGS:
-                c.add_strings(decode_strings(frame.payload)[1])
-            elif kind == Kind.EVENTS:
-                c.add_events(frame.records())
-            elif kind == Kind.KERNELS:
-                c.add_kernels(frame.records())
-            else:
-                c.meta = frame.json()
+                c = self.collectors[frame.rank] = RankTimeline(frame.rank, self.gpu_rows)
+            c.add(frame)
+            if kind == Kind.META:
                 self._finished(frame.rank, self.collectors.pop(frame.rank).finish())
         elif kind == Kind.TABLE and frame.table_name() == "align.collectives":   # the only table used
             name, df = frame.table(ALIGN_COLUMNS_USED)
@@ -433,6 +441,16 @@ class StreamCollector:
             self._finished(r, c.finish())
         self.collectors = {}
         return dict(sorted(self.done.items())), self.tables
+
+
+def compute_table(timelines):
+    """The analysis' table of compute kernels, ``{rank: Timeline}`` added in
+    ascending rank order (as ``StreamCollector`` adds ranks that arrive so)."""
+    compute = _Compute()
+    for i, (r, tl) in enumerate(sorted(timelines.items())):
+        ws = tl.meta.get("world_size")
+        compute.add(r, tl, room_for=ws if isinstance(ws, int) and ws > 0 else 2 * (i + 2))
+    return compute
 
 
 def collect(frames):

@@ -1,0 +1,143 @@
+"""The one interface that runs a stage's per-rank map.
+
+Every rank-parallel stage has the same shape: a **map** that reads one rank
+(wherever its trace lives) and returns a compact, picklable summary, and a
+**reduce** over the summaries in rank order.  The stage hands its map to an
+``Executor``; which kind runs it (threads here, processes here, a cluster) is
+the caller's choice and changes no result.
+
+``Executor.map(fn, items, finish=None)`` yields ``finish(fn(item))`` for each
+item, in the order of ``items``:
+
+* ``fn`` runs where the executor runs work (a thread, a process, a worker);
+  it must be a picklable top-level function for the executors that ship it.
+* ``finish`` (optional) turns ``fn``'s result into the summary.  Executors
+  that share memory with the caller run it on the consuming thread, as the
+  results arrive, so the workers go straight on to the next ranks; executors
+  that ship results run it in the worker, so that only the summary travels.
+* Work starts when ``map`` is called (pool executors submit every item at
+  once), so the caller can do other work (import pandas) meanwhile.
+* The first failure, in item order, is raised; items not started by then
+  are not run, and the executor waits for those running.  Closing the
+  generator early does the same.
+"""
+import abc
+import concurrent.futures as cf
+
+from .cpus import available_cpus
+
+
+class Executor(abc.ABC):
+    """Runs per-item work; ``workers`` items at a time."""
+
+    workers = 1
+    shares_memory = True   # results need not be picklable; ``finish`` runs on the consuming thread
+
+    @abc.abstractmethod
+    def submit(self, fn, item):
+        """A concurrent.futures.Future of ``fn(item)``."""
+
+    def map(self, fn, items, finish=None):
+        if self.shares_memory or finish is None:
+            futures = [self.submit(fn, item) for item in items]
+            post = finish
+        else:
+            futures = [self.submit(_Finished(fn, finish), item) for item in items]
+            post = None
+        return self._results(futures, post)
+
+    @staticmethod
+    def _results(futures, post):
+        try:
+            for future in futures:
+                result = future.result()
+                yield post(result) if post is not None else result
+        finally:
+            for future in futures:
+                future.cancel()
+            cf.wait(futures)
+
+    def close(self):
+        """Release the workers (waits for running work)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class _Finished:
+    """``finish(fn(item))`` as one picklable callable (for executors that ship work)."""
+
+    def __init__(self, fn, finish):
+        self.fn, self.finish = fn, finish
+
+    def __call__(self, item):
+        return self.finish(self.fn(item))
+
+
+class Serial(Executor):
+    """Each item on the calling thread, when its result is asked for."""
+
+    def map(self, fn, items, finish=None):
+        return (finish(fn(item)) if finish is not None else fn(item) for item in items)
+
+    def submit(self, fn, item):
+        future = cf.Future()
+        try:
+            future.set_result(fn(item))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller through the future
+            future.set_exception(exc)
+        return future
+
+
+class Threads(Executor):
+    """A pool of threads in this process: the C core releases the GIL while it
+    tokenizes, so ranks read in threads run in parallel and share one copy of
+    the interpreter and its imports."""
+
+    def __init__(self, workers, name="streamtrace-rank"):
+        self.workers = max(1, int(workers))
+        self._pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=name)
+
+    def submit(self, fn, item):
+        return self._pool.submit(fn, item)
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class Processes(Executor):
+    """A pool of worker processes: for maps that hold the GIL or write their
+    own files.  ``fn``, the items and the summaries are pickled."""
+
+    shares_memory = False
+
+    def __init__(self, workers):
+        self.workers = max(1, int(workers))
+        self._pool = cf.ProcessPoolExecutor(max_workers=self.workers)
+
+    def submit(self, fn, item):
+        return self._pool.submit(fn, item)
+
+    def close(self):
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def worker_count(jobs, items):
+    """How many ranks to run at once: ``jobs`` (None: the CPUs available),
+    never more than there are ranks or CPUs (extra workers would only wait
+    for a CPU and hold memory)."""
+    limit = max(1, min(int(items), available_cpus()))
+    return limit if jobs is None else max(1, min(int(jobs), limit))
+
+
+def local_executor(jobs, items, kind="threads"):
+    """The executor for a local run, sized by ``worker_count``: a pool of
+    threads (one thread included: the work still runs beside the caller), or
+    of processes (``kind`` "processes"; one worker runs ``Serial``ly here)."""
+    workers = worker_count(jobs, items)
+    if kind == "threads":
+        return Threads(workers)
+    return Serial() if workers <= 1 else Processes(workers)
