@@ -351,7 +351,10 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
         (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(implicit_part, other_part, fork=fork)
     sheets = {**mine, **theirs}
     findings += mine_notes + their_notes   # the order the sheets were once built in: implicit first
-    sheets["clock_alignment"] = _clock_sheet(clocks, applied)
+    story = [f for f in findings if f["category"] == "clock_offsets_change_results"]
+    sheets["clock_alignment"] = _clock_sheet(clocks, applied, story)
+    for f in story:   # the command line says it too, not only the sheet
+        log.warning(f["message"])
     unresolved = len(mine_keys | their_keys)
     if unresolved:
         findings.append({"severity": "info", "category": "node_span_unknown", "rank": None, "pg": None,
@@ -1029,9 +1032,12 @@ def _factor(kind, n):
     return np.nan if f is None else f
 
 
-def _clock_sheet(clocks, applied):
+def _clock_sheet(clocks, applied, story=()):
     note = ("applied: ts, skew and wait columns of this report are on aligned clocks" if applied else
             "estimated only, not applied (times are as recorded; use --align_clocks to apply)")
+    if story:   # the offsets change the answers: say so on every row
+        note = ("estimated only, not applied, and LARGE ENOUGH TO CHANGE THE ANSWERS (see data_quality): skew, "
+                "wait and straggler columns use the clocks as recorded; use --align_clocks for the aligned view")
     return pd.DataFrame({
         "rank": clocks["rank"].to_numpy(dtype=np.int64),
         "offset_us": clocks["offset_ns"].to_numpy(dtype=np.int64) / 1000.0,
