@@ -433,6 +433,11 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
     """
     from .oneshot import generate_collective_report
 
+    if world_size is None and (trace_dir or trace_pattern or trace_glob):
+        # TraceLens's command fails without it in every input mode; scanning
+        # a directory instead would read whatever JSON happens to be there
+        raise click.UsageError("--world_size is required with --trace_dir, --trace_pattern and --trace_glob "
+                               "(as in TraceLens)")
     _setup_logging(quiet)
     written = {}
     progress = _progress_printer(quiet)
@@ -443,7 +448,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
         allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
         max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis,
-        keep_sheets=False)
+        keep_sheets=False, default_output=True)
     _end_progress(progress)
     _wrote(written.get("paths", []), sheets)
 

@@ -50,9 +50,9 @@ from . import collectives as coll
 from .align import COLLECTIVE_COLUMNS, align_frames, quality_table, read_align_tables
 from .atomic import atomic_path, umask
 from .codes import Text, dense_rank, factorize, group_ids
-from .errors import StreamtraceError
+from .errors import InvalidArgumentError, MetadataMismatchError, StreamtraceError
 from .forked import Child, balanced, both, can_fork, split_in_two
-from .oneshot import DEFAULT_AGG_METRICS, available_cpus, check_aggs
+from .oneshot import DEFAULT_AGG_METRICS, agg_label, available_cpus, check_aggs
 from .stream import Kind, iter_frames
 
 log = logging.getLogger("streamtrace")
@@ -269,7 +269,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     two cores, forking once more to write cost about what it saved).
     """
     if gpus_per_node is not None and gpus_per_node <= 0:
-        raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
+        raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
     aggs = check_aggs(agg_metrics)
     tables = read_align_tables(_as_tables(source, align_clocks, gpus_per_node))
     _check_align_options(tables, align_clocks)
@@ -500,7 +500,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
         i = int(np.flatnonzero(bad)[0])
         msg = (f"Metadata mismatch in '{mism[i]}' across the ranks of collective {first['collective_id'][i]}")
         if strict and not simplified:
-            raise StreamtraceError(msg + " (--strict)")
+            raise MetadataMismatchError(msg + " (--strict)")
         findings.append({"severity": "warning", "category": "metadata_mismatch", "rank": None, "pg": None,
                          "collective_id": first["collective_id"][i], "count": int(bad.sum()),
                          "message": f"{int(bad.sum())} implicit-sync instance(s) disagree on metadata; first: {msg}. "
@@ -604,7 +604,7 @@ def _summary_implicit(implicit, aggs):
     if not len(implicit):
         cols = SUMMARY_IMPLICIT_KEYS + ["Process Group Name", "Group size", "Full msg size (MB)"]
         for m in SUMMARY_IMPLICIT_METRICS:
-            cols += [f"{m}_{a}" for a in aggs]
+            cols += [f"{m}_{agg_label(a)}" for a in aggs]
         return pd.DataFrame({c: [] for c in cols + ["count", "Total comm latency (ms)"]})
     df = implicit.copy()
     for k in SUMMARY_IMPLICIT_KEYS:
@@ -618,7 +618,7 @@ def _summary_implicit(implicit, aggs):
         if m.startswith(("algo", "bus")) and df[m].isna().all():
             continue
         for a in aggs:
-            res[f"{m}_{a}"] = g[m].agg(a)
+            res[f"{m}_{agg_label(a)}"] = g[m].agg(a)
     res["count"] = g.size()
     res["Total comm latency (ms)"] = g["comm_latency"].sum() / 1000.0
     res = res.reset_index(drop=True)
@@ -710,7 +710,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
         i = int(np.flatnonzero(bad)[0])
         msg = f"Metadata mismatch in '{mism[i]}' across the ranks of all_to_allv {first['collective_id'][i]}"
         if strict:
-            raise StreamtraceError(msg + " (--strict)")
+            raise MetadataMismatchError(msg + " (--strict)")
         only_stream = include & (mism == "stream")
         findings.append({"severity": "warning" if (bad & ~only_stream).any() else "info",
                          "category": "all2allv_mismatch", "rank": None, "pg": None,
@@ -853,12 +853,12 @@ def _summary_all2allv(a2av, aggs, nodes):
     g = df.groupby(cols, sort=True)
     res = pd.DataFrame(index=g.size().index)
     for a in aggs:
-        res[f"total data communicated (MB)_{a}"] = g["total data communicated (MB)"].agg(a)
+        res[f"total data communicated (MB)_{agg_label(a)}"] = g["total data communicated (MB)"].agg(a)
     for a in aggs:
-        res[f"wall_time (us)_{a}"] = g["wall_time (us)"].agg(a)
+        res[f"wall_time (us)_{agg_label(a)}"] = g["wall_time (us)"].agg(a)
     res["Total wall_time (us)"] = g["wall_time (us)"].sum()
     for a in aggs:
-        res[f"throughput (GB/s)_{a}"] = g["throughput (GB/s)"].agg(a)
+        res[f"throughput (GB/s)_{agg_label(a)}"] = g["throughput (GB/s)"].agg(a)
     for m in ("size_imbalance", "max_rank_dur (us)", "skew in start time", "skew in end time"):
         res[f"{m}_mean"] = g[m].mean()
         res[f"{m}_max"] = g[m].max()
