@@ -31,6 +31,7 @@ _LAZY = {
     "write_xlsx": ("report", "write_xlsx"),
     "write_csvs": ("report", "write_csvs"),
     "correlate_frames": ("correlate", "correlate_frames"),
+    "tracelens": ("tracelens", None),   # TraceLens's public API (docs/tracelens.md)
 }
 
 

@@ -422,9 +422,9 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
                       blocking_analysis, quiet):
     """Trace files -> collective report, in one process (extract | align | report).
 
-    Drop-in for TraceLens_generate_multi_rank_collective_report_pytorch: the
-    same flags, sheets, columns and formulas, plus streamtrace's checks and
-    extra sheets.
+    TraceLens_generate_multi_rank_collective_report_pytorch's flags, sheets,
+    columns and formulas (times as recorded unless --align_clocks), plus
+    streamtrace's checks, extra columns and sheets (docs/tracelens.md).
 
     \b
       streamtrace collective-report --trace_dir run/ --world_size 8
