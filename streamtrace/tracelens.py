@@ -24,8 +24,8 @@ import os
 import sys
 
 from .fuse import TraceFuse as _StreamingTraceFuse
-from .errors import InvalidArgumentError, StreamtraceError
-from .sources import DEFAULT_RANK_REGEX, _from_glob
+from .errors import InputNotFoundError, InvalidArgumentError, StreamtraceError
+from .sources import DEFAULT_RANK_REGEX, TRACE_SUFFIXES, _from_glob
 
 __all__ = ["DEFAULT_RANK_REGEX", "TraceFuse", "find_trace_files", "generate_collective_report", "infer_world_size",
            "main"]
@@ -80,6 +80,12 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         raise InvalidArgumentError("world_size must be provided")
     if sum(bool(x) for x in (trace_dir, trace_pattern, trace_glob)) != 1:
         raise InvalidArgumentError("Provide exactly one of trace_dir, trace_pattern, or trace_glob")
+    if trace_dir and not any(os.path.isfile(os.path.join(trace_dir, f"rank{r}_trace{suffix}"))
+                             for r in range(world_size) for suffix in TRACE_SUFFIXES):
+        # TraceLens looks for these names only; streamtrace's fallback (every
+        # trace of the directory, ranks from distributedInfo) is not asked for here
+        raise InputNotFoundError(f"Expected trace file not found: {os.path.join(trace_dir, 'rank0_trace.json')} "
+                                 f"(no rank{{i}}_trace.json[.gz|.zst] for i < {world_size} in {trace_dir})")
     from .oneshot import generate_collective_report as oneshot_report
 
     return oneshot_report(

@@ -222,6 +222,19 @@ def test_streamtrace_exceptions_are_the_builtins_too(tmp_path):
             streamtrace.generate_collective_report(**kwargs)
 
 
+def test_directory_without_rank_files_is_not_scanned(tmp_path, fx_small):
+    """TraceLens wants rank{i}_trace.json in trace_dir; other traces there
+    (a temp folder's, say) are not read in their place."""
+    d, truth = fx_small
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copy(os.path.join(d, truth["files"]["0"]), other / "some_trace.json")
+    with pytest.raises(FileNotFoundError, match="Expected trace file not found"):
+        tracelens.generate_collective_report(trace_dir=str(other), world_size=1)
+    with pytest.raises(FileNotFoundError, match="Expected trace file not found"):
+        tracelens.generate_collective_report(trace_dir=str(other), world_size=1, strict_world_size_check=False)
+
+
 def test_glob_resolution_helper(tmp_path):
     for r in (1, 0):
         (tmp_path / f"trace_rank_{r}.json").write_text("{}")
