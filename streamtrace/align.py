@@ -44,9 +44,11 @@ key is ``Seq`` when every row has one, else the per-rank ordinal aligned like a
 diff against a consensus sequence (signature = name, dtype, sizes; ties broken
 by end-time consistency), so a rank whose window starts or ends at another
 collective does not shift every later index (B3).  Clock offsets are estimated
-from the ends of implicit-sync collectives (B4) and applied only when requested
-(TraceLens's columns keep their meaning); when applying them would change the
-last-arriving ranks, the quality table says so (``clock_offsets_change_results``).
+from the ends of implicit-sync collectives (B4) and applied when requested, or
+by default when the ranks span more than one node (``collective-report`` applies
+them only when asked); offsets not applied that would change the
+last-arriving ranks are a warning in the quality table
+(``clock_offsets_change_results``).
 
 Memory: the collective rows, plus, for the rank being read, its kernels and
 kernel launches (about 100 bytes per kernel) -- never CPU ops it does not use,
@@ -599,8 +601,9 @@ def rank_row_count(rows):
 def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
     """The align stage: yield every input frame, then the ``align.*`` tables.
 
-    ``align_clocks``: True applies the estimated clock offsets; False or None
-    (not asked) does not.  END frames of the input are dropped and one END is
+    ``align_clocks``: True/False, or None for "on when the ranks span more than
+    one node" (nodes from ``gpus_per_node`` or the first rank's
+    ``deviceProperties``).  END frames of the input are dropped and one END is
     written after the tables.  TABLE frames named ``align.*`` already in the
     input (a stream aligned twice) are dropped with a warning.
     """
@@ -1105,10 +1108,11 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     ranks_table = _ranks_table(results)
     G = _nodes(results, gpus_per_node)
     multi_node = G is not None and len({r // G for r in present}) > 1
-    # None (not asked) is off: TraceLens's columns mean times as the traces
-    # recorded them; the offsets are still estimated, and reported (loudly
-    # when applying them would change the answers: _story_findings)
-    apply = bool(align_clocks)
+    # None: on across nodes.  (collective-report passes False unless asked:
+    # TraceLens's columns mean the times as recorded.)  Offsets not applied
+    # are still estimated and reported, loudly when applying them would
+    # change the answers (_story_findings)
+    apply = bool(align_clocks) if align_clocks is not None else multi_node
     if not any(rank_row_count(res.rows) for res in results):
         quality.append(_finding("warning", "no_collectives",
                                 f"no collective kernels in {len(results)} rank(s): the report is empty"))

@@ -302,8 +302,9 @@ def report_options(fn):
                help="Add the nccl_all2allv_heatmap sheet."),
         click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks",
                      default=None, help="Apply per-rank clock offsets estimated from collective ends "
-                                        "[default: off: times as the traces recorded them, as in TraceLens; "
-                                        "data_quality says when the offsets would change the answers]."),
+                                        "[default: collective-report: off, times as recorded, as in TraceLens; "
+                                        "report on a stream not yet aligned: on when the ranks span more than one "
+                                        "node]. data_quality says when offsets not applied change the answers."),
         click.option("--strict", is_flag=True,
                      help="Abort on metadata disagreements between ranks (TraceLens behaviour) and on truncated traces."),
     ]
@@ -335,10 +336,9 @@ def _wrote(paths, sheets):
 @click.argument("streams", nargs=-1, type=click.Path())
 @click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
 @click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks", default=None,
-              help="Apply the estimated per-rank clock offsets [default: off: times as recorded, as in "
-                   "TraceLens; data_quality says when the offsets would change the report's answers].")
+              help="Apply the estimated per-rank clock offsets [default: when the ranks span more than one node].")
 @_alias("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
-        help="GPUs per node, for the report's node_id/node_span (default: deviceProperties count).")
+        help="GPUs per node, to decide whether ranks span nodes (default: deviceProperties count).")
 @quiet_option
 @handle_errors
 def align(streams, output, align_clocks, gpus_per_node, quiet):

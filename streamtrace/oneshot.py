@@ -171,9 +171,11 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     TraceLens's ``generate_collective_report`` parameters in its order (a
     positional call means the same), then streamtrace's, keyword-only
     (``align_clocks``, ``allow_missing_ranks``, ``strict``, ``jobs``,
-    ``paths``...).  ``jobs`` None: ranks in parallel threads, one per
-    rank up to the CPUs available (``use_multiprocessing`` with ``max_workers`` sets the
-    count, as in TraceLens); 1 reads the ranks one after another.
+    ``paths``...).  ``align_clocks`` None is False: times as recorded, as in
+    TraceLens (the align stage's None means "on across nodes").  ``jobs``
+    None: ranks in parallel threads, one per rank up to the CPUs available
+    (``use_multiprocessing`` with ``max_workers`` sets the count, as in
+    TraceLens); 1 reads the ranks one after another.
     Returns ``{sheet name: DataFrame}``.  Unless
     ``write_files`` is false it also writes the outputs asked for; with
     neither output path given nothing is written (as TraceLens's function),
@@ -191,6 +193,10 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
     check_aggs(agg_metrics)
+    if align_clocks is None:
+        # TraceLens's columns mean the times as the traces recorded them; the
+        # offsets are still estimated, and data_quality says when they matter
+        align_clocks = False
     inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
                             rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
                             allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)

@@ -445,18 +445,15 @@ def test_clock_offsets_recovered_old_layout(fx_old, old_tables):
     assert max(errors.values()) <= 1_000, errors
 
 
-def test_clock_alignment_applied_only_on_request(fx_new):
+def test_clock_alignment_applied_on_request_and_across_nodes(fx_new):
     d, truth = fx_new
     on, _ = run_align(d, 4, align_clocks=True)
     clocks = on["align.clocks"].set_index("rank")
     assert clocks["applied"].all()
     c = on["align.collectives"]
     assert (c["ts_aligned_ns"] == c["base_ns"] + c["ts_ns"] - c["rank"].map(clocks["offset_ns"])).all()
-    # ranks 0-1 and 2-3 on two nodes: still off unless asked (TraceLens's columns
-    # mean the times as recorded; spec B4)
-    auto, _ = run_align(d, 4, gpus_per_node=2)
-    assert not auto["align.clocks"]["applied"].any()
-    assert (auto["align.collectives"]["clock_offset_ns"] == 0).all()
+    auto, _ = run_align(d, 4, gpus_per_node=2)  # ranks 0-1 and 2-3 on two nodes: on by default
+    assert auto["align.clocks"]["applied"].all()
     off, _ = run_align(d, 4, gpus_per_node=2, align_clocks=False)
     assert not off["align.clocks"]["applied"].any()
     assert (off["align.collectives"]["clock_offset_ns"] == 0).all()
