@@ -32,6 +32,7 @@ _LAZY = {
     "write_xlsx": ("report.sheets", "write_xlsx"),
     "write_csvs": ("report.sheets", "write_csvs"),
     "correlate_frames": ("correlate.stage", "correlate_frames"),
+    "tracelens": ("tracelens", None),   # TraceLens's public API (docs/tracelens.md)
 }
 
 

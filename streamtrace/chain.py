@@ -18,7 +18,7 @@ import functools
 import itertools
 import os
 
-from .errors import StreamtraceError
+from .errors import InvalidArgumentError, StreamtraceError
 from .parallel.cpus import available_cpus
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
@@ -361,22 +361,27 @@ def _check_distinct_ranks(inputs, results):
 
 
 def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=None, world_size=None,
-                               rank_regex=None, output_xlsx_path=None, output_csvs_dir=None,
-                               detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS, use_multiprocessing=False,
-                               max_workers=None, gpus_per_node=None, all2allv_heatmap=False,
-                               strict_world_size_check=True, align_clocks=None, allow_missing_ranks=False,
-                               strict=False, jobs=None, paths=(), write_files=True, progress=None, written=None,
-                               blocking_analysis=False, keep_sheets=True):
+                               output_xlsx_path=None, output_csvs_dir=None, detailed_analysis=True,
+                               agg_metrics=DEFAULT_AGG_METRICS, strict_world_size_check=True,
+                               use_multiprocessing=False, max_workers=None, rank_regex=None, gpus_per_node=None,
+                               all2allv_heatmap=False, *, align_clocks=None, allow_missing_ranks=False,
+                               strict=False, jobs=None, paths=(), write_files=True, default_output=False,
+                               progress=None, written=None, blocking_analysis=False, keep_sheets=True):
     """The whole chain (extract -> align -> report) in one process.
 
-    Same arguments as TraceLens's ``generate_collective_report`` plus
-    streamtrace's (``align_clocks``, ``allow_missing_ranks``, ``strict``,
-    ``jobs``, ``paths``).  ``jobs`` None: ranks in parallel threads, one per
-    rank up to the CPUs available (``use_multiprocessing`` with ``max_workers`` sets the
-    count, as in TraceLens); 1 reads the ranks one after another.
+    TraceLens's ``generate_collective_report`` parameters in its order (a
+    positional call means the same), then streamtrace's, keyword-only
+    (``align_clocks``, ``allow_missing_ranks``, ``strict``, ``jobs``,
+    ``paths``...).  ``align_clocks`` None is False: times as recorded, as in
+    TraceLens (the align stage's None means "on across nodes").  ``jobs``
+    None: ranks in parallel threads, one per rank up to the CPUs available
+    (``use_multiprocessing`` with ``max_workers`` sets the count, as in
+    TraceLens); 1 reads the ranks one after another.
     Returns ``{sheet name: DataFrame}``.  Unless
-    ``write_files`` is false it also writes the outputs; with neither output
-    given, ``nccl_analysis_report.xlsx`` goes where TraceLens puts it (A1.5).
+    ``write_files`` is false it also writes the outputs asked for; with
+    neither output path given nothing is written (as TraceLens's function),
+    unless ``default_output`` (the command line): then
+    ``nccl_analysis_report.xlsx`` goes where TraceLens's command puts it (A1.5).
     ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
     labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
     ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
@@ -387,8 +392,12 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
 
     if gpus_per_node is not None and gpus_per_node <= 0:
-        raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
+        raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
     check_aggs(agg_metrics)
+    if align_clocks is None:
+        # TraceLens's columns mean the times as the traces recorded them; the
+        # offsets are still estimated, and data_quality says when they matter
+        align_clocks = False
     inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
                             rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
                             allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
@@ -411,7 +420,7 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         sheets, paths_written = _report_into_csvs(report, tables, output_csvs_dir, options)
     else:
         sheets = report.build_report(tables, **options)
-        if not write_files:
+        if not write_files or not (output_xlsx_path or output_csvs_dir or default_output):
             return sheets
         if not output_xlsx_path and not output_csvs_dir:
             output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,

@@ -300,7 +300,9 @@ def report_options(fn):
                help="Add the nccl_all2allv_heatmap sheet."),
         click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks",
                      default=None, help="Apply per-rank clock offsets estimated from collective ends "
-                                        "[default: on when the ranks span more than one node]."),
+                                        "[default: collective-report: off, times as recorded, as in TraceLens; "
+                                        "report on a stream not yet aligned: on when the ranks span more than one "
+                                        "node]. data_quality says when offsets not applied change the answers."),
         click.option("--strict", is_flag=True,
                      help="Abort on metadata disagreements between ranks (TraceLens behaviour) and on truncated traces."),
     ]
@@ -418,9 +420,9 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
                       blocking_analysis, quiet):
     """Trace files -> collective report, in one process (extract | align | report).
 
-    Drop-in for TraceLens_generate_multi_rank_collective_report_pytorch: the
-    same flags, sheets, columns and formulas, plus streamtrace's checks and
-    extra sheets.
+    TraceLens_generate_multi_rank_collective_report_pytorch's flags, sheets,
+    columns and formulas (times as recorded unless --align_clocks), plus
+    streamtrace's checks, extra columns and sheets (docs/tracelens.md).
 
     \b
       streamtrace collective-report --trace_dir run/ --world_size 8
@@ -429,6 +431,11 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
     """
     from .chain import generate_collective_report
 
+    if world_size is None and (trace_dir or trace_pattern or trace_glob):
+        # TraceLens's command fails without it in every input mode; scanning
+        # a directory instead would read whatever JSON happens to be there
+        raise click.UsageError("--world_size is required with --trace_dir, --trace_pattern and --trace_glob "
+                               "(as in TraceLens)")
     _setup_logging(quiet)
     written = {}
     progress = _progress_printer(quiet)
@@ -439,7 +446,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
         allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
         max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis,
-        keep_sheets=False)
+        keep_sheets=False, default_output=True)
     _end_progress(progress)
     _wrote(written.get("paths", []), sheets)
 

@@ -5,8 +5,12 @@ class StreamtraceError(Exception):
     """Base class: a user-facing problem (bad input, bad flags, analysis error)."""
 
 
-class TraceError(StreamtraceError):
-    """A trace file is unreadable, corrupt or not a trace."""
+class TraceError(StreamtraceError, ValueError):
+    """A trace file is unreadable, corrupt or not a trace.
+
+    Also a ValueError: TraceLens's JSON loaders raise ValueError subclasses
+    (``json.JSONDecodeError``) for such files, so ``except ValueError`` around
+    a TraceLens call still catches it."""
 
     def __init__(self, path, problem, offset=None):
         self.path = str(path)
@@ -19,6 +23,10 @@ class TraceError(StreamtraceError):
         return type(self), (self.path, self.problem, self.offset)
 
 
+class TraceNotFoundError(TraceError, FileNotFoundError):
+    """A trace file does not exist (FileNotFoundError, as TraceLens raises)."""
+
+
 class StreamFormatError(StreamtraceError):
     """An event stream is corrupt, truncated or of an unknown version."""
 
@@ -29,3 +37,22 @@ class StreamFormatError(StreamtraceError):
 
     def __reduce__(self):
         return type(self), (self.source, self.problem)
+
+
+# TraceLens raises built-in exceptions; these classes are also those built-ins,
+# so code written around TraceLens (``except ValueError``, ``except
+# FileNotFoundError``) catches streamtrace's errors in the same situations.
+
+class InvalidArgumentError(StreamtraceError, ValueError):
+    """A bad argument or flag value (TraceLens: ValueError), e.g. no
+    world_size, two input modes, a pattern without one ``*``, gpus_per_node <= 0."""
+
+
+class InputNotFoundError(StreamtraceError, FileNotFoundError):
+    """Expected trace files are missing (TraceLens: FileNotFoundError), e.g.
+    a rank's file, or a glob that matches nothing."""
+
+
+class MetadataMismatchError(StreamtraceError, ValueError):
+    """Ranks disagree on a collective's metadata and ``strict`` is on
+    (TraceLens: ValueError)."""

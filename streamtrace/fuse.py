@@ -544,13 +544,19 @@ def _labels(rk, pid_map):
     def meta(name, pid, tid, args):
         out.append({"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args})
 
+    # names exactly as TraceLens's TraceFuse writes them ("RANK r - CPU" /
+    # "RANK r - GPU": scripts match them); what tells a rank's processes
+    # apart (the device, or the pid of one of several CPU processes) goes in
+    # a process_labels record, which Perfetto shows next to the name
     cpu = sorted(p for p, gpu in ints.items() if not gpu)
     for i, p in enumerate(cpu):
-        label = f"RANK {r} - CPU" + (f" (pid {p})" if len(cpu) > 1 else "")
-        meta("process_name", pid_map[p], 0, {"name": label})
+        meta("process_name", pid_map[p], 0, {"name": f"RANK {r} - CPU"})
+        if len(cpu) > 1:
+            meta("process_labels", pid_map[p], 0, {"labels": f"pid {p}"})
         meta("process_sort_index", pid_map[p], 0, {"sort_index": base + min(i, GPU_SLOT - 1)})
     for p in sorted(p for p, gpu in ints.items() if gpu):
-        meta("process_name", pid_map[p], 0, {"name": f"RANK {r} - GPU {p}"})
+        meta("process_name", pid_map[p], 0, {"name": f"RANK {r} - GPU"})
+        meta("process_labels", pid_map[p], 0, {"labels": f"GPU {p}"})
         meta("process_sort_index", pid_map[p], 0,
              {"sort_index": base + GPU_SLOT + min(max(p, 0), STR_SLOT - GPU_SLOT - 1)})
     for i, raw in enumerate(sorted(strs)):
@@ -1012,8 +1018,9 @@ class TraceFuse:
     ranks in parallel (threads over the C core; worker processes for a
     ``filter_fn``, which must then be picklable).
 
-    Beyond TraceLens: ids never collide across ranks, process labels are
-    ``RANK r - CPU``/``RANK r - GPU d``, overlapping X events get sibling
+    Beyond TraceLens: ids never collide across ranks, process names are
+    TraceLens's ``RANK r - CPU``/``RANK r - GPU`` with the device in a
+    ``process_labels`` record, overlapping X events get sibling
     lanes, and each rank's top-level metadata is kept under ``streamtrace``
     (see docs/fuse.md).
     """
@@ -1025,6 +1032,7 @@ class TraceFuse:
             self.rank2file = {i: str(p) for i, p in enumerate(files)}
         if not self.rank2file:
             raise StreamtraceError("TraceFuse needs at least one trace file")
+        self.rank2filepath = self.rank2file   # TraceLens's name for it
         self.files = list(self.rank2file.values())
         self.ranks = list(self.rank2file)
         self.use_multiprocessing = bool(use_multiprocessing)

@@ -32,3 +32,16 @@ def real_dir():
     if not os.path.isdir(SHARED_REAL):
         pytest.skip("../shared/traces/real is absent")
     return SHARED_REAL
+
+
+@pytest.fixture(autouse=True)
+def _streamtrace_logger_restored():
+    """Commands run in-process (CliRunner) set up the streamtrace logger for a
+    terminal (its own handler, no propagation, -q: errors only); put it back
+    after each test so later tests' caplog sees warnings again."""
+    import logging
+
+    log = logging.getLogger("streamtrace")
+    saved = (list(log.handlers), log.level, log.propagate)
+    yield
+    log.handlers[:], log.level, log.propagate = saved[0], saved[1], saved[2]

@@ -208,6 +208,7 @@ def test_labels_and_sort_indices(tmp_path, run_new):
     labels = added_events(doc)
     names = {e["pid"]: e["args"]["name"] for e in labels if e["name"] == "process_name"}
     sorts = {e["pid"]: e["args"]["sort_index"] for e in labels if e["name"] == "process_sort_index"}
+    devices = {e["pid"]: e["args"]["labels"] for e in labels if e["name"] == "process_labels"}
     assert len(names) == sum(1 for e in labels if e["name"] == "process_name")  # one per process
     assert names.keys() == sorts.keys()
     order = []
@@ -219,8 +220,11 @@ def test_labels_and_sort_indices(tmp_path, run_new):
         assert {int(k) for k in info["pid_map"]} == int_pids
         for raw in sorted(int_pids):
             new = info["pid_map"][str(raw)]
-            want = f"RANK {r} - GPU {raw}" if raw in gpu_pids else f"RANK {r} - CPU"
+            # TraceLens's names exactly; the device (the GPU pid) as a process label
+            want = f"RANK {r} - GPU" if raw in gpu_pids else f"RANK {r} - CPU"
             assert names[new] == want
+            if raw in gpu_pids:
+                assert devices[new] == f"GPU {raw}"
             order.append((r, raw in gpu_pids, sorts[new]))
         # string pids become per-rank strings, labelled too
         for raw in {e["pid"] for e in select(evs) if isinstance(e.get("pid"), str)}:

@@ -45,7 +45,10 @@ diff against a consensus sequence (signature = name, dtype, sizes; ties broken
 by end-time consistency), so a rank whose window starts or ends at another
 collective does not shift every later index (B3).  Clock offsets are estimated
 from the ends of implicit-sync collectives (B4) and applied when requested, or
-by default when the ranks span more than one node.
+by default when the ranks span more than one node (``collective-report`` applies
+them only when asked); offsets not applied that would change the
+last-arriving ranks are a warning in the quality table
+(``clock_offsets_change_results``).
 
 Memory: the collective rows, plus, for the rank being read, its kernels and
 kernel launches (about 100 bytes per kernel) -- never CPU ops it does not use,
@@ -102,6 +105,9 @@ MATCH_TOLERANCE_NS = 20_000
 CLOCK_RESIDUAL_WARN_NS = 5_000
 #: estimated offsets above this, when not applied, are reported (ns)
 CLOCK_OFFSET_NOTE_NS = 10_000
+#: offsets not applied that change the last-arriving rank of at least this
+#: share of the collectives are a warning (they change the report's answers)
+STORY_CHANGE_SHARE = 0.1
 
 # ====================================================================== per rank
 
@@ -1108,6 +1114,10 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     ranks_table = _ranks_table(results)
     G = _nodes(results, gpus_per_node)
     multi_node = G is not None and len({r // G for r in present}) > 1
+    # None: on across nodes.  (collective-report passes False unless asked:
+    # TraceLens's columns mean the times as recorded.)  Offsets not applied
+    # are still estimated and reported, loudly when applying them would
+    # change the answers (_story_findings)
     apply = bool(align_clocks) if align_clocks is not None else multi_node
     if not any(rank_row_count(res.rows) for res in results):
         quality.append(_finding("warning", "no_collectives",
@@ -1328,6 +1338,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                                            functools.partial(estimate_clock_offsets, *est_args),
                                            fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
         clocks = clocks_table(est)
+        quality += _story_findings(clocks, inst[sync], rank[sync], abs_ts[sync])
     quality += _clock_findings(clocks, apply, multi_node, G) + row_findings
     return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
             "align.quality": quality_table(quality)}
@@ -1408,6 +1419,49 @@ def _rank_findings(results):
             out.append(_finding("info", "events_dropped", f"rank {res.rank}: {bad} numeric field(s) were unreadable "
                                 "and left empty", rank=res.rank, count=bad))
     return out
+
+
+def _last_arrivers(inst, rank, ts):
+    """Per instance (``inst`` codes, any order) with two or more rows: its
+    last-arriving rank (largest start, ties -> lowest rank) and its skew in
+    start time, as arrays in instance order."""
+    order = np.lexsort((rank, -ts, inst))
+    i_sorted = inst[order]
+    first = np.flatnonzero(np.r_[True, i_sorted[1:] != i_sorted[:-1]])
+    counts = np.diff(np.r_[first, len(order)])
+    keep = counts > 1
+    last = rank[order][first][keep]
+    lo = np.minimum.reduceat(ts[order], first)[keep]
+    hi = ts[order][first][keep]
+    return last, hi - lo
+
+
+def _story_findings(clocks, inst, rank, ts):
+    """A warning when the clock offsets estimated (and not applied) would
+    change the answers of the skew, wait and straggler columns: the
+    last-arriving rank of at least STORY_CHANGE_SHARE of the implicit-sync
+    collectives differs with the offsets applied."""
+    if not len(inst):
+        return []
+    offs = dict(zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist()))
+    if not any(offs.values()):
+        return []
+    ranks_u, inv = np.unique(rank, return_inverse=True)
+    off = np.array([offs.get(r, 0) for r in ranks_u.tolist()], dtype=np.int64)[inv]
+    last, skew = _last_arrivers(inst, rank, ts)
+    last_al, skew_al = _last_arrivers(inst, rank, ts - off)
+    n = len(last)
+    changed = int((last != last_al).sum())
+    if not n or changed < max(1, STORY_CHANGE_SHARE * n):
+        return []
+    spread = (max(offs.values()) - min(offs.values())) / 1000
+    return [_finding("warning", "clock_offsets_change_results",
+                     f"CLOCKS DISAGREE: the per-rank clock offsets estimated from collective ends (up to {spread:.1f} "
+                     f"us apart, clock_alignment sheet) are not applied, and applying them changes the last-arriving "
+                     f"rank of {changed} of {n} collectives and the median skew in start time from "
+                     f"{np.median(skew) / 1000:.1f} to {np.median(skew_al) / 1000:.1f} us: the skew, wait, earliest "
+                     "arrival and straggler columns use the clocks as recorded (as TraceLens does); rerun with "
+                     "--align_clocks for the aligned view", count=changed)]
 
 
 def _clock_findings(clocks, applied, multi_node, G):

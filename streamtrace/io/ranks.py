@@ -11,7 +11,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import StreamtraceError
+from ..errors import InputNotFoundError, InvalidArgumentError
 
 DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
@@ -34,11 +34,11 @@ def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None
     modes = [m for m, v in (("paths", paths), ("--trace_dir", trace_dir),
                             ("--trace_pattern", trace_pattern), ("--trace_glob", trace_glob)) if v]
     if len(modes) != 1:
-        raise StreamtraceError(
+        raise InvalidArgumentError(
             "Provide exactly one of: trace paths, --trace_dir, --trace_pattern, --trace_glob"
             + (f" (got {', '.join(modes)})" if modes else ""))
     if world_size is not None and world_size <= 0:
-        raise StreamtraceError(f"--world_size must be positive (got {world_size})")
+        raise InvalidArgumentError(f"--world_size must be positive (got {world_size})")
     if paths:
         return [RankInput(str(p), None, i) for i, p in enumerate(paths)]
     if trace_dir:
@@ -58,15 +58,17 @@ def _first_existing(stem):
 def _check_missing(found, world_size, allow_missing, describe):
     missing = [r for r in range(world_size) if r not in found]
     if missing and not allow_missing:
-        raise StreamtraceError(
-            f"Missing ranks {missing} of world size {world_size}: expected {describe(missing[0])}"
-            " (use --allow_missing_ranks to analyse the ranks present)")
+        # the message starts with TraceLens's words for the same error, so
+        # scripts that match them keep working
+        raise InputNotFoundError(
+            f"Expected trace file not found: {describe(missing[0])} (Missing ranks {missing} of world size "
+            f"{world_size}; use --allow_missing_ranks to analyse the ranks present)")
     return missing
 
 
 def _from_dir(trace_dir, world_size, allow_missing):
     if not os.path.isdir(trace_dir):
-        raise StreamtraceError(f"{trace_dir}: --trace_dir is not a directory")
+        raise InputNotFoundError(f"{trace_dir}: --trace_dir is not a directory")
     found = {}
     if world_size is not None:
         for r in range(world_size):
@@ -83,7 +85,7 @@ def _from_dir(trace_dir, world_size, allow_missing):
         # B1: no rank{i}_trace files; every trace in the directory, rank from distributedInfo
         names = sorted(n for n in os.listdir(trace_dir) if n.endswith(TRACE_SUFFIXES))
         if not names:
-            raise StreamtraceError(f"{trace_dir}: no trace files (*.json, *.json.gz, *.json.zst) in --trace_dir")
+            raise InputNotFoundError(f"{trace_dir}: no trace files (*.json, *.json.gz, *.json.zst) in --trace_dir")
         return [RankInput(os.path.join(trace_dir, n), None, i) for i, n in enumerate(names)]
     if world_size is not None:
         _check_missing(found, world_size, allow_missing,
@@ -93,9 +95,9 @@ def _from_dir(trace_dir, world_size, allow_missing):
 
 def _from_pattern(pattern, world_size, allow_missing):
     if pattern.count("*") != 1:
-        raise StreamtraceError(f"--trace_pattern must contain exactly one '*' (got {pattern!r})")
+        raise InvalidArgumentError(f"--trace_pattern must contain exactly one '*' (got {pattern!r})")
     if world_size is None:
-        raise StreamtraceError("--world_size is required with --trace_pattern")
+        raise InvalidArgumentError("--world_size is required with --trace_pattern")
     found = {}
     for r in range(world_size):
         path = pattern.replace("*", str(r))
@@ -109,10 +111,10 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
     try:
         rx = re.compile(rank_regex)
     except re.error as exc:
-        raise StreamtraceError(f"--rank_regex {rank_regex!r} is not a valid regular expression: {exc}") from None
+        raise InvalidArgumentError(f"--rank_regex {rank_regex!r} is not a valid regular expression: {exc}") from None
     matches = sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
     if not matches:
-        raise StreamtraceError(f"No files matched --trace_glob {pattern!r}")
+        raise InputNotFoundError(f"No files matched --trace_glob: {pattern}")
     found = {}
     for path in matches:
         rank = _rank_from_regex(rx, os.path.basename(path))
@@ -124,9 +126,13 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
             continue
         found[rank] = path
     if not found:
-        raise StreamtraceError(f"{len(matches)} files matched --trace_glob but none matched --rank_regex {rank_regex!r}")
+        raise InvalidArgumentError(f"--trace_glob matched {len(matches)} file(s), but none matched "
+                                   f"--rank_regex {rank_regex!r}")
     if world_size is not None:
-        _check_missing(found, world_size, allow_missing, lambda r: f"a file for rank {r} matching --trace_glob")
+        missing = [r for r in range(world_size) if r not in found]
+        if missing and not allow_missing:
+            raise InputNotFoundError(f"Missing ranks after glob resolution: {missing} (world size {world_size}; "
+                                     "use --allow_missing_ranks to analyse the ranks present)")
     return [RankInput(found[r], r, r) for r in sorted(found)]
 
 

@@ -14,8 +14,8 @@ import stat
 import sys
 
 from .. import _native
+from ..errors import TraceError, TraceNotFoundError
 from ..parallel.threads import prefetched
-from ..errors import TraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -173,7 +173,7 @@ def open_source(path, gzip_backend=None):
         try:
             f = open(path, "rb")
         except FileNotFoundError:
-            raise TraceError(path, "no such file") from None
+            raise TraceNotFoundError(path, "no such file") from None
         except PermissionError:
             raise TraceError(path, "permission denied") from None
         except OSError as exc:

@@ -50,10 +50,10 @@ from .. import collectives as coll
 from ..align.stage import COLLECTIVE_COLUMNS, align_frames, quality_table, read_align_tables
 from ..io.outputs import atomic_path, umask
 from ..codes import Text, dense_rank, factorize, group_ids
-from ..errors import StreamtraceError
+from ..errors import InvalidArgumentError, MetadataMismatchError, StreamtraceError
 from ..parallel.fork import Child, balanced, both, can_fork, split_in_two
 from ..parallel.cpus import available_cpus
-from .options import DEFAULT_AGG_METRICS, check_aggs
+from .options import DEFAULT_AGG_METRICS, agg_label, check_aggs
 from ..stream.format import Kind, iter_frames
 
 log = logging.getLogger("streamtrace")
@@ -270,7 +270,7 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     two cores, forking once more to write cost about what it saved).
     """
     if gpus_per_node is not None and gpus_per_node <= 0:
-        raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
+        raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
     aggs = check_aggs(agg_metrics)
     tables = read_align_tables(_as_tables(source, align_clocks, gpus_per_node))
     _check_align_options(tables, align_clocks)
@@ -352,7 +352,10 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
         (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(implicit_part, other_part, fork=fork)
     sheets = {**mine, **theirs}
     findings += mine_notes + their_notes   # the order the sheets were once built in: implicit first
-    sheets["clock_alignment"] = _clock_sheet(clocks, applied)
+    story = [f for f in findings if f["category"] == "clock_offsets_change_results"]
+    sheets["clock_alignment"] = _clock_sheet(clocks, applied, story)
+    for f in story:   # the command line says it too, not only the sheet
+        log.warning(f["message"])
     unresolved = len(mine_keys | their_keys)
     if unresolved:
         findings.append({"severity": "info", "category": "node_span_unknown", "rank": None, "pg": None,
@@ -498,7 +501,7 @@ def _implicit_sync(long, ns, st, simplified, strict, findings):
         i = int(np.flatnonzero(bad)[0])
         msg = (f"Metadata mismatch in '{mism[i]}' across the ranks of collective {first['collective_id'][i]}")
         if strict and not simplified:
-            raise StreamtraceError(msg + " (--strict)")
+            raise MetadataMismatchError(msg + " (--strict)")
         findings.append({"severity": "warning", "category": "metadata_mismatch", "rank": None, "pg": None,
                          "collective_id": first["collective_id"][i], "count": int(bad.sum()),
                          "message": f"{int(bad.sum())} implicit-sync instance(s) disagree on metadata; first: {msg}. "
@@ -602,7 +605,7 @@ def _summary_implicit(implicit, aggs):
     if not len(implicit):
         cols = SUMMARY_IMPLICIT_KEYS + ["Process Group Name", "Group size", "Full msg size (MB)"]
         for m in SUMMARY_IMPLICIT_METRICS:
-            cols += [f"{m}_{a}" for a in aggs]
+            cols += [f"{m}_{agg_label(a)}" for a in aggs]
         return pd.DataFrame({c: [] for c in cols + ["count", "Total comm latency (ms)"]})
     df = implicit.copy()
     for k in SUMMARY_IMPLICIT_KEYS:
@@ -616,7 +619,7 @@ def _summary_implicit(implicit, aggs):
         if m.startswith(("algo", "bus")) and df[m].isna().all():
             continue
         for a in aggs:
-            res[f"{m}_{a}"] = g[m].agg(a)
+            res[f"{m}_{agg_label(a)}"] = g[m].agg(a)
     res["count"] = g.size()
     res["Total comm latency (ms)"] = g["comm_latency"].sum() / 1000.0
     res = res.reset_index(drop=True)
@@ -708,7 +711,7 @@ def _all2allv(long, ns, st, strict, findings, nodes):
         i = int(np.flatnonzero(bad)[0])
         msg = f"Metadata mismatch in '{mism[i]}' across the ranks of all_to_allv {first['collective_id'][i]}"
         if strict:
-            raise StreamtraceError(msg + " (--strict)")
+            raise MetadataMismatchError(msg + " (--strict)")
         only_stream = include & (mism == "stream")
         findings.append({"severity": "warning" if (bad & ~only_stream).any() else "info",
                          "category": "all2allv_mismatch", "rank": None, "pg": None,
@@ -851,12 +854,12 @@ def _summary_all2allv(a2av, aggs, nodes):
     g = df.groupby(cols, sort=True)
     res = pd.DataFrame(index=g.size().index)
     for a in aggs:
-        res[f"total data communicated (MB)_{a}"] = g["total data communicated (MB)"].agg(a)
+        res[f"total data communicated (MB)_{agg_label(a)}"] = g["total data communicated (MB)"].agg(a)
     for a in aggs:
-        res[f"wall_time (us)_{a}"] = g["wall_time (us)"].agg(a)
+        res[f"wall_time (us)_{agg_label(a)}"] = g["wall_time (us)"].agg(a)
     res["Total wall_time (us)"] = g["wall_time (us)"].sum()
     for a in aggs:
-        res[f"throughput (GB/s)_{a}"] = g["throughput (GB/s)"].agg(a)
+        res[f"throughput (GB/s)_{agg_label(a)}"] = g["throughput (GB/s)"].agg(a)
     for m in ("size_imbalance", "max_rank_dur (us)", "skew in start time", "skew in end time"):
         res[f"{m}_mean"] = g[m].mean()
         res[f"{m}_max"] = g[m].max()
@@ -1030,9 +1033,12 @@ def _factor(kind, n):
     return np.nan if f is None else f
 
 
-def _clock_sheet(clocks, applied):
+def _clock_sheet(clocks, applied, story=()):
     note = ("applied: ts, skew and wait columns of this report are on aligned clocks" if applied else
             "estimated only, not applied (times are as recorded; use --align_clocks to apply)")
+    if story:   # the offsets change the answers: say so on every row
+        note = ("estimated only, not applied, and LARGE ENOUGH TO CHANGE THE ANSWERS (see data_quality): skew, "
+                "wait and straggler columns use the clocks as recorded; use --align_clocks for the aligned view")
     return pd.DataFrame({
         "rank": clocks["rank"].to_numpy(dtype=np.int64),
         "offset_us": clocks["offset_ns"].to_numpy(dtype=np.int64) / 1000.0,
