@@ -1168,6 +1168,8 @@ def _xml_escape(s):
         s = s.replace("<", "&lt;")
     if ">" in s:
         s = s.replace(">", "&gt;")
+    if "\r" in s:   # as a reference: a bare CR is read back as LF (XML's line-end rule)
+        s = s.replace("\r", "&#13;")
     return s
 
 
@@ -1177,8 +1179,8 @@ def _str_cell(s):
     return f'<c t="inlineStr"><is><t{space}>{s}</t></is></c>'
 
 
-#: characters _xml_escape changes (XML-illegal controls, & < >)
-_XML_SPECIAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f&<>]")
+#: characters _xml_escape changes (XML-illegal controls, CR, & < >)
+_XML_SPECIAL = re.compile(r"[\x00-\x08\x0b-\x1f&<>]")
 
 
 def _str_cells(values):
@@ -1391,23 +1393,51 @@ def _attr(s):
     return s
 
 
+#: where a spreadsheet starts a new cell inside a multi-line value -- after a
+#: line break (it may split the row there) or a comma (on such a split line
+#: the quoting no longer holds) -- followed, past any quotes, by what it
+#: would read as the start of a formula
+_FORMULA_AFTER_BREAK = re.compile(r'(?<=[\r\n,])(?="*[=+\-@\t])')
+
+
+def _neutral(v):
+    """A text cell that no spreadsheet evaluates: a ``'`` before a leading
+    ``= + - @ TAB CR``, and in a value holding CR or LF (which the writers
+    also quote) before each cell a spreadsheet could start inside it."""
+    if v[:1] in _RISKY_FIRST:
+        v = "'" + v
+    if "\r" in v or "\n" in v:
+        v = _FORMULA_AFTER_BREAK.sub("'", v)
+    return v
+
+
 def _csv_safe(df):
-    """Prefix text cells that a spreadsheet would evaluate with a quote."""
+    """Text cells that a spreadsheet would evaluate neutralised (``_neutral``)."""
     out = None
     for col in df.columns:
         s = df[col]
         if s.dtype.kind in "fiub" or isinstance(s.dtype, pd.Int64Dtype):
             continue
         values = s.to_numpy(dtype=object)
-        risky = np.fromiter((isinstance(v, str) and v[:1] in _RISKY_FIRST for v in values), dtype=bool,
-                            count=len(values))
+        risky = np.fromiter((isinstance(v, str) and (v[:1] in _RISKY_FIRST or "\r" in v or "\n" in v)
+                             for v in values), dtype=bool, count=len(values))
         if risky.any():
             if out is None:
                 out = df.copy()
             values = values.copy()
-            values[risky] = ["'" + v for v in values[risky]]
+            values[risky] = [_neutral(v) for v in values[risky]]
             out[col] = pd.Series(values, dtype=object, index=df.index)
     return df if out is None else out
+
+
+def _pandas_csv(df, path):
+    """``_csv_safe(df).to_csv(path, index=False)``; every field quoted when a
+    text holds a CR, which the csv module alone leaves bare (it quotes only
+    its own line end, "\n") and at which readers start a new row."""
+    safe = _csv_safe(df)
+    holds_cr = any(isinstance(v, str) and "\r" in v
+                   for col in safe.columns if safe[col].dtype == object for v in safe[col].tolist())
+    safe.to_csv(path, index=False, quoting=csv.QUOTE_ALL if holds_cr else csv.QUOTE_MINIMAL)
 
 
 _CHUNK_ROWS = 20000  # rows formatted at a time: bounds the memory of a chunk's cells
@@ -1424,16 +1454,13 @@ def _csv_style():
 
     quote = cells.CsvQuoter()
 
-    def neutral(v):
-        return "'" + v if v[:1] in _RISKY_FIRST else v
-
-    return cells.CellStyle(na="", true="True", false="False", text=lambda v: quote(neutral(v)),
+    return cells.CellStyle(na="", true="True", false="False", text=lambda v: quote(_neutral(v)),
                            other=lambda v: quote(cells.object_text(v)),
-                           texts=lambda values: quote.many([neutral(v) for v in values]))
+                           texts=lambda values: quote.many([_neutral(v) for v in values]))
 
 
 def _write_csv(df, path):
-    """``_csv_safe(df).to_csv(path, index=False)``, byte for byte, about 10x
+    """``_pandas_csv(df, path)``, byte for byte (but for CR, see CsvQuoter), about 10x
     faster: columns become cells (streamtrace.cells: numbers as int64, texts
     made once per distinct value) that the C core writes as rows, instead of
     pandas' per-cell csv-module path.  Frames the fast path does not cover (a
@@ -1452,7 +1479,7 @@ def _write_csv(df, path):
               and all(isinstance(c, str) for c in df.columns))
     first = chunk_cells(0) if simple else None   # dtypes are the same in every chunk: the first one decides
     if first is None:
-        _csv_safe(df).to_csv(path, index=False)
+        _pandas_csv(df, path)
         return
     header = io.StringIO()
     csv.writer(header, lineterminator="\n").writerow(list(df.columns))
