@@ -1555,7 +1555,7 @@ class CsvDir:
 
     def commit(self, names):
         """Move the sheets ``names`` (all written) into place; returns the
-        directory (as the user named it)."""
+        directory (absolute, a link not followed)."""
         tmp, target = self._tmp, self.target
         names = list(names)
         for name in names:
@@ -1565,7 +1565,7 @@ class CsvDir:
                 os.chmod(tmp, 0o777 & ~umask())
                 os.rename(tmp, target)
                 self._tmp = None
-                return self.directory
+                return os.path.abspath(self.directory)
             owned = [f"{n}.csv" for n in dict.fromkeys(names + SHEET_ORDER)]
             for file in owned:   # all checked first: a refusal leaves the directory as it was
                 dst = os.path.join(target, file)
@@ -1580,7 +1580,7 @@ class CsvDir:
         except OSError as exc:
             raise StreamtraceError(f"{self.directory}: cannot move the sheets into it: "
                                    f"{exc.strerror or exc}") from None
-        return self.directory
+        return os.path.abspath(self.directory)
 
     def discard(self):
         if self._tmp is not None:
