@@ -11,6 +11,7 @@ import csv
 import errno
 import io
 import json
+import logging
 import os
 import re
 import stat
@@ -28,6 +29,18 @@ from streamtrace.errors import StreamtraceError
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+_LOG = logging.getLogger("streamtrace")
+_LOG_STATE = (_LOG.handlers[:], _LOG.level, _LOG.propagate)
+
+
+@pytest.fixture(autouse=True)
+def _logger_as_it_was():
+    """The CLI's -q sets the "streamtrace" logger to ERROR without propagation
+    (module fixtures run it too); later tests (caplog) need it as it was."""
+    yield
+    _LOG.handlers[:], _LOG.level, _LOG.propagate = _LOG_STATE[0][:], _LOG_STATE[1], _LOG_STATE[2]
 
 
 @pytest.fixture(scope="module")
