@@ -110,7 +110,15 @@ def refuse_input_as_output(output, inputs, what="output"):
     if not stat.S_ISREG(st.st_mode):
         return
     for inp in inputs:
-        if inp and inp != "-" and same_file(output, inp):
+        if inp == "-":   # stdin redirected from the output file: compared by its fd
+            try:
+                si = os.fstat(0)
+            except OSError:
+                continue
+            same, inp = (si.st_dev, si.st_ino) == (st.st_dev, st.st_ino), "<stdin>"
+        else:
+            same = bool(inp) and same_file(output, inp)
+        if same:
             raise StreamtraceError(f"{output}: the {what} is also an input ({inp}); writing it would destroy "
                                    "the input: choose another name")
 

@@ -64,7 +64,7 @@ def _check_stream_output(output, inputs):
     """Before any work: an output name that no stream writer honours, or an input as the output."""
     if output and output != "-":
         check_suffix(output)
-        refuse_input_as_output(output, list(inputs))
+        refuse_input_as_output(output, list(inputs) or ["-"])   # none: stdin
 
 
 @contextlib.contextmanager
@@ -400,7 +400,7 @@ def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_me
 
     _setup_logging(quiet)
     output_xlsx_path = output_xlsx_path or output
-    check_report_outputs(output_xlsx_path, output_csvs_dir, streams)
+    check_report_outputs(output_xlsx_path, output_csvs_dir, list(streams) or ["-"])
     tables = collect_tables(_input_frames(streams), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)

@@ -17,7 +17,7 @@ def check_report_outputs(output_xlsx_path, output_csvs_dir, inputs):
     """Before any work: refuse an output that is one of ``inputs`` -- the
     workbook, or a sheet file the CSV directory would replace or remove --
     and a workbook name asking for a compression."""
-    inputs = [str(i) for i in inputs if i is not None]
+    inputs = [str(i) for i in inputs if i is not None]   # "-": stdin
     if output_xlsx_path:
         check_suffix(output_xlsx_path)
         refuse_input_as_output(output_xlsx_path, inputs, what="workbook")

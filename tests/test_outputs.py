@@ -271,6 +271,20 @@ def test_an_input_as_the_output_is_refused_before_any_work(run_set, tmp_path, ca
     _no_leftovers(tmp_path)
 
 
+def test_stdin_from_the_output_file_is_refused(run_set, tmp_path):
+    """``align -o s.stev < s.stev``: the input comes through stdin, by fd."""
+    stream = _copy(run_set / "x.stev", tmp_path / "s.stev")
+    before = stream.read_bytes()
+    with open(stream, "rb") as stdin:
+        proc = subprocess.run([BIN, "align", "-q", "-o", str(stream)], stdin=stdin, capture_output=True, text=True,
+                              timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"Error: {stream}: the output is also an input (<stdin>); writing it "
+                                                "would destroy the input: choose another name"]
+    assert stream.read_bytes() == before
+    _no_leftovers(tmp_path)
+
+
 # ---------------------------------------------------------------------- names and write errors
 
 
