@@ -401,6 +401,10 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
                             rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
                             allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
+    if write_files:
+        from .report.files import check_report_outputs
+
+        check_report_outputs(output_xlsx_path, output_csvs_dir, [i.path for i in inputs])
     if jobs is None and use_multiprocessing:
         jobs = max_workers   # None: the CPUs available (local_executor caps every count)
     if blocking_analysis:

@@ -17,6 +17,7 @@ import click
 from .extract import VERSION
 from .extract import extract as extract_api
 from .io.outputs import atomic_file as atomic_output
+from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
 from .errors import StreamtraceError
 from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
 
@@ -59,6 +60,13 @@ def handle_errors(fn):
     return wrapper
 
 
+def _check_stream_output(output, inputs):
+    """Before any work: an output name that no stream writer honours, or an input as the output."""
+    if output and output != "-":
+        check_suffix(output)
+        refuse_input_as_output(output, list(inputs) or ["-"])   # none: stdin
+
+
 @contextlib.contextmanager
 def stream_output(path):
     """Where a stream-producing command writes: -o FILE, or a non-terminal stdout."""
@@ -66,10 +74,11 @@ def stream_output(path):
         with atomic_output(path) as f:
             yield f
         return
-    if sys.stdout.isatty():
+    out = stdout_buffer("the event stream")
+    if out.isatty():
         raise click.UsageError("refusing to write a binary event stream to a terminal: use -o FILE or a pipe")
-    yield sys.stdout.buffer
-    sys.stdout.buffer.flush()
+    yield out
+    out.flush()
 
 
 def _alias(*names, **kwargs):
@@ -171,6 +180,7 @@ def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size,
         if len(inputs) != 1:
             raise click.UsageError("--rank goes with a single input path")
         inputs[0].rank = rank
+    _check_stream_output(output, [i.path for i in inputs])
     with stream_output(output) as out:
         extract_api(inputs, out, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs,
                             strict=strict, progress=_progress_printer(quiet))
@@ -188,6 +198,7 @@ def dump(streams, what, fmt, ranks):
     """Print part of an event stream as JSON lines or CSV (stdin if no file)."""
     from .dump import dump_stream
 
+    stdout_buffer("the dump")
     dump_stream(list(streams) or ["-"], what, fmt, sys.stdout, ranks=set(ranks) or None)
 
 
@@ -211,6 +222,7 @@ def correlate(streams, output, quiet):
     from .stream.format import StreamWriter
 
     _setup_logging(quiet)
+    _check_stream_output(output, streams)
     with stream_output(output) as out:
         writer = StreamWriter(out)
         writer.write_all(correlate_frames(_input_frames(streams)))
@@ -356,6 +368,7 @@ def align(streams, output, align_clocks, gpus_per_node, quiet):
     from .stream.format import StreamWriter
 
     _setup_logging(quiet)
+    _check_stream_output(output, streams)
     frames = _input_frames(streams)
     with stream_output(output) as out:
         writer = StreamWriter(out)
@@ -382,10 +395,12 @@ def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_me
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace report -o report.xlsx
       streamtrace report run.aligned.stev --output_csvs_dir csvs/
     """
+    from .report.files import check_report_outputs
     from .report.sheets import REPORT_NAME, build_report, collect_tables, write_report
 
     _setup_logging(quiet)
     output_xlsx_path = output_xlsx_path or output
+    check_report_outputs(output_xlsx_path, output_csvs_dir, list(streams) or ["-"])
     tables = collect_tables(_input_frames(streams), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)

@@ -47,7 +47,7 @@ from decimal import Decimal, InvalidOperation
 import numpy as np
 
 from . import _native
-from .io.outputs import atomic_file
+from .io.outputs import atomic_file, check_suffix, refuse_input_as_output, resolve_output, stdout_buffer
 from .errors import StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
 from .io.reading import open_source
@@ -704,8 +704,9 @@ def compression_for(path):
 def _atomic(path):
     """A binary file at ``path`` that appears only if the block succeeds ('-': stdout)."""
     if path == "-":
-        yield sys.stdout.buffer
-        sys.stdout.buffer.flush()
+        out = stdout_buffer("the fused trace")
+        yield out
+        out.flush()
         return
     with atomic_file(path) as f:
         yield f
@@ -797,9 +798,13 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     opts = FuseOptions(include_pyfunc=include_pyfunc, keep_spans=keep_spans, cats=cats,
                        name_regex=name_regex, window=window, nccl_only=nccl_only,
                        align_clocks=align_clocks, time_base=time_base)
+    if compression is None and output != "-":
+        check_suffix(output, allowed=(".gz", ".zst", ".zstd"))
     compression = compression or compression_for(output)
     jobs = max(1, int(jobs or 1))
-    ranks_ = _resolve_ranks(_as_rank_inputs(inputs), ranks)
+    rank_inputs = _as_rank_inputs(inputs)
+    refuse_input_as_output(output, [i.path for i in rank_inputs])
+    ranks_ = _resolve_ranks(rank_inputs, ranks)
     if _masks is not None:
         for rk in ranks_:
             rk.mask = _masks[rk.rank]
@@ -892,7 +897,9 @@ def _common_base(bases):
 def _write_parallel(ranks_, opts, f, compression, jobs, output, prog):
     """Each rank written by a worker thread into its own part file (next to
     the output), then copied into place in rank order."""
-    directory = tempfile.gettempdir() if output == "-" else (os.path.dirname(os.path.abspath(output)) or ".")
+    # beside the output's target; $TMPDIR for stdout, a device or a pipe (never /dev)
+    target, direct = (None, True) if output == "-" else resolve_output(output)
+    directory = tempfile.gettempdir() if direct else os.path.dirname(target)
     parts = {}
     try:
         def work(rk):

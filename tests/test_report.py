@@ -590,7 +590,7 @@ def test_writers_are_atomic(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == []
     monkeypatch.setattr(report_mod.os, "replace", real_replace)
     monkeypatch.setattr(pd.DataFrame, "to_csv", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
-    with pytest.raises(OSError):
+    with pytest.raises(StreamtraceError, match=r"csvs/s\.csv: cannot write it: disk full"):   # the user's path
         write_csvs({"s": df}, tmp_path / "csvs")
     assert os.listdir(tmp_path) == []
 
@@ -669,7 +669,9 @@ def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
     floats = np.concatenate([rng.integers(-10**15, 10**15, n) / 1000.0,
                              rng.standard_normal(n) * 10.0 ** rng.integers(-12, 20, n), special * 20])
     m = len(floats)
-    texts = np.array(["a", "=x", "+1", "-2", "@q", "\tt", "x,y", 'q"r', "l\nm", "c\rr", " sp ", "", "é", None],
+    # (a CR: the fast path quotes that field alone, pandas' csv module cannot,
+    # so its fallback quotes every field: tests/test_outputs.py checks both)
+    texts = np.array(["a", "=x", "+1", "-2", "@q", "\tt", "x,y", 'q"r', "l\nm", "l\n=m,-n", " sp ", "", "é", None],
                      dtype=object)
     mixed = np.array([np.float64(1.5), 2.5, None, np.int64(3), True, "=x,y", (1, 2), float("nan"), pd.NA, 1],
                      dtype=object)
@@ -681,8 +683,8 @@ def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
         "str": pd.Series(texts[rng.integers(0, len(texts), m)]).astype("str"), 'col,"x"': 1.0})
     monkeypatch.setattr(report_mod, "_CHUNK_ROWS", 1000)
     expected = tmp_path / "pandas.csv"
-    report_mod._csv_safe(df).to_csv(expected, index=False)
-    monkeypatch.setattr(report_mod, "_csv_safe", lambda d: pytest.fail("the fast path fell back to pandas"))
+    report_mod._pandas_csv(df, expected)
+    monkeypatch.setattr(report_mod, "_pandas_csv", lambda *a: pytest.fail("the fast path fell back to pandas"))
     report_mod._write_csv(df, tmp_path / "fast.csv")
     assert (tmp_path / "fast.csv").read_bytes() == expected.read_bytes()
 

@@ -1,15 +1,34 @@
-"""Outputs that appear only when complete.
+"""Outputs that appear only when complete, and never clobber what is not a file.
 
-Every output file is written under a temporary name in its target directory,
-renamed over the target on success (given the usual permissions, which
-``mkstemp``'s 0600 would not), and deleted on failure, so no command ever
-leaves a partial file behind under the name the user asked for.
+A regular output file (or a new one) is written under a temporary name in
+its target directory, renamed over the target on success (given the usual
+permissions, which ``mkstemp``'s 0600 would not), and deleted on failure, so
+no command ever leaves a partial file behind under the name the user asked
+for.  A symlink is followed first: the file it points to is replaced, the
+link stays a link.
+
+Anything else -- a character device (``/dev/null``), a FIFO, a terminal, or a
+``/dev/stdout``-style link into ``/proc/<pid>/fd`` -- is written straight
+into: renaming over it would replace the device or the pipe with a regular
+file (as root, ``/dev/null`` itself).  Such a write cannot be taken back, so
+a failure there may leave part of the output in the pipe.
 """
 import contextlib
+import errno
 import os
+import stat
+import sys
 import tempfile
 
 from ..errors import StreamtraceError
+
+#: compression suffixes an output path could ask for that no writer honours
+#: (fuse writes .gz and .zst; every other output is uncompressed by design)
+UNSUPPORTED_COMPRESSION = (".bz2", ".xz", ".lzma", ".lz4", ".zip", ".z", ".br", ".7z", ".tgz", ".sz")
+
+
+#: errors of a write (not of reading an input) that come without a file name
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS}
 
 
 def umask():
@@ -19,36 +38,174 @@ def umask():
     return mask
 
 
-@contextlib.contextmanager
-def atomic_path(path, suffix=""):
-    """A temporary path next to ``path``, renamed to ``path`` if the block succeeds."""
+def _under_proc(directory):
+    return directory == "/proc" or directory.startswith("/proc/")
+
+
+def resolve_output(path):
+    """Where an output at ``path`` really goes: ``(target, direct)``.
+
+    ``target`` is ``path`` with every symlink followed, one link at a time
+    (a link to a link to a file: the file); ``direct`` is true when the
+    target is an existing non-regular file, or when a link led into
+    ``/proc`` (``/dev/stdout``, ``/dev/fd/1``: the process's own open file,
+    whatever it is, must be written as the shell opened it, not replaced).
+    A directory, a socket or a link loop is refused with one line."""
     path = str(path)
-    directory = os.path.dirname(os.path.abspath(path))
+    target = os.path.abspath(path)
+    for _ in range(40):   # the kernel's own limit on links in a path
+        head, tail = os.path.split(target)
+        head = os.path.realpath(head)   # the directories: their links never matter, only where they lead
+        target = os.path.join(head, tail)
+        if _under_proc(head) and os.path.lexists(target):   # /proc/<pid>/fd/N: a process's open file
+            return target, True
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            return target, False   # a new file (or a dangling link's target): created atomically
+        except OSError as exc:
+            raise StreamtraceError(f"{path}: cannot use it as an output: {exc.strerror or exc}") from None
+        if stat.S_ISLNK(st.st_mode):
+            target = os.path.join(head, os.readlink(target))
+            continue
+        if stat.S_ISREG(st.st_mode):
+            return target, False
+        if stat.S_ISDIR(st.st_mode):
+            raise StreamtraceError(f"{path}: is a directory, not an output file")
+        if stat.S_ISSOCK(st.st_mode):
+            raise StreamtraceError(f"{path}: is a socket, not an output file")
+        return target, True   # a character or block device, a FIFO
+    raise StreamtraceError(f"{path}: too many levels of symbolic links")
+
+
+def check_suffix(path, allowed=()):
+    """Refuse an output name asking for a compression nothing here writes."""
+    name = str(path).lower()
+    for suffix in UNSUPPORTED_COMPRESSION:
+        if name.endswith(suffix) and suffix not in allowed:
+            raise StreamtraceError(f"{path}: {suffix} output is not supported "
+                                   f"(write the uncompressed file and compress it, or pipe it: -o - | ...)")
+
+
+def same_file(a, b):
+    """Whether paths ``a`` and ``b`` are one existing file (any links, names or mounts)."""
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except (OSError, ValueError):
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def refuse_input_as_output(output, inputs, what="output"):
+    """One line, before any work, when ``output`` is one of ``inputs`` (the
+    same file, not just the same name): writing it would destroy the input.
+    A special file (/dev/stdout, a pipe) being both is fine: nothing is
+    replaced."""
+    if not output or output == "-":
+        return
+    try:
+        st = os.stat(output)
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(st.st_mode):
+        return
+    for inp in inputs:
+        if inp == "-":   # stdin redirected from the output file: compared by its fd
+            try:
+                si = os.fstat(0)
+            except OSError:
+                continue
+            same, inp = (si.st_dev, si.st_ino) == (st.st_dev, st.st_ino), "<stdin>"
+        else:
+            same = bool(inp) and same_file(output, inp)
+        if same:
+            raise StreamtraceError(f"{output}: the {what} is also an input ({inp}); writing it would destroy "
+                                   "the input: choose another name")
+
+
+def stdout_buffer(what="the output"):
+    """The binary stdout, or one line when there is none (``>&-``: Python
+    starts with ``sys.stdout`` None when its fd 1 is closed)."""
+    out = sys.stdout
+    closed = StreamtraceError(f"stdout is closed: nowhere to write {what} (give -o FILE)")
+    if out is None:
+        raise closed
+    try:
+        fd = out.fileno()
+    except (OSError, ValueError, AttributeError):   # not an fd at all (a caller's own text stream)
+        return getattr(out, "buffer", out)
+    try:
+        os.fstat(fd)
+    except OSError:
+        raise closed from None
+    return out.buffer
+
+
+def _open_direct(path, target):
+    """An existing non-regular file (or the process's own fd), opened for writing."""
+    try:
+        # /proc/<pid>/fd/N of this process: its own open file, shared as the
+        # shell opened it (same offset, same append mode): `{ ...; } > f` keeps
+        # what came before
+        fd_dir = os.path.dirname(target)
+        if fd_dir in (f"/proc/{os.getpid()}/fd", "/proc/self/fd") and os.path.basename(target).isdigit():
+            return os.fdopen(os.dup(int(os.path.basename(target))), "wb")
+        return open(target, "wb")   # O_TRUNC means nothing to a device or a FIFO
+    except OSError as exc:
+        raise StreamtraceError(f"{path}: cannot write to it: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def atomic_file(path, suffix=""):
+    """A binary file object whose contents appear at ``path`` only on success
+    (a non-regular ``path``: written straight into, see the module)."""
+    path = str(path)
+    target, direct = resolve_output(path)
+    if direct:
+        f = _open_direct(path, target)
+        try:
+            yield f
+            f.flush()
+        except OSError as exc:
+            if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+                raise StreamtraceError(f"{path}: cannot write to it: {exc.strerror or exc}") from None
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                f.close()
+        return
+    with _atomic_target(path, target, suffix) as tmp:
+        with open(tmp, "wb") as f:
+            yield f
+
+
+@contextlib.contextmanager
+def _atomic_target(path, target, suffix):
+    directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise StreamtraceError(f"{path}: the output directory does not exist")
-    if os.path.isdir(path):   # found before the work, not at the rename after it
-        raise StreamtraceError(f"{path}: is a directory, not an output file")
     try:
         fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=suffix, dir=directory)
     except OSError as exc:   # read-only, no permission
         raise StreamtraceError(f"{path}: cannot write in its directory: {exc.strerror or exc}") from None
     os.close(fd)
     try:
-        yield tmp
+        try:
+            yield tmp
+        except OSError as exc:   # a full disk, an I/O error: the user's path, never the hidden one
+            if exc.filename == tmp or (exc.filename is None and exc.errno in _WRITE_ERRNOS):
+                raise StreamtraceError(f"{path}: cannot write it: {exc.strerror or exc}") from None
+            raise
         os.chmod(tmp, 0o666 & ~umask())
         try:
-            os.replace(tmp, path)
+            # the target as it is now: a directory or a device put in its place during
+            # the run is refused, not replaced
+            if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
+                raise StreamtraceError(f"{path}: cannot replace it: it is no longer a regular file")
+            os.replace(tmp, target)
         except OSError as exc:   # e.g. a directory put in its place during the run
             raise StreamtraceError(f"{path}: cannot replace it: {exc.strerror or exc}") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-
-
-@contextlib.contextmanager
-def atomic_file(path):
-    """A binary file object whose contents appear at ``path`` only on success."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            yield f

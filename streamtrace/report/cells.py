@@ -162,7 +162,10 @@ def object_text(v):
 class CsvQuoter:
     """A value as the ``csv`` module (QUOTE_MINIMAL, ``"\\n"`` line ends)
     writes it inside a row of several fields; only values holding a special
-    character are handed to the module itself, so the rules are its own."""
+    character are handed to the module itself, so the rules are its own --
+    but for a lone CR, which the module leaves bare (it quotes only its line
+    end, "\\n") and at which spreadsheets and the module's reader start a new
+    row: such a value is quoted too."""
 
     _SPECIAL = re.compile('[,"\r\n]')
 
@@ -182,4 +185,7 @@ class CsvQuoter:
         self._buf.seek(0)
         self._buf.truncate()
         self._writer.writerow([s, ""])  # two fields: never the lone-empty-field special case
-        return self._buf.getvalue()[:-2]  # drop the empty second field's "," and the line end
+        out = self._buf.getvalue()[:-2]  # drop the empty second field's "," and the line end
+        if not out.startswith('"'):   # a CR and nothing else special: no quote inside to double
+            out = '"' + out + '"'
+        return out

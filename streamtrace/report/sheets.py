@@ -30,6 +30,7 @@ Where streamtrace deliberately differs from TraceLens (spec Part B):
 ``generate_collective_report`` (extract -> align -> report in one process)
 lives in ``streamtrace.chain``.
 """
+import contextlib
 import csv
 import functools
 import io
@@ -48,13 +49,14 @@ from pandas.api.types import infer_dtype
 
 from .. import collectives as coll
 from ..align.stage import COLLECTIVE_COLUMNS, align_frames, quality_table, read_align_tables
-from ..io.outputs import atomic_path, umask
 from ..codes import Text, dense_rank, factorize, group_ids
 from ..errors import InvalidArgumentError, MetadataMismatchError, StreamtraceError
-from ..parallel.fork import Child, balanced, both, can_fork, split_in_two
+from ..io.outputs import atomic_file, check_suffix, resolve_output, umask
 from ..parallel.cpus import available_cpus
-from .options import DEFAULT_AGG_METRICS, agg_label, check_aggs
+from ..parallel.fork import Child, balanced, both, can_fork, split_in_two
 from ..stream.format import Kind, iter_frames
+from .files import BLOCKING_SHEETS, SHEET_ORDER, check_report_outputs  # noqa: F401 (importable from here)
+from .options import DEFAULT_AGG_METRICS, agg_label, check_aggs
 
 log = logging.getLogger("streamtrace")
 
@@ -99,14 +101,6 @@ BY_SIZE_COLUMNS = ["Collective name", "Process Group Name", "size_bucket", "coun
                    "avg bus bw (GB/s)", "bus bw (GB/s)"]
 CLOCK_SHEET_COLUMNS = ["rank", "offset_us", "residual_us", "max_residual_us", "collectives", "reference_rank",
                        "applied", "method", "note"]
-
-#: correlate's sheets (spec blocking-analysis.md), present when the stream
-#: went through ``correlate``
-BLOCKING_SHEETS = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
-                   "contention_pairs", "nccl_inflation", "compute_inflation", "exposed_comm"]
-SHEET_ORDER = ["nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
-               "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary",
-               "nccl_summary_by_size", "clock_alignment"] + BLOCKING_SHEETS + ["data_quality"]
 
 
 # ====================================================================== inputs
@@ -1104,9 +1098,10 @@ def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
     Excel read identically.
     """
     path = str(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
+    target, direct = resolve_output(path)
+    if not direct and not os.path.isdir(os.path.dirname(target)):
         raise StreamtraceError(f"{path}: the output directory does not exist")
+    check_suffix(path)
     parts = []
     for name, df in sheets.items():
         pieces = sheet_parts(name, df, max_rows)
@@ -1116,8 +1111,13 @@ def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
         parts += pieces
     if engine not in ("openpyxl", "fast"):
         raise StreamtraceError(f"unknown xlsx engine {engine!r} (fast or openpyxl)")
-    with atomic_path(path, suffix=".xlsx") as tmp:
-        (_write_openpyxl if engine == "openpyxl" else _write_fast)(parts, tmp)
+    # spooled sheets go beside the workbook, or to $TMPDIR when it is a device or a pipe
+    spool_dir = tempfile.gettempdir() if direct else os.path.dirname(target)
+    with atomic_file(path, suffix=".xlsx") as f:
+        if engine == "openpyxl":
+            _write_openpyxl(parts, f)
+        else:
+            _write_fast(parts, f, spool_dir)
     return path
 
 
@@ -1175,6 +1175,8 @@ def _xml_escape(s):
         s = s.replace("<", "&lt;")
     if ">" in s:
         s = s.replace(">", "&gt;")
+    if "\r" in s:   # as a reference: a bare CR is read back as LF (XML's line-end rule)
+        s = s.replace("\r", "&#13;")
     return s
 
 
@@ -1184,8 +1186,8 @@ def _str_cell(s):
     return f'<c t="inlineStr"><is><t{space}>{s}</t></is></c>'
 
 
-#: characters _xml_escape changes (XML-illegal controls, & < >)
-_XML_SPECIAL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f&<>]")
+#: characters _xml_escape changes (XML-illegal controls, CR, & < >)
+_XML_SPECIAL = re.compile(r"[\x00-\x08\x0b-\x1f&<>]")
 
 
 def _str_cells(values):
@@ -1326,7 +1328,7 @@ def _spool_sheet_xml(part, path):
             f.write(piece)
 
 
-def _write_fast(parts, target):
+def _write_fast(parts, target, spool_dir):
     import zipfile
 
     titles = [title for title, _ in parts]
@@ -1338,7 +1340,7 @@ def _write_fast(parts, target):
     spool = child = None
     if len(parts) > 1 and sum(cells) >= _PARALLEL_MIN_CELLS and available_cpus() > 1 and can_fork():
         mine, theirs = (sorted(g) for g in balanced(list(range(len(parts))), cells))
-        spool = tempfile.mkdtemp(prefix=".streamtrace-xlsx-", dir=os.path.dirname(os.path.abspath(target)))
+        spool = tempfile.mkdtemp(prefix=".streamtrace-xlsx-", dir=spool_dir)
         child = Child([functools.partial(_spool_sheet_xml, parts[i][1], os.path.join(spool, f"{i}.xml"))
                        for i in theirs])
     try:
@@ -1398,23 +1400,51 @@ def _attr(s):
     return s
 
 
+#: where a spreadsheet starts a new cell inside a multi-line value -- after a
+#: line break (it may split the row there) or a comma (on such a split line
+#: the quoting no longer holds) -- followed, past any quotes, by what it
+#: would read as the start of a formula
+_FORMULA_AFTER_BREAK = re.compile(r'(?<=[\r\n,])(?="*[=+\-@\t])')
+
+
+def _neutral(v):
+    """A text cell that no spreadsheet evaluates: a ``'`` before a leading
+    ``= + - @ TAB CR``, and in a value holding CR or LF (which the writers
+    also quote) before each cell a spreadsheet could start inside it."""
+    if v[:1] in _RISKY_FIRST:
+        v = "'" + v
+    if "\r" in v or "\n" in v:
+        v = _FORMULA_AFTER_BREAK.sub("'", v)
+    return v
+
+
 def _csv_safe(df):
-    """Prefix text cells that a spreadsheet would evaluate with a quote."""
+    """Text cells that a spreadsheet would evaluate neutralised (``_neutral``)."""
     out = None
     for col in df.columns:
         s = df[col]
         if s.dtype.kind in "fiub" or isinstance(s.dtype, pd.Int64Dtype):
             continue
         values = s.to_numpy(dtype=object)
-        risky = np.fromiter((isinstance(v, str) and v[:1] in _RISKY_FIRST for v in values), dtype=bool,
-                            count=len(values))
+        risky = np.fromiter((isinstance(v, str) and (v[:1] in _RISKY_FIRST or "\r" in v or "\n" in v)
+                             for v in values), dtype=bool, count=len(values))
         if risky.any():
             if out is None:
                 out = df.copy()
             values = values.copy()
-            values[risky] = ["'" + v for v in values[risky]]
+            values[risky] = [_neutral(v) for v in values[risky]]
             out[col] = pd.Series(values, dtype=object, index=df.index)
     return df if out is None else out
+
+
+def _pandas_csv(df, path):
+    """``_csv_safe(df).to_csv(path, index=False)``; every field quoted when a
+    text holds a CR, which the csv module alone leaves bare (it quotes only
+    its own line end, "\n") and at which readers start a new row."""
+    safe = _csv_safe(df)
+    holds_cr = any(isinstance(v, str) and "\r" in v
+                   for col in safe.columns if safe[col].dtype == object for v in safe[col].tolist())
+    safe.to_csv(path, index=False, quoting=csv.QUOTE_ALL if holds_cr else csv.QUOTE_MINIMAL)
 
 
 _CHUNK_ROWS = 20000  # rows formatted at a time: bounds the memory of a chunk's cells
@@ -1431,16 +1461,13 @@ def _csv_style():
 
     quote = cells.CsvQuoter()
 
-    def neutral(v):
-        return "'" + v if v[:1] in _RISKY_FIRST else v
-
-    return cells.CellStyle(na="", true="True", false="False", text=lambda v: quote(neutral(v)),
+    return cells.CellStyle(na="", true="True", false="False", text=lambda v: quote(_neutral(v)),
                            other=lambda v: quote(cells.object_text(v)),
-                           texts=lambda values: quote.many([neutral(v) for v in values]))
+                           texts=lambda values: quote.many([_neutral(v) for v in values]))
 
 
 def _write_csv(df, path):
-    """``_csv_safe(df).to_csv(path, index=False)``, byte for byte, about 10x
+    """``_pandas_csv(df, path)``, byte for byte (but for CR, see CsvQuoter), about 10x
     faster: columns become cells (streamtrace.cells: numbers as int64, texts
     made once per distinct value) that the C core writes as rows, instead of
     pandas' per-cell csv-module path.  Frames the fast path does not cover (a
@@ -1459,7 +1486,7 @@ def _write_csv(df, path):
               and all(isinstance(c, str) for c in df.columns))
     first = chunk_cells(0) if simple else None   # dtypes are the same in every chunk: the first one decides
     if first is None:
-        _csv_safe(df).to_csv(path, index=False)
+        _pandas_csv(df, path)
         return
     header = io.StringIO()
     csv.writer(header, lineterminator="\n").writerow(list(df.columns))
@@ -1474,9 +1501,9 @@ def write_csvs(sheets, directory):
     """One ``<sheet>.csv`` per sheet (full tables, no index) in ``directory``.
 
     Files are written to a temporary directory next to it and then moved in,
-    so a failure leaves no partial output.  Text cells starting with ``=``,
-    ``+``, ``-`` or ``@`` get a leading ``'`` so spreadsheets do not evaluate
-    them.
+    so a failure leaves no partial output; sheet files of an earlier run that
+    this run does not write are removed (see ``CsvDir``).  Text cells that a
+    spreadsheet would evaluate get a leading ``'`` (see ``_neutral``).
     """
     out = CsvDir(directory)
     try:
@@ -1490,27 +1517,42 @@ class CsvDir:
     """A CSV output directory being written (``write_csvs``): ``write``
     puts sheets in a temporary directory beside it (from any process: the
     one-shot report's forked child writes the sheets it builds), ``commit``
-    moves them in, ``discard`` removes what was not committed."""
+    moves them in, ``discard`` removes what was not committed.
+
+    A new directory is the temporary one renamed.  Into an existing one
+    (which may hold the traces or anything else of the user's, or be a
+    symlink) only the files the report owns are touched: ``<sheet>.csv`` for
+    every sheet name the report can write -- this run's replace theirs, and
+    those of an earlier run that this one did not write are removed, so the
+    directory never mixes two runs.  Every target is checked before the
+    first one is replaced."""
 
     def __init__(self, directory):
-        directory = os.path.abspath(str(directory))
-        parent = os.path.dirname(directory)
+        self.directory = str(directory)   # the user's spelling, for messages
+        target = os.path.realpath(os.path.abspath(self.directory))   # a symlinked directory stays a link
+        parent = os.path.dirname(target)
         if not os.path.isdir(parent):
-            raise StreamtraceError(f"{directory}: the parent directory does not exist")
-        if os.path.exists(directory) and not os.path.isdir(directory):
-            raise StreamtraceError(f"{directory}: exists and is not a directory")
-        self.directory = directory
+            raise StreamtraceError(f"{self.directory}: the parent directory does not exist")
+        if os.path.exists(target) and not os.path.isdir(target):
+            raise StreamtraceError(f"{self.directory}: exists and is not a directory")
+        self.target = target
         try:
             self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
         except OSError as exc:   # read-only, no permission
-            raise StreamtraceError(f"{directory}: cannot write in its parent directory: "
+            raise StreamtraceError(f"{self.directory}: cannot write in its parent directory: "
+                                   f"{exc.strerror or exc}") from None
+
+    def _write_one(self, name, df):
+        try:
+            _write_csv(df, os.path.join(self._tmp, f"{name}.csv"))
+        except OSError as exc:   # a full disk: the user's directory, not the hidden one
+            raise StreamtraceError(f"{os.path.join(self.directory, name + '.csv')}: cannot write it: "
                                    f"{exc.strerror or exc}") from None
 
     def write(self, sheets, parallel=True):
         """Write ``{name: DataFrame}`` (``parallel`` on two cores: a large set
         split with a forked child)."""
-        tasks = [functools.partial(_write_csv, df, os.path.join(self._tmp, f"{name}.csv"))
-                 for name, df in sheets.items()]
+        tasks = [functools.partial(self._write_one, name, df) for name, df in sheets.items()]
         cells = [df.shape[0] * max(1, df.shape[1]) for df in sheets.values()]
         if parallel and sum(cells) >= _PARALLEL_MIN_CELLS and available_cpus() > 1:
             split_in_two(tasks, cells)  # two cores: a forked child writes about half
@@ -1519,18 +1561,33 @@ class CsvDir:
                 task()
 
     def commit(self, names):
-        """Move the sheets ``names`` (all written) into place; returns the directory."""
-        tmp, directory = self._tmp, self.directory
+        """Move the sheets ``names`` (all written) into place; returns the
+        directory (absolute, a link not followed)."""
+        tmp, target = self._tmp, self.target
+        names = list(names)
         for name in names:
             os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~umask())
-        if not os.path.exists(directory):
-            os.chmod(tmp, 0o777 & ~umask())
-            os.rename(tmp, directory)
-            self._tmp = None
-        else:
+        try:
+            if not os.path.exists(target):
+                os.chmod(tmp, 0o777 & ~umask())
+                os.rename(tmp, target)
+                self._tmp = None
+                return os.path.abspath(self.directory)
+            owned = [f"{n}.csv" for n in dict.fromkeys(names + SHEET_ORDER)]
+            for file in owned:   # all checked first: a refusal leaves the directory as it was
+                dst = os.path.join(target, file)
+                if os.path.lexists(dst) and (os.path.islink(dst) or not os.path.isfile(dst)):
+                    raise StreamtraceError(f"{os.path.join(self.directory, file)}: is not a regular file; "
+                                           "nothing was replaced")
             for name in names:
-                os.replace(os.path.join(tmp, f"{name}.csv"), os.path.join(directory, f"{name}.csv"))
-        return directory
+                os.replace(os.path.join(tmp, f"{name}.csv"), os.path.join(target, f"{name}.csv"))
+            for file in owned[len(set(names)):]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(target, file))
+        except OSError as exc:
+            raise StreamtraceError(f"{self.directory}: cannot move the sheets into it: "
+                                   f"{exc.strerror or exc}") from None
+        return os.path.abspath(self.directory)
 
     def discard(self):
         if self._tmp is not None:
