@@ -1,0 +1,78 @@
+"""Data-quality findings for inputs whose numbers cannot be trusted as they
+stand (issue 24, "Data quality"): each asserted against what was injected."""
+import io
+
+import generate_fixture
+from streamtrace import extract, resolve_inputs
+from streamtrace.align import align_frames
+from streamtrace.stream import Kind, iter_frames
+from synthtrace import coll_kernel, write_trace
+
+
+def _align(paths=None, trace_dir=None, world_size=None, **kw):
+    buf = io.BytesIO()
+    if trace_dir is not None:
+        extract(resolve_inputs(trace_dir=trace_dir, world_size=world_size), buf)
+    else:
+        extract(resolve_inputs(paths=paths), buf)
+    buf.seek(0)
+    return {f.table()[0]: f.table()[1] for f in align_frames(iter_frames(buf), **kw) if f.kind == Kind.TABLE}
+
+
+def _findings(tables, category):
+    q = tables["align.quality"]
+    return q[q["category"] == category]
+
+
+def test_negative_collective_durations_are_flagged(tmp_path):
+    # rank 1 has two collectives of process group "0" with a negative duration
+    negative = {1: {0, 2}}
+    paths = []
+    for r in range(2):
+        events = [coll_kernel(f"{100 + 50 * i}.0", "-3.5" if i in negative.get(r, ()) else "10.0",
+                              group_size=2, corr=i + 1, seq=i) for i in range(4)]
+        paths.append(write_trace(tmp_path / f"rank{r}_trace.json", events, rank=r, world_size=2))
+    tables = _align(paths)
+    f = _findings(tables, "negative_duration")
+    assert len(f) == 1, tables["align.quality"]
+    row = f.iloc[0]
+    assert row["severity"] == "error" and row["rank"] == 1 and row["count"] == len(negative[1])
+    assert "0" in str(row["pg"]) and "negative" in row["message"]
+    # the rows themselves are kept as recorded
+    c = tables["align.collectives"]
+    assert sorted(c.loc[c["dur_ns"] < 0, "rank"].tolist()) == [1, 1]
+
+
+def test_no_negative_duration_finding_on_clean_traces(tmp_path):
+    d = tmp_path / "fx"
+    generate_fixture.generate(str(d), ranks=2, steps=1, fill_ops=0, seed=1)
+    assert _findings(_align(trace_dir=str(d), world_size=2), "negative_duration").empty
+
+
+def test_implausible_clock_offset_is_an_error_naming_the_flag(tmp_path):
+    # rank 1's clock is 26 hours ahead: 93,600 s, within one node (not aligned by default)
+    d = tmp_path / "fx"
+    truth = generate_fixture.generate(str(d), ranks=2, steps=1, fill_ops=0, seed=2,
+                                      clock_offsets_us=["0", "93600000000"])
+    injected = truth["clock_offsets_ns"]["1"] - truth["clock_offsets_ns"]["0"]
+    assert injected == 93_600 * 10**9
+    tables = _align(trace_dir=str(d), world_size=2)
+    clocks = tables["align.clocks"].set_index("rank")
+    assert abs(clocks.loc[1, "offset_ns"] - injected) < 10_000 and not clocks["applied"].any()
+    f = _findings(tables, "clock_offset")
+    assert len(f) == 1
+    row = f.iloc[0]
+    assert row["severity"] == "error" and row["rank"] == 1
+    assert "--align_clocks" in row["message"] and "93600" in row["message"].replace(",", "")
+    # the main sheets keep the numbers as recorded (TraceLens semantics)
+    assert (tables["align.collectives"]["clock_offset_ns"] == 0).all()
+    # with the flag the offset is applied and there is nothing to report
+    on = _align(trace_dir=str(d), world_size=2, align_clocks=True)
+    assert _findings(on, "clock_offset").empty
+
+
+def test_plausible_clock_offset_stays_an_info_note(tmp_path):
+    d = tmp_path / "fx"
+    generate_fixture.generate(str(d), ranks=2, steps=1, fill_ops=0, seed=2, clock_offsets_us=["0", "250"])
+    f = _findings(_align(trace_dir=str(d), world_size=2), "clock_offset")
+    assert f["severity"].tolist() == ["info"] and f["rank"].tolist() == [1]
