@@ -1,11 +1,19 @@
 """Data-quality findings for inputs whose numbers cannot be trusted as they
 stand (issue 24, "Data quality"): each asserted against what was injected."""
 import io
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
 
 import generate_fixture
 from streamtrace import extract, resolve_inputs
 from streamtrace.align import align_frames
-from streamtrace.stream import Kind, iter_frames
+from streamtrace.cli import main
+from streamtrace.stream import Kind, iter_frames, read_stream
 from synthtrace import coll_kernel, write_trace
 
 
@@ -76,3 +84,49 @@ def test_plausible_clock_offset_stays_an_info_note(tmp_path):
     generate_fixture.generate(str(d), ranks=2, steps=1, fill_ops=0, seed=2, clock_offsets_us=["0", "250"])
     f = _findings(_align(trace_dir=str(d), world_size=2), "clock_offset")
     assert f["severity"].tolist() == ["info"] and f["rank"].tolist() == [1]
+
+
+# ---------------------------------------------------------------- extract: duplicate ranks
+
+
+def _streamtrace():
+    exe = shutil.which("streamtrace", path=os.path.dirname(sys.executable))
+    return [exe] if exe else [sys.executable, "-m", "streamtrace.cli"]
+
+
+def _two_traces_of_rank(tmp_path, rank):
+    """Two files whose distributedInfo both say ``rank`` (file names without a rank)."""
+    d = tmp_path / "run"
+    d.mkdir()
+    paths = [write_trace(d / name, [coll_kernel("100.0", "10.0", group_size=2)], rank=rank, world_size=2)
+             for name in ("host-a.json", "host-b.json")]
+    return d, [str(p) for p in paths]
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_extract_refuses_a_rank_given_twice(tmp_path, jobs):
+    d, paths = _two_traces_of_rank(tmp_path, rank=1)
+    out = tmp_path / "out.stev"
+    for args in (paths, ["--trace_dir", str(d)]):
+        res = CliRunner().invoke(main, ["extract", *args, "-j", jobs, "-o", str(out)])
+        assert res.exit_code == 1, res.output
+        line = res.output.strip()
+        assert "\n" not in line and "Traceback" not in line
+        assert paths[0] in line and paths[1] in line and "rank 1" in line
+        assert not out.exists()
+    proc = subprocess.run(_streamtrace() + ["extract", *paths, "-j", jobs, "-o", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert paths[0] in proc.stderr and paths[1] in proc.stderr and "rank 1" in proc.stderr
+    assert not out.exists()
+
+
+def test_extract_keeps_distinct_ranks_from_distributed_info(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    for r, name in enumerate(("host-b.json", "host-a.json")):
+        write_trace(d / name, [coll_kernel("100.0", "10.0", group_size=2)], rank=r, world_size=2)
+    out = tmp_path / "out.stev"
+    res = CliRunner().invoke(main, ["extract", "--trace_dir", str(d), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert sorted(read_stream(str(out))) == [0, 1]
