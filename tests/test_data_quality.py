@@ -1,5 +1,6 @@
 """Data-quality findings for inputs whose numbers cannot be trusted as they
 stand (issue 24, "Data quality"): each asserted against what was injected."""
+import gzip
 import io
 import os
 import shutil
@@ -130,3 +131,37 @@ def test_extract_keeps_distinct_ranks_from_distributed_info(tmp_path):
     res = CliRunner().invoke(main, ["extract", "--trace_dir", str(d), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert sorted(read_stream(str(out))) == [0, 1]
+
+
+# ---------------------------------------------------------------- --trace_dir: one rank in two formats
+
+
+@pytest.mark.parametrize("world_size", [None, "2"])
+def test_trace_dir_warns_when_a_rank_has_two_files(tmp_path, world_size):
+    d = tmp_path / "run"
+    d.mkdir()
+    events = [coll_kernel("100.0", "10.0", group_size=2)]
+    write_trace(d / "rank1_trace.json", events, rank=1, world_size=2)
+    plain = write_trace(d / "rank0_trace.json", events, rank=0, world_size=2)
+    with open(plain, "rb") as f, gzip.open(d / "rank0_trace.json.gz", "wb") as g:
+        g.write(f.read())
+    out = tmp_path / "out.stev"
+    args = ["extract", "--trace_dir", str(d), "-o", str(out)] + (["--world_size", world_size] if world_size else [])
+    res = CliRunner().invoke(main, args)
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.stderr.splitlines() if "rank0_trace.json.gz" in line]
+    assert len(lines) == 1, res.stderr
+    used = str(d / "rank0_trace.json")
+    assert f"{used} " in lines[0] + " " and "using " + used in lines[0]
+    assert read_stream(str(out))[0].meta["source"] == used
+
+
+def test_trace_glob_warns_when_a_rank_has_two_files(tmp_path):
+    events = [coll_kernel("100.0", "10.0", group_size=1)]
+    first = write_trace(tmp_path / "rank0_trace.json", events, rank=0, world_size=1)
+    write_trace(tmp_path / "rank0_trace.old.json", events, rank=0, world_size=1)
+    out = tmp_path / "out.stev"
+    res = CliRunner().invoke(main, ["extract", "--trace_glob", str(tmp_path / "rank*.json"), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if "rank0_trace.old.json" in line]
+    assert len(lines) == 1 and lines[0].endswith(f"using {first}"), res.output
