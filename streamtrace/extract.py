@@ -214,6 +214,8 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
     trace_ws = dist.get("world_size")
     if world_size is not None and isinstance(trace_ws, int) and trace_ws != world_size:
         warn(f"{path}: --world_size is {world_size} but distributedInfo.world_size is {trace_ws}")
+    if counts.get("string_times"):
+        warn(f"{path}: {counts['string_times']} ts/dur values were strings, not numbers (\"ts\": \"123\"; left empty)")
     if counts["bad_numbers"]:
         warn(f"{path}: {counts['bad_numbers']} numeric fields were not numbers or out of range (left empty)")
     meta = {
