@@ -149,3 +149,25 @@ def test_string_times_are_counted_and_warned(corpus):
     assert data.meta["counts"]["string_times"] == hostile.STRING_TIMES + 1
     warned = [w for w in data.meta["warnings"] if "string" in w]
     assert len(warned) == 1 and str(path) in warned[0] and f"{hostile.STRING_TIMES + 1} " in warned[0]
+
+
+def test_fuse_output_is_strict_json_for_duplicate_keys_and_lone_surrogates(corpus, tmp_path):
+    from fuse_reference import load_strict  # strict: unique keys, no lone surrogates
+
+    from streamtrace.fuse import fuse
+
+    out, _ = corpus
+    target = tmp_path / "dups.json"
+    fuse({0: str(out / "duplicate_keys.json")}, str(target))
+    doc = load_strict(str(target))
+    ev = {e["name"]: e for e in doc["traceEvents"] if e.get("ph") == "X"}
+    assert ev["last"]["args"] == {"b": 4, "rank": 0, "pid_raw": 1}
+    assert ev["wide"]["args"] == {**{f"k{i % 40}": i for i in range(100)}, "rank": 0, "pid_raw": 1}
+    assert doc["streamtrace"]["ranks"]["0"]["distributedInfo"] == {"rank": 1}
+    target = tmp_path / "lone.json"
+    fuse({0: str(out / "lone_surrogates.json")}, str(target))
+    doc = load_strict(str(target))
+    (ev,) = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    assert ev["name"] == "lone \ufffd"
+    assert ev["args"]["\ufffd"] == "\ufffdA" and ev["args"]["pair"] == "\U0001F600"
+    assert doc["streamtrace"]["ranks"]["0"]["deviceProperties"] == [{"name": "gpu \ufffd"}]
