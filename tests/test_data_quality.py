@@ -165,3 +165,20 @@ def test_trace_glob_warns_when_a_rank_has_two_files(tmp_path):
     assert res.exit_code == 0, res.output
     lines = [line for line in res.output.splitlines() if "rank0_trace.old.json" in line]
     assert len(lines) == 1 and lines[0].endswith(f"using {first}"), res.output
+
+
+# ---------------------------------------------------------------- string ts reaches data_quality
+
+
+def test_string_ts_is_a_data_quality_warning_naming_file_and_count(tmp_path):
+    paths = []
+    for r in range(2):
+        events = [coll_kernel(f"{100 + 50 * i}.0", "10.0", group_size=2, corr=i + 1, seq=i) for i in range(4)]
+        if r == 1:
+            for e in events[:3]:
+                e["ts"] = str(e["ts"])  # written as a JSON string: "ts": "100.0"
+        paths.append(write_trace(tmp_path / f"rank{r}_trace.json", events, rank=r, world_size=2))
+    q = _align(paths)["align.quality"]
+    f = q[(q["category"] == "extract_warning") & q["message"].str.contains("string")]
+    assert f["rank"].tolist() == [1]
+    assert f.iloc[0]["message"].startswith(f"{paths[1]}: 3 ts/dur values were strings")
