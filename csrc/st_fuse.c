@@ -61,6 +61,7 @@ typedef struct {
     uint8_t kind;
     uint8_t key_clean;  /* key needs no repair */
     uint8_t val_clean;  /* value is compact valid JSON: copy as is */
+    uint8_t dup;        /* a later member has the same key: not written */
 } member;
 
 typedef struct {
@@ -290,6 +291,17 @@ static int is_hex(char c)
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+static unsigned hex_val(char c)
+{
+    return c <= '9' ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
+}
+
+/* four hex digits (checked by the caller) */
+static unsigned hex4(const char *h)
+{
+    return hex_val(h[0]) << 12 | hex_val(h[1]) << 8 | hex_val(h[2]) << 4 | hex_val(h[3]);
+}
+
 /* Length of the valid UTF-8 sequence at s (2..4); -k if invalid, k being the
  * length of its maximal invalid prefix (one U+FFFD replaces it, as decoders
  * such as Python's do); 0 if cut by end. */
@@ -356,7 +368,32 @@ static int walk_string(const char *p, const char *end, obuf *o, const char **nex
                 if (end - q < 6)
                     return P_MORE;
                 if (is_hex(q[2]) && is_hex(q[3]) && is_hex(q[4]) && is_hex(q[5])) {
-                    s = q + 6;
+                    unsigned cp = hex4(q + 2);
+                    if (cp < 0xD800 || cp > 0xDFFF) {
+                        s = q + 6;
+                        continue;
+                    }
+                    if (cp <= 0xDBFF) { /* a high surrogate: valid only before a low one */
+                        if (end - q < 8)
+                            return P_MORE;
+                        if (q[6] == '\\' && q[7] == 'u') {
+                            if (end - q < 12)
+                                return P_MORE;
+                            unsigned lo = is_hex(q[8]) && is_hex(q[9]) && is_hex(q[10]) && is_hex(q[11])
+                                              ? hex4(q + 8) : 0;
+                            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+                                s = q + 12;
+                                continue;
+                            }
+                        }
+                    }
+                    /* a lone surrogate is no Unicode text (RFC 8259 8.2): U+FFFD */
+                    *wf |= W_REPAIR;
+                    if (o) {
+                        put(o, run, (size_t)(q - run));
+                        PUTS(o, "\\ufffd");
+                    }
+                    run = s = q + 6;
                     continue;
                 }
             } else if (e == '"' || e == '\\' || e == '/' || e == 'b' || e == 'f' || e == 'n' ||
@@ -1382,6 +1419,7 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
         m.key.s = k + 1;
         m.key.n = (size_t)(p - k - 2);
         m.key_clean = !(wf & W_REPAIR);
+        m.dup = 0;
         account(ev, wf);
         p = st_skip_ws(p, end);
         if (p >= end)
@@ -1397,8 +1435,16 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
             m.kind = (uint8_t)(m.key_clean ? arg_key_kind(m.key) : A_OTHER);
         else
             m.kind = (uint8_t)(m.key_clean ? event_key_kind(m.key) : K_OTHER);
-        if (m.kind == K_ARGS && ev->args_kind)
-            m.kind = K_OTHER; /* a second args member is an ordinary member */
+        if (m.kind == K_ARGS && ev->args_kind) {
+            /* a second args member: the last of duplicate keys is kept, so
+             * it replaces what the first one set */
+            ev->args_kind = 0;
+            ev->corr_k = ev->ext_k = ev->ext_lc_k = V_NONE;
+            ev->thread_label = (span){NULL, 0};
+            ev->has_sort = 0;
+            if (record)
+                f->n_args = 0;
+        }
         v = p;
         wf = 0;
         ni.valid = 0;
@@ -1680,6 +1726,49 @@ static void put_shifted_id(st_fuse *f, obuf *o, const member *m, int kind, int64
     put_value(f, o, m);
 }
 
+static uint64_t key_hash(span k)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < k.n; i++)
+        h = (h ^ (unsigned char)k.s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Mark every member that a later one with the same key (as written)
+ * overrides: strict JSON has unique keys, and most parsers keep the last. */
+static int mark_duplicates(member *a, size_t n)
+{
+    if (n <= 32) {
+        for (size_t i = 0; i + 1 < n; i++)
+            for (size_t j = i + 1; j < n && !a[i].dup; j++)
+                a[i].dup = a[j].key.n == a[i].key.n && bytes_equal(a[j].key.s, a[i].key.s, a[i].key.n);
+        return P_OK;
+    }
+    size_t cap = 64;
+    while (cap < 2 * n)
+        cap *= 2;
+    uint32_t *slot = malloc(cap * sizeof *slot); /* member index + 1; 0 is empty */
+    if (!slot)
+        return P_ERR;
+    memset(slot, 0, cap * sizeof *slot);
+    for (size_t i = n; i-- > 0;) { /* from the last: a key seen already is overridden */
+        size_t h = (size_t)key_hash(a[i].key) & (cap - 1);
+        a[i].dup = 0;
+        while (slot[h]) {
+            const member *b = &a[slot[h] - 1];
+            if (b->key.n == a[i].key.n && bytes_equal(b->key.s, a[i].key.s, b->key.n)) {
+                a[i].dup = 1;
+                break;
+            }
+            h = (h + 1) & (cap - 1);
+        }
+        if (!a[i].dup)
+            slot[h] = (uint32_t)(i + 1);
+    }
+    free(slot);
+    return P_OK;
+}
+
 typedef struct {
     const member *pid, *tid, *id, *corr, *ext, *ext_lc, *args_other;
     uint32_t lane;
@@ -1734,6 +1823,8 @@ static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, ui
     c->lane = lane;
     for (size_t i = 0; i < f->n_members; i++) {
         const member *m = &f->members[i];
+        if (m->dup)
+            continue;
         switch (m->kind) {
         case K_PID: c->pid = m; break;
         case K_TID: c->tid = m; break;
@@ -1742,6 +1833,8 @@ static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, ui
     }
     for (size_t i = 0; i < f->n_args; i++) {
         const member *m = &f->args[i];
+        if (m->dup)
+            continue;
         switch (m->kind) {
         case A_CORR: c->corr = m; break;
         case A_EXT: c->ext = m; break;
@@ -1751,9 +1844,12 @@ static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, ui
     if (f->wrote_any)
         putc1(o, ',');
     putc1(o, '{');
+    int written = 0;
     for (size_t i = 0; i < f->n_members; i++) {
         const member *m = &f->members[i];
-        if (i)
+        if (m->dup)
+            continue;
+        if (written++)
             putc1(o, ',');
         put_key(o, m);
         switch (m->kind) {
@@ -1795,7 +1891,7 @@ static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, ui
                 putc1(o, '{');
                 for (size_t j = 0; j < f->n_args; j++) {
                     const member *a = &f->args[j];
-                    if (a->kind == A_RESERVED)
+                    if (a->kind == A_RESERVED || a->dup)
                         continue;
                     if (!first)
                         putc1(o, ',');
@@ -1824,7 +1920,7 @@ static void emit_event(st_fuse *f, obuf *o, const ev_info *ev, uint32_t lane, ui
         }
     }
     if (!ev->args_kind) {
-        if (f->n_members)
+        if (written)
             putc1(o, ',');
         PUTS(o, "\"args\":{");
         put_args_tail(f, o, c, 1);
@@ -1974,6 +2070,10 @@ static int handle_event(st_fuse *f, const char *base, const char *p, const char 
         if (f->move_cursor < f->n_moves && f->moves[f->move_cursor].idx == idx) {
             lane = f->moves[f->move_cursor].lane;
             track_i = f->moves[f->move_cursor].track;
+        }
+        if (mark_duplicates(f->members, f->n_members) != P_OK || mark_duplicates(f->args, f->n_args) != P_OK) {
+            set_error(f, ST_FUSE_ERR_NOMEM, base, p, "out of memory");
+            return E_ERR;
         }
         obuf o = {out->buf, out->len, out->cap, 0};
         emit_ctx c;

@@ -193,6 +193,13 @@ static char *read_file(const char *path, size_t *len)
     return out;
 }
 
+/* written over random places of mutated copies: escapes the rewriter
+ * repairs (lone surrogates, pairs, cut escapes) and keys given twice */
+static const char *const SNIPPETS[] = {
+    "\\ud800", "\\udc00", "\\udbff\\udfff", "\\ud800\\u", "\\ud800\\ud800", "\\ud83d\\ude00",
+    "\"ph\":\"X\",\"ph\":", "\"args\":{},\"args\":", "\"a\":1,\"a\":2,\"a\":",
+};
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -239,6 +246,12 @@ int main(int argc, char **argv)
             memcpy(m, doc, small);
             for (size_t j = next_rand(6); j > 0; j--)
                 m[next_rand(small) - 1] = (char)next_rand(256);
+            for (size_t j = next_rand(3) - 1; j > 0; j--) { /* surrogates and repeated keys */
+                const char *sn = SNIPPETS[next_rand(sizeof SNIPPETS / sizeof *SNIPPETS) - 1];
+                size_t sl = strlen(sn), at = next_rand(small) - 1;
+                if (at + sl <= small)
+                    memcpy(m + at, sn, sl);
+            }
             size_t cut = next_rand(small);
             refused += fuse_doc(m, cut, 1 + next_rand(4096), (uint32_t)next_rand(50), &events, &written, &err) < 0;
         }

@@ -12,6 +12,7 @@
 struct st_inflate {
     z_stream zs;
     int member_end;   /* the last call ended exactly at a member's end */
+    int padding;      /* zero bytes after the last member (tape/tar padding): only zeros may follow */
     char err[160];
 };
 
@@ -49,6 +50,17 @@ int st_inflate_run(st_inflate *inf, const unsigned char *in, size_t in_len,
         if (inf->member_end) {
             if (used == in_len)
                 break; /* at a boundary, nothing more to read yet */
+            if (inf->padding || in[used] == 0) {
+                /* gzip -d ignores trailing zeros; anything else after them is an error */
+                inf->padding = 1;
+                while (used < in_len && in[used] == 0)
+                    used++;
+                if (used < in_len) {
+                    snprintf(inf->err, sizeof inf->err, "data after the end of the gzip stream");
+                    return ST_ERR_DATA;
+                }
+                break;
+            }
             if (in[used] != 0x1f) {
                 snprintf(inf->err, sizeof inf->err, "data after the end of the gzip stream");
                 return ST_ERR_DATA;

@@ -688,6 +688,8 @@ typedef struct {
     int64_t stream, device, cbid;
     int has_ts, has_dur, has_kernel, has_comm;
     int skip_rest; /* the event is dropped: skip its remaining members */
+    int string_times; /* "ts"/"dur" given as strings; counted when the event is complete
+                         (a cut event is parsed again from its start) */
     comm_fields comm;   /* valid when has_comm */
     kernel_fields kern; /* valid when has_kernel */
 } event_fields;
@@ -1149,6 +1151,8 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
             span ignored = {0, 0};
             int r = read_int_value(t, base, p, end, 3, &f->ts, &ignored, next);
             f->has_ts = f->ts != ST_NONE;
+            if (r == P_OK && ignored.s)
+                f->string_times++;
             return r;
         }
         if (KEY_IS(k, kn, "id"))
@@ -1173,6 +1177,8 @@ static int event_member(st_tok *t, const char *base, const char *k, size_t kn,
             span ignored = {0, 0};
             int r = read_int_value(t, base, p, end, 3, &f->dur, &ignored, next);
             f->has_dur = f->dur != ST_NONE;
+            if (r == P_OK && ignored.s)
+                f->string_times++;
             return r;
         }
         break;
@@ -1429,6 +1435,7 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
                 return r;
             t->first_in_container = 0;
             t->counts.events_seen++;
+            t->counts.string_times += (uint64_t)f.string_times;
             t->state = S_EVENTS_NEXT;
             if (!t->opt.keep_pyfunc && SPAN_IS(f.cat, "python_function")) {
                 t->counts.pyfunc_skipped++;

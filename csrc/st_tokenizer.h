@@ -62,6 +62,7 @@ typedef struct st_tok_counts {
     uint64_t flows_skipped;     /* with drop_flows */
     uint64_t align_skipped;     /* with align_only */
     uint64_t bad_numbers;       /* numbers out of int64 range or not numbers */
+    uint64_t string_times;      /* "ts" or "dur" given as a JSON string ("ts": "123"): left empty */
     uint64_t bytes_consumed;    /* absolute offset of the next unconsumed byte */
     uint32_t doc_started;       /* the root '{' or '[' has been read */
     uint32_t saw_events;        /* a traceEvents array (or a bare root array) began */

@@ -174,7 +174,8 @@ class Tokenizer:
                 "bytes_consumed": c.bytes_consumed, "doc_started": bool(c.doc_started),
                 "saw_events": bool(c.saw_events), "bare_array": bool(c.bare_array),
                 "doc_done": bool(c.doc_done), **({"flows_skipped": c.flows_skipped} if self.drop_flows else {}),
-                **({"align_skipped": c.align_skipped} if self.align_only else {})}
+                **({"align_skipped": c.align_skipped} if self.align_only else {}),
+                **({"string_times": c.string_times} if c.string_times else {})}  # rare: streams stay as they were
 
 
 class Inflater:

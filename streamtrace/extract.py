@@ -12,7 +12,7 @@ import shutil
 import tempfile
 
 from . import _native
-from .errors import TraceError
+from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
 from .stream.format import Frame, Kind, StreamWriter, json_frame, strings_frame
 
@@ -214,6 +214,8 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
     trace_ws = dist.get("world_size")
     if world_size is not None and isinstance(trace_ws, int) and trace_ws != world_size:
         warn(f"{path}: --world_size is {world_size} but distributedInfo.world_size is {trace_ws}")
+    if counts.get("string_times"):
+        warn(f"{path}: {counts['string_times']} ts/dur values were strings, not numbers (\"ts\": \"123\"; left empty)")
     if counts["bad_numbers"]:
         warn(f"{path}: {counts['bad_numbers']} numeric fields were not numbers or out of range (left empty)")
     meta = {
@@ -239,12 +241,34 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
 
 # ---------------------------------------------------------------- many ranks
 
+class _RankClaims:
+    """Which input each rank came from: the same rank from two files would
+    make every later stage refuse the stream, so extract refuses it first."""
+
+    def __init__(self):
+        self._by_rank = {}
+
+    def claim(self, rank, index, path):
+        first = self._by_rank.setdefault(rank, (index, path))
+        if first[0] != index:
+            raise StreamtraceError(f"{path}: rank {rank} appears twice in the input (also {first[1]}); "
+                                   "give each rank's trace once")
+
+    def frames(self, frames, index, path):
+        for frame in frames:
+            self.claim(frame.rank, index, path)
+            yield frame
+
+
 def _extract_to_file(args):
     inp, world_size, keep_pyfunc, strict, out_path = args
+    ranks = set()
     with open(out_path, "wb") as f:
-        StreamWriter(f, write_header=False).write_all(
-            extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict))
-    return out_path
+        writer = StreamWriter(f, write_header=False)
+        for frame in extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict):
+            ranks.add(frame.rank)
+            writer.write(frame)
+    return out_path, ranks
 
 
 def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=False, progress=None):
@@ -252,10 +276,11 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=F
     file object).  With ``jobs > 1`` ranks are extracted in parallel processes
     into temporary files and copied out in rank order."""
     writer = StreamWriter(output)
+    claims = _RankClaims()
     if jobs <= 1 or len(inputs) <= 1:
-        for inp in inputs:
-            writer.write_all(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
-                                          progress=progress, strict=strict))
+        for i, inp in enumerate(inputs):
+            writer.write_all(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
+                                                        progress=progress, strict=strict), i, inp.path))
         writer.close()
         return
     from concurrent.futures import ProcessPoolExecutor  # here: multiprocessing costs every command ~30 ms to import
@@ -265,7 +290,9 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=F
         jobs_args = [(inp, world_size, keep_pyfunc, strict, os.path.join(tmpdir, f"{i}.stev"))
                      for i, inp in enumerate(inputs)]
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for out_path in pool.map(_extract_to_file, jobs_args):
+            for i, (out_path, ranks) in enumerate(pool.map(_extract_to_file, jobs_args)):
+                for r in ranks:
+                    claims.claim(r, i, inputs[i].path)
                 with open(out_path, "rb") as part:
                     shutil.copyfileobj(part, output, 1 << 20)
                 os.unlink(out_path)

@@ -309,16 +309,31 @@ def _new_fuser(rk, opts):
     return fz
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # json.loads has joined the valid pairs
+
+
+def _unicode(value):
+    """``value`` with every lone surrogate ("\\ud800") replaced by U+FFFD, keys
+    too: the output is strict JSON, as the C core makes the events."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_unicode(k): _unicode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unicode(v) for v in value]
+    return value
+
+
 def _parse_meta(members):
     out = {}
     for key, raw in members:
         k = decode_raw_string(key)
         try:
-            value = json.loads(raw)
+            value = json.loads(raw)  # duplicate keys: the last is kept
             json.dumps(value, allow_nan=False)
         except ValueError:
             value = {"unparsed": raw.decode("utf-8", "replace")}
-        out[k] = value
+        out[_unicode(k)] = _unicode(value)
     return out
 
 

@@ -57,13 +57,29 @@ def _no_constant(name):
     raise ValueError(f"non-JSON constant {name}")
 
 
+def _no_lone_surrogates(value):
+    """Every string (keys too) encodes as UTF-8: a lone surrogate escape
+    ("\\ud800") decodes in Python but is no Unicode text (RFC 8259 8.2)."""
+    if isinstance(value, str):
+        value.encode("utf-8")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            k.encode("utf-8")
+            _no_lone_surrogates(v)
+    elif isinstance(value, list):
+        for v in value:
+            _no_lone_surrogates(v)
+
+
 def load_strict(source, allow_duplicate_keys=False):
     """Parse with a strict JSON parser: UTF-8 only, no NaN/Infinity, no
-    duplicate keys (unless allowed: a hostile input's own duplicates are kept);
-    floats as Decimal (exact)."""
+    duplicate keys (unless allowed: nested objects inside a value are copied
+    as they are), no lone surrogates; floats as Decimal (exact)."""
     data = read_bytes(source) if isinstance(source, str) else source
-    return json.loads(data.decode("utf-8"), parse_float=Decimal, parse_constant=_no_constant,
-                      object_pairs_hook=None if allow_duplicate_keys else _no_duplicates)
+    doc = json.loads(data.decode("utf-8"), parse_float=Decimal, parse_constant=_no_constant,
+                     object_pairs_hook=None if allow_duplicate_keys else _no_duplicates)
+    _no_lone_surrogates(doc)
+    return doc
 
 
 def input_events(path, truncated=False):

@@ -402,3 +402,32 @@ def reference_lanes(ivs):
         stacks[lane].append(t1)
         lanes[i] = lane
     return lanes
+
+
+# ---------------------------------------------------------------- strict JSON out (issue 24)
+
+HOSTILE_KEYS = (b'{"traceEvents":['
+                b'{"ph":"X","name":"first","name":"last","pid":1,"tid":1,"pid":2,"ts":1,"dur":1,'
+                b'"args":{"a":1,"b":2,"a":3,"correlation":5,"correlation":6}},'
+                b'{"ph":"X","name":"two args","pid":1,"tid":1,"ts":2,"dur":1,"args":{"x":1},"args":{"y":2}},'
+                b'{"ph":"X","name":"many","pid":1,"tid":1,"ts":3,"dur":1,"args":{'
+                + b",".join(b'"k%d":%d' % (i % 50, i) for i in range(120)) + b'}},'
+                b'{"ph":"X","name":"lone \\ud800 high","pid":1,"tid":1,"ts":4,"dur":1,"args":{'
+                b'"low":"\\udc00x","pair":"\\ud83d\\ude00","high then other":"\\ud800\\u0041",'
+                b'"\\udbff key":1,"at end":"\\ud800","two highs":"\\ud800\\ud800\\udc00"}}'
+                b']}')
+
+
+def test_duplicate_keys_keep_the_last_and_lone_surrogates_become_fffd():
+    text, _, _, ws = fuse_bytes(HOSTILE_KEYS, id_offset=1000)
+    ev = {e["name"]: e for e in as_events(text)}  # strict: no duplicate keys, no lone surrogates
+    last = ev["last"]
+    assert last["pid"] == 3002 and last["args"]["pid_raw"] == 2
+    assert last["args"]["a"] == 3 and last["args"]["b"] == 2
+    assert last["args"]["correlation"] == 1006 and last["args"]["correlation_raw"] == 6
+    assert ev["two args"]["args"] == {"y": 2, "rank": 3, "pid_raw": 1}
+    assert ev["many"]["args"] == {**{f"k{i % 50}": i for i in range(120)}, "rank": 3, "pid_raw": 1}
+    lone = ev["lone \ufffd high"]["args"]
+    assert lone["low"] == "\ufffdx" and lone["pair"] == "\U0001F600" and lone["high then other"] == "\ufffdA"
+    assert lone["\ufffd key"] == 1 and lone["at end"] == "\ufffd" and lone["two highs"] == "\ufffd\U00010000"
+    assert ws["repaired_strings"] == 6  # the name, one key and four values with a lone surrogate

@@ -110,3 +110,64 @@ def test_gzip_backends_agree(corpus, monkeypatch, backend, name):
     b = extract_one(out / name)
     assert a.events.tobytes() == b.events.tobytes()
     assert a.meta["truncated_at_byte"] == b.meta["truncated_at_byte"]
+
+
+@pytest.mark.parametrize("name", ["gzip_zero_padded.json.gz", "zstd_skippable_first.json.zst",
+                                  "zstd_skippable_between.json.zst"])
+def test_padded_gzip_and_skippable_zstd_frames_read_whole(corpus, name):
+    out, _ = corpus
+    data = extract_one(out / name)
+    assert len(data.events) == 2000 and data.meta["compression"] == {"gz": "gzip", "zst": "zstd"}[name.rsplit(".", 1)[1]]
+    assert data.meta["warnings"] == []
+
+
+def test_zero_padding_then_data_is_refused(corpus):
+    out, _ = corpus
+    with pytest.raises(TraceError, match="after the end of the gzip stream"):
+        extract_one(out / "gzip_zero_padded_then_garbage.json.gz")
+
+
+def test_padded_gzip_and_skippable_zstd_frames_fuse(corpus, tmp_path):
+    import json
+
+    from streamtrace.fuse import fuse
+
+    out, _ = corpus
+    for name in ("gzip_zero_padded.json.gz", "zstd_skippable_first.json.zst"):
+        target = tmp_path / (name + ".fused.json")
+        fuse({0: str(out / name)}, str(target))
+        events = [e for e in json.loads(target.read_text())["traceEvents"] if e.get("ph") == "X"]
+        assert len(events) == 2000, name
+
+
+def test_string_times_are_counted_and_warned(corpus):
+    out, _ = corpus
+    path = out / "string_ts.json"
+    data = extract_one(path)
+    ev = data.events_df()
+    assert ev["ts"].isna().sum() == hostile.STRING_TIMES and ev["dur"].isna().sum() == 1
+    assert data.meta["counts"]["string_times"] == hostile.STRING_TIMES + 1
+    warned = [w for w in data.meta["warnings"] if "string" in w]
+    assert len(warned) == 1 and str(path) in warned[0] and f"{hostile.STRING_TIMES + 1} " in warned[0]
+
+
+def test_fuse_output_is_strict_json_for_duplicate_keys_and_lone_surrogates(corpus, tmp_path):
+    from fuse_reference import load_strict  # strict: unique keys, no lone surrogates
+
+    from streamtrace.fuse import fuse
+
+    out, _ = corpus
+    target = tmp_path / "dups.json"
+    fuse({0: str(out / "duplicate_keys.json")}, str(target))
+    doc = load_strict(str(target))
+    ev = {e["name"]: e for e in doc["traceEvents"] if e.get("ph") == "X"}
+    assert ev["last"]["args"] == {"b": 4, "rank": 0, "pid_raw": 1}
+    assert ev["wide"]["args"] == {**{f"k{i % 40}": i for i in range(100)}, "rank": 0, "pid_raw": 1}
+    assert doc["streamtrace"]["ranks"]["0"]["distributedInfo"] == {"rank": 1}
+    target = tmp_path / "lone.json"
+    fuse({0: str(out / "lone_surrogates.json")}, str(target))
+    doc = load_strict(str(target))
+    (ev,) = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    assert ev["name"] == "lone \ufffd"
+    assert ev["args"]["\ufffd"] == "\ufffdA" and ev["args"]["pair"] == "\U0001F600"
+    assert doc["streamtrace"]["ranks"]["0"]["deviceProperties"] == [{"name": "gpu \ufffd"}]

@@ -108,6 +108,13 @@ CLOCK_OFFSET_NOTE_NS = 10_000
 #: offsets not applied that change the last-arriving rank of at least this
 #: share of the collectives are a warning (they change the report's answers)
 STORY_CHANGE_SHARE = 0.1
+#: estimated offsets above this, when not applied, are an error finding (ns).
+#: Offsets come from the ends of implicit-sync collectives, which coincide on
+#: every rank within microseconds however late a rank arrives, and NTP keeps
+#: hosts within milliseconds of each other (ranks on one node share a clock);
+#: a second or more can only be a wrong clock or time base (a day, a time
+#: zone), and it turns every skew, wait and xfer_latency into nonsense.
+CLOCK_OFFSET_ERROR_NS = 1_000_000_000
 
 # ====================================================================== per rank
 
@@ -1376,6 +1383,18 @@ def _instance_findings(cols, method, present):
             key = pg_key.uniques[cc]
             out.append(_finding("warning", "unmatched", f"rank {rr}: {count} collective(s) of process group {key} "
                                 "have no counterpart on any other rank", rank=rr, pg=key, count=count))
+    neg = np.flatnonzero(cols["dur_ns"] < 0)
+    if len(neg):  # per (rank, process group): recorded as is, but every latency built on them is wrong
+        r, c = cols["rank"][neg], pg_key.codes[neg]
+        o = np.lexsort((pg_key.sort_rank()[c], r))
+        r, c = r[o], c[o]
+        starts = np.flatnonzero(np.r_[True, (r[1:] != r[:-1]) | (c[1:] != c[:-1])])
+        counts = np.diff(np.r_[starts, len(r)])
+        for rr, cc, count in zip(r[starts].tolist(), c[starts].tolist(), counts.tolist()):
+            key = pg_key.uniques[cc]
+            out.append(_finding("error", "negative_duration", f"rank {rr}: {count} collective kernel(s) of process "
+                                f"group {key} have a negative duration in the trace; kept as recorded, so their "
+                                "latencies and skews are wrong", rank=rr, pg=key, count=count))
     # participants against the process group's rank list
     present_set = set(present)
 
@@ -1473,7 +1492,13 @@ def _clock_findings(clocks, applied, multi_node, G):
             out.append(_finding("warning", "clock_residual", f"rank {row.rank}: collective ends disagree by a median "
                                 f"{row.residual_ns / 1000:.1f} us after clock alignment (threshold "
                                 f"{CLOCK_RESIDUAL_WARN_NS / 1000:.0f} us)", rank=row.rank))
-        if not applied and abs(row.offset_ns) > CLOCK_OFFSET_NOTE_NS:
+        if not applied and abs(row.offset_ns) > CLOCK_OFFSET_ERROR_NS:
+            out.append(_finding("error", "clock_offset", f"rank {row.rank}: its clock is offset by "
+                                f"{row.offset_ns / 1e9:.3f} s from rank {row.reference_rank}'s (estimated from "
+                                f"collective ends), beyond any real clock skew (> {CLOCK_OFFSET_ERROR_NS / 1e9:g} s): "
+                                "skews, waits and xfer_latency in the other sheets are wrong by that much; "
+                                "rerun with --align_clocks to apply the offsets", rank=row.rank))
+        elif not applied and abs(row.offset_ns) > CLOCK_OFFSET_NOTE_NS:
             out.append(_finding("info", "clock_offset", f"rank {row.rank}: its clock appears offset by "
                                 f"{row.offset_ns / 1000:.1f} us from rank {row.reference_rank}'s (estimated from "
                                 "collective ends, not applied; use --align_clocks)", rank=row.rank))

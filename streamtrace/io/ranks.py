@@ -7,11 +7,14 @@ a glob plus a rank regex, or explicit paths.  The result is a list of
 which case extraction takes it from ``distributedInfo.rank``.
 """
 import glob as _glob
+import logging
 import os
 import re
 from dataclasses import dataclass
 
 from ..errors import InputNotFoundError, InvalidArgumentError
+
+log = logging.getLogger("streamtrace")
 
 DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
@@ -49,10 +52,16 @@ def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None
 
 
 def _first_existing(stem):
-    for suffix in TRACE_SUFFIXES:
-        if os.path.isfile(stem + suffix):
-            return stem + suffix
-    return None
+    found = [stem + suffix for suffix in TRACE_SUFFIXES if os.path.isfile(stem + suffix)]
+    if len(found) > 1:
+        _warn_two_files(found)
+    return found[0] if found else None
+
+
+def _warn_two_files(paths):
+    """One rank in two files (say, a trace and its compressed copy): the first
+    is used, and the two may differ, so say so."""
+    log.warning(f"{' and '.join(paths)} are the same rank's trace; using {paths[0]}")
 
 
 def _check_missing(found, world_size, allow_missing, describe):
@@ -79,8 +88,13 @@ def _from_dir(trace_dir, world_size, allow_missing):
         rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
         for name in sorted(os.listdir(trace_dir)):
             m = rx.match(name)
-            if m and int(m.group(1)) not in found:
-                found[int(m.group(1))] = os.path.join(trace_dir, name)
+            if m:
+                found.setdefault(int(m.group(1)), []).append(os.path.join(trace_dir, name))
+        for r, paths in found.items():
+            paths.sort(key=lambda p: [p.endswith(x) for x in TRACE_SUFFIXES[::-1]])  # in TRACE_SUFFIXES order
+            if len(paths) > 1:
+                _warn_two_files(paths)
+            found[r] = paths[0]
     if not found:
         # B1: no rank{i}_trace files; every trace in the directory, rank from distributedInfo
         names = sorted(n for n in os.listdir(trace_dir) if n.endswith(TRACE_SUFFIXES))
@@ -120,8 +134,10 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
         rank = _rank_from_regex(rx, os.path.basename(path))
         if rank is None:
             rank = _rank_from_regex(rx, path)
+        if rank in found:  # first in sorted order wins, as TraceLens does
+            _warn_two_files([found[rank], path])
         if rank is None or rank in found:
-            continue  # first in sorted order wins, as TraceLens does
+            continue
         if world_size is not None and rank >= world_size:
             continue
         found[rank] = path

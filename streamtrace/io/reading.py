@@ -31,9 +31,21 @@ except ImportError:  # pragma: no cover - isal is a declared dependency
 def sniff(head):
     if head[:2] == GZIP_MAGIC:
         return "gzip"
-    if head[:4] == ZSTD_MAGIC:
+    # a zstd frame, or a skippable frame (magic 0x184D2A50..5F, little-endian),
+    # which pzstd writes first; zstandard skips those
+    if head[:4] == ZSTD_MAGIC or (len(head) >= 4 and head[0] & 0xF0 == 0x50 and head[1:4] == b"\x2a\x4d\x18"):
         return "zstd"
     return "json"
+
+
+def _zeros_to_end(data, f):
+    """True if ``data`` and the rest of ``f`` are zero bytes only: the padding
+    that tape and tar tools leave after a gzip file (gzip -d accepts it)."""
+    while data:
+        if data.count(0) != len(data):
+            return False
+        data = f.read(READ_SIZE)
+    return True
 
 
 class PlainSource:
@@ -107,6 +119,9 @@ class IsalGzipSource:
                     rest = self._f.read(READ_SIZE)
                     self._eof = not rest
                 if not rest:
+                    break
+                if rest[:1] == b"\x00" and _zeros_to_end(rest, self._f):
+                    self._eof = True
                     break
                 if rest[:2] != GZIP_MAGIC:
                     raise TraceError(self._path, "corrupt gzip data (data after the end of the gzip stream)")
