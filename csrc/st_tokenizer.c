@@ -1102,7 +1102,7 @@ static int span_contains(span sp, const char *lit, size_t n)
 /* align_only: can align use this event?  Align reads only complete ("X")
  * events: kernels, kernel launches and the collective CPU ops (nccl:*,
  * record_param_comms, c10d::*) -- the string classes of
- * streamtrace/rankcollect.py, which this mirrors.  Conservative: an event
+ * streamtrace/align/collect.py, which this mirrors.  Conservative: an event
  * whose phase, category or name is missing, or escaped, is kept (align's
  * own selection decides). */
 static int align_wants(const event_fields *f)

@@ -118,10 +118,10 @@ class Tokenizer:
         bytes-like objects, and the arrays cleared.
 
         An array at least half full is handed over as it is, and the
-        tokenizer gets a new, uncleared one: copying the records out held
-        the GIL (on 4 x 500 MB, 0.15-0.2 s of it in the extracting thread,
-        which stalled the stages consuming its frames), while the page
-        faults of a new array are taken in ``feed``, GIL released.  A fuller
+        tokenizer gets a new, uncleared one: copying the records out would
+        hold the GIL in the extracting thread and stall the stages consuming
+        its frames, while the page faults of a new array are taken in
+        ``feed``, GIL released (see docs/performance.md).  A fuller
         array would keep at most twice its records' memory alive; a
         less full one is copied (a small copy), so it keeps none."""
         return tuple(self._take(field, ctype, itemsize) for field, ctype, itemsize in _OUTPUTS)

@@ -38,21 +38,16 @@ def is_stream(path):
 
 
 #: records per frame in the in-process chains: 4x the stream's frames.  The
-#: stages' Python code runs once per frame (align and correlate make a few
-#: hundred numpy calls per frame, whatever its size), so fewer frames cost
-#: the consumer less CPU: in interleaved runs of extract | align | correlate
-#: on 4 x 500 MB, the main thread's CPU went 2.15-2.37 -> 2.06-2.13 s and the
-#: wall time 3.76-4.08 -> 3.54-3.97 s, extraction alone unchanged; at 16x the
-#: extraction itself slowed (its buffers no longer stay in cache)
+#: stages' Python code runs once per frame (a few hundred numpy calls,
+#: whatever its size), so fewer frames cost the consumer less CPU; much
+#: larger frames no longer stay in cache.  See docs/performance.md.
 PIPELINE_BATCH_EVENTS = 65536
 
 #: frames extracted ahead of the consumer (an EVENTS frame is about 6 MB,
 #: and a batch is 2-3 frames): enough to cover a rank's finishing work in
-#: align and correlate, during which the consumer reads nothing.  On
-#: 4 x 500 MB the extractor stood still on a full queue for 0.05-0.07 s at
-#: 24 and 0.01-0.02 s at 48, peak RSS the same (370 against 371 MB: the
-#: queue is full only at rank ends).  (In frames a quarter the size: 0.2 s
-#: at 32, none at 96.)
+#: align and correlate, during which the consumer reads nothing, so the
+#: extractor does not stand still; the queue is full only at rank ends, so
+#: it costs little memory.  See docs/performance.md.
 PREFETCH_FRAMES = 48
 
 #: frames a rank's extraction runs ahead of the blocking analysis' map,
@@ -60,14 +55,11 @@ PREFETCH_FRAMES = 48
 #: jitter (a rank's finishing runs on the consuming thread, not here)
 RANK_PREFETCH_FRAMES = 8
 
-#: bytes per memory-mapped window of a plain trace in the in-process chains.
-#: Each window costs the extracting thread a few GIL hand-offs (its feeds,
-#: the read-ahead queue), and while the stages run Python each one waits
-#: for the GIL.  In 12 interleaved rounds of extract | align | correlate on
-#: 4 x 500 MB, 4 -> 16 MiB took the median chain 4.04 -> 3.78 s, the
-#: rounds' median ratio to extraction +22 % -> +16 %, for 24 MB more peak
-#: RSS (the mapped windows).  ``streamtrace extract`` keeps 4 MiB windows
-#: and its ~45 MB RSS.
+#: bytes per memory-mapped window of a plain trace in the in-process chains:
+#: 16 MiB windows mean fewer GIL hand-offs for the extracting thread (its
+#: feeds, the read-ahead queue), each of which waits while the stages run
+#: Python, for a little more RSS; ``streamtrace extract`` keeps 4 MiB windows
+#: for its bounded RSS.  See docs/performance.md.
 PIPELINE_MAP_WINDOW = 16 << 20
 
 
@@ -81,8 +73,9 @@ def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=Tr
     ``jobs`` > 1: that many ranks are extracted at once, each in its own
     thread, and their frames come interleaved as they are made (each rank's
     in order; every stage keeps its state per rank); ``progress`` is then
-    not called.  On this 2-core machine that beat extracting the ranks in
-    parallel processes into a temporary stream read back afterwards.
+    not called.  Threads, because that was faster than extracting the ranks
+    in parallel processes into a temporary stream read back afterwards (see
+    docs/performance.md).
     ``drop_flows``: flow events are left out (``extract_rank``), for
     consumers that read none (``stage_frames``)."""
     from .extract import extract_rank
@@ -237,9 +230,8 @@ class RankReading:
 
 #: bytes per memory-mapped window of a plain trace read for the report.  A
 #: window is a few GIL hand-offs of its reading thread, which wait while
-#: pandas is imported and the other rank is finished.  Dense set (6
-#: interleaved rounds): 2.50 s at 4 MiB, 2.41 s at 8, 2.39 s at 16; peak RSS
-#: of 4 x 500 MB: 152, 177 and 223 MB (two readers, three windows each)
+#: pandas is imported and the other rank is finished; 8 MiB balances fewer
+#: hand-offs against the mapped windows' RSS.  See docs/performance.md.
 READ_MAP_WINDOW = 8 << 20
 
 

@@ -17,7 +17,7 @@ docs/stream-format.md, "Stage tables"):
 ``align.clocks``       one row per rank: estimated clock offset and residual
 ``align.quality``      data-quality findings
 
-How it works, per rank (``rankcollect.RankCollector``, then ``finish_rank``), as
+How it works, per rank (``collect.RankCollector``, then ``finish_rank``), as
 frames arrive:
 
 * each new string of the rank's string table is classified once (NCCL/RCCL

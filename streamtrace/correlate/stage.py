@@ -765,11 +765,10 @@ SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "
 def analyze(inputs):
     """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
 
-    The analyses run one after another, each adding its data-quality notes
-    to ``inputs.quality`` in turn.  (They once ran in two groups, the second
-    in a forked child: on this 2-vCPU machine the first group then ran ~2.5x
-    slower, and the analysis of 4 x 500 MB took 0.25-0.31 s instead of
-    0.17-0.24 s.)"""
+    The analyses run one after another in this process, each adding its
+    data-quality notes to ``inputs.quality`` in turn: splitting them with a
+    forked child made the whole slower on two cores (see
+    docs/performance.md)."""
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(inputs)
     sheets = {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
               "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(inputs)}

@@ -294,7 +294,7 @@ def _mappable(source):
 
 class ReadAhead:
     """Runs a producer in a background thread, a few chunks ahead
-    (``background.prefetched``).
+    (``parallel.threads.prefetched``).
 
     File reads, memory mapping and decompression (ISA-L, zstandard, the C
     core's zlib) release the GIL, as does the tokenizer, so producing chunk

@@ -3,7 +3,7 @@
 Used where the producer spends its time in code that releases the GIL (the C
 tokenizer, file reads, decompression), so the consumer works meanwhile:
 ``chain.trace_frames`` (extraction ahead of align/correlate; with several
-ranks at once, ``interleaved``) and ``inputs.ReadAhead`` (reading and
+ranks at once, ``interleaved``) and ``io.reading.ReadAhead`` (reading and
 decompressing ahead of the tokenizer).  ``in_thread`` runs one call in the
 background (align finishing a rank while correlate finishes its own).
 """

@@ -1226,7 +1226,7 @@ def _xml_style():
 def _isal_deflating(member):
     """A zip member being written, deflated by ISA-L (python-isal, already a
     dependency for gzip input) instead of zlib: the same raw deflate format at
-    ~5x the speed and a smaller output (a 107 MB workbook: 0.40 -> 0.07 s).
+    several times the speed and a smaller output (docs/performance.md).
     zipfile has no public hook for its compressor, so this swaps the member's
     own deflate object; when zipfile's internals differ, zlib stays."""
     try:
