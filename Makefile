@@ -22,7 +22,7 @@ PYC = $(PY) -m compileall -q streamtrace
 
 $(STAMP): pyproject.toml setup.py streamtrace/_build.py $(CSRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,html]'
 	@$(PYC)
 	@touch $@
 

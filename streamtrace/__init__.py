@@ -31,6 +31,8 @@ _LAZY = {
     "write_xlsx": ("report", "write_xlsx"),
     "write_csvs": ("report", "write_csvs"),
     "correlate_frames": ("correlate", "correlate_frames"),
+    "plots": ("plots", None),
+    "write_html": ("html_report", "write_html"),
 }
 
 
