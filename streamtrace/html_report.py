@@ -172,13 +172,32 @@ _RENDER = """
 """
 
 
+def require_plotly():
+    """A StreamtraceError (one line) when plotly is not installed."""
+    try:
+        import plotly  # noqa: F401
+    except ImportError:
+        raise StreamtraceError("the HTML report needs plotly, which is not installed: "
+                               "pip install 'streamtrace[html]' (or pip install plotly)") from None
+
+
+def check_output(path):
+    """Before the work: plotly is there and ``path`` can be an output file
+    (its directory exists, it is not a directory), so that a bad
+    ``--output_html_path`` fails at once and before any other output is written."""
+    require_plotly()
+    path = str(path)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise StreamtraceError(f"{path}: the output directory does not exist")
+    if os.path.isdir(path):
+        raise StreamtraceError(f"{path}: is a directory, not an output file")
+
+
 def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None):
     """The report page as a string (see the module's docstring)."""
-    try:
-        from plotly.offline import get_plotlyjs
-    except ImportError:
-        raise StreamtraceError("the HTML report needs plotly: pip install 'streamtrace[html]' "
-                               "(or pip install plotly)") from None
+    require_plotly()
+    from plotly.offline import get_plotlyjs
+
     sheets = {k: v for k, v in sheets.items() if v is not None}
     parts = ["<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">",
              f"<title>{_esc(title)}</title><style>{_STYLE}</style>",
@@ -188,7 +207,7 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
         parts.append(f"<dt>{_esc(label)}</dt><dd>{_esc(value)}</dd>")
     parts.append("</dl></header><main>")
     found = charts(sheets)
-    if not found:
+    if not found or not any(len(sheets.get(n, ())) for n in ("nccl_long", "nccl_implicit_sync")):
         parts.append("<section><p class=\"empty\">No collectives were found in this run, so there is nothing to "
                      "chart. The tables below show what the report holds.</p></section>")
     for c in found:

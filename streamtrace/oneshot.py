@@ -154,7 +154,7 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
                                max_workers=None, gpus_per_node=None, all2allv_heatmap=False,
                                strict_world_size_check=True, align_clocks=None, allow_missing_ranks=False,
                                strict=False, jobs=None, paths=(), write_files=True, progress=None, written=None,
-                               blocking_analysis=False, keep_sheets=True):
+                               blocking_analysis=False, keep_sheets=True, output_html_path=None):
     """The whole chain (extract -> align -> report) in one process.
 
     Same arguments as TraceLens's ``generate_collective_report`` plus
@@ -168,6 +168,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
     labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
     ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
+    ``output_html_path``: also write the HTML report (``html_report``; needs
+    plotly); given alone, it is the only output.
     ``keep_sheets=False``, for a caller that needs only the files (the CLI):
     with CSV output alone, sheets written by a forked child are returned as
     None (see ``report.build_report``'s ``deliver``).
@@ -177,6 +179,10 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise StreamtraceError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
     check_aggs(agg_metrics)
+    if output_html_path and write_files:
+        from .html_report import check_output
+        check_output(output_html_path)   # before the work, not after it
+        keep_sheets = True
     inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
                             rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
                             allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
@@ -201,10 +207,16 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         sheets = report.build_report(tables, **options)
         if not write_files:
             return sheets
-        if not output_xlsx_path and not output_csvs_dir:
+        if not output_xlsx_path and not output_csvs_dir and not output_html_path:
             output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,
                                                           world_size)
-        paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
+        paths_written = []
+        if output_xlsx_path or output_csvs_dir:
+            paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
+        if output_html_path:
+            from .html_report import write_html
+            paths_written.append(write_html(sheets, output_html_path, sources=[i.path for i in inputs],
+                                            world_size=world_size))
     if written is not None:
         written["paths"] = paths_written
     return sheets

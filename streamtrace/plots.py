@@ -579,8 +579,8 @@ def exposed_comm(sheets):
 
 def _clocks(sheets):
     ck = _sheet(sheets, "clock_alignment")
-    if ck is None:
-        return None
+    if ck is None or ("collectives" in ck and not (_floats(ck["collectives"]) > 0).any()):
+        return None   # no collective to estimate an offset from
     go = _go()
     from plotly.subplots import make_subplots
 
