@@ -94,6 +94,17 @@ def fmt_mib(mib):
     return f"{b:.0f} B"
 
 
+def _txt(text):
+    """Text as plotly shows it literally: plotly.js reads a subset of HTML in
+    titles, names, labels and hover text, so a name such as "<b>x</b>" or
+    "<a href=...>" from a trace must reach it with its markup escaped."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _txts(values):
+    return [_txt(v) for v in values]
+
+
 def _short(text, n=60):
     text = str(text)
     return text if len(text) <= n else text[:n - 1] + "\u2026"
@@ -156,7 +167,7 @@ def _wait_heatmap(sheets):
     if len(counts) > len(groups):
         notes.append(f"the {len(groups)} process groups with most instances of {len(counts)}")
     fig = make_subplots(rows=len(groups), cols=1, vertical_spacing=0.12 / max(1, len(groups)),
-                        subplot_titles=[f"process group {_short(g, 40)}" for g in groups])
+                        subplot_titles=[_txt(f"process group {_short(g, 40)}") for g in groups])
     data, sentences, height = {"groups": []}, [], 0
     for i, g in enumerate(groups, start=1):
         rows = imp[pg == g].sort_values("_start", kind="stable")
@@ -191,11 +202,11 @@ def _wait_heatmap(sheets):
                          "most skewed one")
         else:
             z_shown, late_shown = z, late
-        fig.add_trace(go.Heatmap(z=z_shown.astype(np.float32), x=labels, y=ranks, colorscale="YlOrRd",
+        fig.add_trace(go.Heatmap(z=z_shown.astype(np.float32), x=_txts(labels), y=ranks, colorscale="YlOrRd",
                                  coloraxis="coloraxis",
                                  hovertemplate="instance %{x}<br>rank %{y}<br>wait %{z:.1f} us<extra></extra>"),
                       row=i, col=1)
-        fig.add_trace(go.Scatter(x=labels, y=late_shown, mode="markers", name="late rank", legendgroup="late",
+        fig.add_trace(go.Scatter(x=_txts(labels), y=late_shown, mode="markers", name="late rank", legendgroup="late",
                                  showlegend=i == 1, marker=dict(symbol="x-thin", size=7, color="#1f1f1f",
                                                                 line=dict(width=1.5, color="#1f1f1f")),
                                  hovertemplate="instance %{x}<br>late rank %{y}<extra></extra>"), row=i, col=1)
@@ -272,11 +283,13 @@ def _skew_timeline(sheets):
         for row, col in ((1, "skew"), (2, "latency")):
             shown, cut = _reduce_points(part, col, cap)
             reduced |= cut
-            fig.add_trace(go.Scatter(x=shown["t_s"], y=shown[col], mode="markers", name=_short(kind, 40),
+            fig.add_trace(go.Scatter(x=shown["t_s"], y=shown[col], mode="markers", name=_txt(_short(kind, 40)),
                                      legendgroup=kind, showlegend=row == 1, marker=dict(size=5, color=colour),
-                                     customdata=np.stack([shown["collective_id"], shown["pg"]], axis=1),
+                                     customdata=np.stack([_txts(shown["collective_id"]), _txts(shown["pg"])],
+                                                         axis=1),
                                      hovertemplate="%{customdata[0]} (group %{customdata[1]})<br>t %{x:.6f} s<br>"
-                                                   + col + " %{y:.1f} us<extra>" + _short(kind, 30) + "</extra>"),
+                                                   + col + " %{y:.1f} us<extra>" + _txt(_short(kind, 30))
+                                                   + "</extra>"),
                           row=row, col=1)
             data["kinds"].append({"kind": kind, "metric": col, "collective_id": shown["collective_id"].tolist(),
                                   "t_s": _list(shown["t_s"]), "value_us": _list(shown[col])})
@@ -324,14 +337,14 @@ def _bandwidth(sheets):
     for i, (kind, n) in enumerate(keys):
         part = df[(df["kind"] == kind) & (df["group_size"] == n)]
         colour = _COLOURS[i % len(_COLOURS)]
-        label = f"{_short(kind, 30)}, {int(n) if n == n else '?'} ranks"
+        label = _txt(f"{_short(kind, 30)}, {int(n) if n == n else '?'} ranks")
         shown = part
         if len(part) > cap:   # evenly spaced rows, so every size keeps its share
             shown, sampled = part.iloc[np.linspace(0, len(part) - 1, cap).astype(int)], True
         med = part.groupby("size_mib", sort=True)["bus_bw"].median()
         fig.add_trace(go.Scatter(x=shown["size_mib"], y=shown["bus_bw"], mode="markers", name=label,
                                  legendgroup=label, marker=dict(size=5, color=colour, opacity=0.45),
-                                 customdata=shown["collective_id"],
+                                 customdata=_txts(shown["collective_id"]),
                                  hovertemplate="%{customdata}<br>%{x:.4g} MiB<br>%{y:.3g} GB/s<extra>" + label
                                                + "</extra>"))
         fig.add_trace(go.Scatter(x=med.index, y=med.to_numpy(), mode="lines+markers", name=f"median, {label}",
@@ -439,7 +452,7 @@ def _blocking_breakdown(sheets):
         shown = df.nlargest(BLOCKER_MAX_BARS, "delta_us").sort_index()
         note = f"the {BLOCKER_MAX_BARS} largest delays of {len(df):,}"
     fig = go.Figure()
-    labels = [f"{cid} (rank {lr})" for cid, lr in zip(shown["collective_id"].astype(str), shown["late_rank"])]
+    labels = [_txt(f"{cid} (rank {lr})") for cid, lr in zip(shown["collective_id"].astype(str), shown["late_rank"])]
     data = {"collective_id": shown["collective_id"].astype(str).tolist(), "late_rank": _list(shown["late_rank"]),
             "delta_us": _list(shown["delta_us"])}
     shares = []
@@ -474,15 +487,15 @@ def _top_bars(sheets, sheet, label_col, value_col, key, title, what, extra=None)
     go = _go()
     df = df.assign(**{value_col: _floats(df[value_col])}).nlargest(TOP_N, value_col)
     if extra:
-        labels = [f"{_short(a, 70)} \u2194 {_short(b, 50)}" for a, b in zip(df[label_col], df[extra])]
+        labels = [f"{_short(a, 55)} \u2194 {_short(b, 45)}" for a, b in zip(df[label_col], df[extra])]
     else:
         labels = [_short(a, 90) for a in df[label_col]]
     # the same short label twice would merge two bars: number them
-    labels = [f"{i + 1}. {lab}" for i, lab in enumerate(labels)]
+    labels = [_txt(f"{i + 1}. {lab}") for i, lab in enumerate(labels)]
     full = df[label_col].astype(str).tolist()
     fig = go.Figure(go.Bar(y=labels[::-1], x=df[value_col].to_numpy()[::-1], orientation="h",
                            marker_color=_COLOURS[3 if "blocking" in sheet else 0],
-                           customdata=[_short(s, 300) for s in full[::-1]],
+                           customdata=[_txt(_short(s, 300)) for s in full[::-1]],
                            hovertemplate="%{customdata}<br>%{x:.1f} us<extra></extra>"))
     fig.update_xaxes(title_text=f"{value_col} (us)" if not value_col.endswith("_us") else value_col)
     fig.update_yaxes(automargin=True)

@@ -203,6 +203,13 @@ def test_hostile_names_stay_text_in_the_page(hostile_run):
     assert len(scripts) == 2 + 2 * len(keys)
     assert "&lt;script&gt;alert(&#x27;k&#x27;)" in text          # in a table cell, escaped
     assert "\\u003c/script\\u003e\\u003cimg" in text               # in the embedded JSON, escaped
+    # plotly.js reads some HTML in titles, labels and hover text: names reach it escaped
+    heatmap = embedded(page, "fig", "wait_heatmap")
+    assert "<img" not in json.dumps(heatmap)
+    assert any("process group &lt;/script&gt;&lt;img" in a["text"] for a in heatmap["layout"]["annotations"])
+    kernels = embedded(page, "fig", "blocking_kernels")
+    assert "<script>" not in json.dumps(kernels)
+    assert kernels["data"][0]["y"][-1].startswith("1. &lt;script&gt;alert(")
 
 
 def test_hostile_names_stay_text_in_the_workbook(hostile_run):
