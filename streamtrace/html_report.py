@@ -155,17 +155,20 @@ p.empty{font-size:16px;padding:18px 8px}
 # time taken (performance.now() since navigation) on <body> for the tests.
 _RENDER = """
 (function(){
-  var errors = [];
+  var errors = [], times = {};
   window.addEventListener('error', function(e){ errors.push(String(e.message)); });
   try {
     var divs = document.querySelectorAll('div.chart');
     for (var i = 0; i < divs.length; i++) {
+      var t0 = performance.now();
       var fig = JSON.parse(document.getElementById('fig-' + divs[i].dataset.key).textContent);
       var config = {responsive: true, displaylogo: false};
       Plotly.newPlot(divs[i], fig.data, fig.layout, config);
+      times[divs[i].dataset.key] = Math.round(performance.now() - t0);
     }
   } catch (e) { errors.push(String(e && e.message || e)); }
   document.body.dataset.errors = JSON.stringify(errors);
+  document.body.dataset.chartMs = JSON.stringify(times);
   document.body.dataset.renderMs = performance.now().toFixed(0);
   document.body.dataset.rendered = 'yes';
 })();

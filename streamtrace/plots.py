@@ -23,9 +23,12 @@ import pandas as pd
 #: most heatmap cells drawn for one process group (ranks x instance columns)
 HEATMAP_MAX_CELLS = 150_000
 #: most instance columns of a heatmap, whatever the rank count
-HEATMAP_MAX_COLUMNS = 2_000
-#: most points of the time-series and bandwidth scatters, over all kinds
-SCATTER_MAX_POINTS = 6_000
+HEATMAP_MAX_COLUMNS = 1_000
+#: most points of each scatter panel, over all kinds (plotly draws each
+#: point as an SVG element: on the dense set 12,000 took 1.5 s of chromium's time)
+SCATTER_MAX_POINTS = 3_000
+#: per-rank charts above this many ranks draw lines, not a bar or marker per rank
+PER_RANK_MARKS = 256
 #: most process groups that get a heatmap (the ones with most instances)
 HEATMAP_MAX_GROUPS = 4
 #: most bars in the per-instance blocking chart (the largest delays)
@@ -145,6 +148,20 @@ def _start_times(df):
     if not cols:
         return pd.Series(np.arange(len(df), dtype=float), index=df.index)
     return df[cols].apply(pd.to_numeric, errors="coerce").min(axis=1)
+
+
+def _per_rank(go, ranks, values, name, colour, hover, stack=False, marker=None):
+    """One value per rank: bars (or markers) up to PER_RANK_MARKS ranks, else
+    one line (a filled, stacked area for ``stack``), which the browser draws
+    as one path instead of an element per rank."""
+    if len(ranks) <= PER_RANK_MARKS:
+        if marker:
+            return go.Scatter(x=ranks, y=values, mode="markers", name=name, hovertemplate=hover,
+                              marker=dict(color=colour, size=7, symbol=marker))
+        return go.Bar(x=ranks, y=values, name=name, marker_color=colour, hovertemplate=hover)
+    extra = dict(stackgroup="ranks") if stack else dict(fill="tozeroy") if not marker else {}
+    return go.Scatter(x=ranks, y=values, mode="lines", name=name, line=dict(color=colour, width=1),
+                      hovertemplate=hover, **extra)
 
 
 # ---------------------------------------------------------------------- 1. wait heatmap
@@ -273,7 +290,7 @@ def _skew_timeline(sheets):
     df["t_s"] = (df["start"] - t0) / 1e6
     df = df.sort_values("start", kind="stable")
     kinds = list(dict.fromkeys(df["kind"]))
-    cap = max(300, SCATTER_MAX_POINTS // max(1, len(kinds)))
+    cap = max(100, SCATTER_MAX_POINTS // 2 // max(1, len(kinds)))   # two panels
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=["arrival skew (skew in start time)", "communication latency (comm_latency)"])
     data, reduced = {"kinds": []}, False
@@ -332,7 +349,7 @@ def _bandwidth(sheets):
     go = _go()
     fig = go.Figure()
     keys = list(dict.fromkeys(zip(df["kind"], df["group_size"])))
-    cap = max(200, SCATTER_MAX_POINTS // max(1, len(keys)))
+    cap = max(100, SCATTER_MAX_POINTS // max(1, len(keys)))
     data, sampled, best = {"series": []}, False, None
     for i, (kind, n) in enumerate(keys):
         part = df[(df["kind"] == kind) & (df["group_size"] == n)]
@@ -417,8 +434,8 @@ def _all2allv(sheets):
         return None
     ranks = [r for r, _ in cols]
     sent = a2[[c for _, c in cols]].apply(pd.to_numeric, errors="coerce").sum(axis=0).to_numpy(float)
-    fig = go.Figure(go.Bar(x=ranks, y=sent, marker_color=_COLOURS[0],
-                           hovertemplate="rank %{x}<br>%{y:.4g} MiB sent<extra></extra>"))
+    fig = go.Figure(_per_rank(go, ranks, sent, "MiB sent", _COLOURS[0],
+                              "rank %{x}<br>%{y:.4g} MiB sent<extra></extra>"))
     fig.update_xaxes(title_text="rank")
     fig.update_yaxes(title_text="MiB sent (all instances)")
     _layout(fig, "All-to-all-v bytes sent per rank", height=380)
@@ -564,8 +581,8 @@ def _exposed(sheets):
                               ("exposed_waiting_us", "exposed, waiting", "#C44E52"),
                               ("exposed_transfer_us", "exposed, transfer", "#DD8452")):
         v = _floats(whole[col])
-        fig.add_trace(go.Bar(x=ranks, y=v, name=name, marker_color=colour,
-                             hovertemplate="rank %{x}<br>" + name + " %{y:.1f} us<extra></extra>"))
+        fig.add_trace(_per_rank(go, ranks, v, name, colour, "rank %{x}<br>" + name + " %{y:.1f} us<extra></extra>",
+                                stack=True))
         data[col] = _list(v)
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="rank", type="category" if len(ranks) <= 64 else "linear")
@@ -602,14 +619,13 @@ def _clocks(sheets):
     off, res, mx = _floats(ck["offset_us"]), _floats(ck["residual_us"]), _floats(ck["max_residual_us"])
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
                         subplot_titles=["estimated clock offset", "residual end skew after the offset"])
-    fig.add_trace(go.Bar(x=ranks, y=off, name="offset", marker_color=_COLOURS[0],
-                         hovertemplate="rank %{x}<br>offset %{y:.3f} us<extra></extra>"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=ranks, y=res, mode="markers", name="residual (typical)",
-                             marker=dict(color=_COLOURS[1], size=7),
-                             hovertemplate="rank %{x}<br>residual %{y:.3f} us<extra></extra>"), row=2, col=1)
-    fig.add_trace(go.Scatter(x=ranks, y=mx, mode="markers", name="residual (max)",
-                             marker=dict(color=_COLOURS[3], size=7, symbol="triangle-up"),
-                             hovertemplate="rank %{x}<br>max residual %{y:.3f} us<extra></extra>"), row=2, col=1)
+    fig.add_trace(_per_rank(go, ranks, off, "offset", _COLOURS[0], "rank %{x}<br>offset %{y:.3f} us<extra></extra>"),
+                  row=1, col=1)
+    fig.add_trace(_per_rank(go, ranks, res, "residual (typical)", _COLOURS[1],
+                            "rank %{x}<br>residual %{y:.3f} us<extra></extra>", marker="circle"), row=2, col=1)
+    fig.add_trace(_per_rank(go, ranks, mx, "residual (max)", _COLOURS[3],
+                            "rank %{x}<br>max residual %{y:.3f} us<extra></extra>", marker="triangle-up"),
+                  row=2, col=1)
     fig.update_yaxes(title_text="us", row=1, col=1)
     fig.update_yaxes(title_text="us", row=2, col=1)
     fig.update_xaxes(title_text="rank", row=2, col=1)

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 import browser
 import generate_fixture
+from streamtrace import plots
 from streamtrace.cli import main
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
@@ -309,11 +310,11 @@ def test_large_runs_give_small_pages_that_draw(tmp_path, ranks, instances):
     assert os.path.getsize(page) < 10_000_000
     group = embedded(page, "data", "wait_heatmap")["groups"][0]
     cells = len(group["ranks"]) * len(group["instances"])
-    assert cells <= 150_000
+    assert cells <= plots.HEATMAP_MAX_CELLS
     if ranks == 4:   # binned: each column is the largest wait of its instances
-        assert group["binned"] and len(group["instances"]) == 2_000
+        assert group["binned"] and len(group["instances"]) == plots.HEATMAP_MAX_COLUMNS
         w = sheets["nccl_implicit_sync"]["rank_0_wait_time"].to_numpy()
-        edges = np.linspace(0, instances, 2_001).astype(int)
+        edges = np.linspace(0, instances, plots.HEATMAP_MAX_COLUMNS + 1).astype(int)
         np.testing.assert_allclose(group["wait_us"][0], [w[a:b].max() for a, b in zip(edges[:-1], edges[1:])])
         assert "consecutive instances" in open(page, encoding="utf-8").read()
     _, png = _check_in_browser(page, f"large-{ranks}-ranks")
