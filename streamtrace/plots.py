@@ -436,7 +436,7 @@ def _all2allv(sheets):
     sent = a2[[c for _, c in cols]].apply(pd.to_numeric, errors="coerce").sum(axis=0).to_numpy(float)
     fig = go.Figure(_per_rank(go, ranks, sent, "MiB sent", _COLOURS[0],
                               "rank %{x}<br>%{y:.4g} MiB sent<extra></extra>"))
-    fig.update_xaxes(title_text="rank")
+    fig.update_xaxes(title_text="rank", type="category" if len(ranks) <= 64 else "linear")
     fig.update_yaxes(title_text="MiB sent (all instances)")
     _layout(fig, "All-to-all-v bytes sent per rank", height=380)
     top = int(np.argmax(sent))
@@ -629,6 +629,7 @@ def _clocks(sheets):
     fig.update_yaxes(title_text="us", row=1, col=1)
     fig.update_yaxes(title_text="us", row=2, col=1)
     fig.update_xaxes(title_text="rank", row=2, col=1)
+    fig.update_xaxes(type="category" if len(ranks) <= 64 else "linear")
     _layout(fig, "Clock offsets per rank", height=460)
     i = int(np.nanargmax(np.abs(off.to_numpy()))) if off.notna().any() else 0
     applied = "applied" in ck and ck["applied"].astype(str).str.lower().eq("true").any()
