@@ -12,7 +12,7 @@ DEMO   := demo
 # C warnings are errors in every build made through this Makefile (and in CI).
 export STREAMTRACE_WERROR := 1
 
-.PHONY: install demo test pytest sanitize bench fixtures docs clean
+.PHONY: install demo test pytest sanitize bench fixtures docs clean system-tools
 
 # The package byte-compiled, as a regular pip install leaves it: the install
 # is editable, and with PYTHONDONTWRITEBYTECODE set (as on this kind of
@@ -22,7 +22,7 @@ PYC = $(PY) -m compileall -q streamtrace
 
 $(STAMP): pyproject.toml setup.py streamtrace/_build.py $(CSRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,html]'
 	@$(PYC)
 	@touch $@
 
@@ -36,8 +36,21 @@ demo: $(STAMP)
 # ---------------------------------------------------------------- tests
 test: pytest sanitize
 
-pytest: $(STAMP)
+pytest: $(STAMP) system-tools
 	$(PY) -m pytest -q
+
+# The HTML report's tests draw its pages in Debian's headless chromium and the
+# workbook's convert it with LibreOffice: installed here when missing (as root,
+# as on CI; the tests fail, not skip, on CI without them).
+system-tools:
+	@if ! command -v chromium >/dev/null || ! command -v soffice >/dev/null; then \
+	    if [ "$$(id -u)" = 0 ]; then \
+	        apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+	            chromium libreoffice-calc-nogui; \
+	    else \
+	        echo "make test needs chromium and libreoffice-calc-nogui: apt-get install them as root"; exit 1; \
+	    fi; \
+	fi
 
 # The C core under AddressSanitizer + UBSan: the hostile corpus (full sizes),
 # the real traces, random chunkings, random interval sweeps and report row writes.

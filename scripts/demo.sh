@@ -21,7 +21,8 @@ echo "== 3. extract | align | correlate | report, through real pipes"
 $ST extract --trace_dir "$OUT/traces" --world_size 8 -q \
     | $ST align \
     | $ST correlate -o "$OUT/analysed.stev"
-$ST report "$OUT/analysed.stev" --output_xlsx_path "$OUT/report.xlsx" --output_csvs_dir "$OUT/csvs" -q
+$ST report "$OUT/analysed.stev" --output_xlsx_path "$OUT/report.xlsx" --output_csvs_dir "$OUT/csvs" \
+    --output_html_path "$OUT/report.html" -q
 
 echo
 echo "== 4. straggler summary (sheet straggler_summary)"
@@ -42,3 +43,7 @@ echo
 echo "== 6. fuse: every rank on one Perfetto timeline"
 $ST fuse --trace_dir "$OUT/traces" --world_size 8 -o "$OUT/merged.json.gz" -q
 echo "wrote $OUT/merged.json.gz (open it in https://ui.perfetto.dev)"
+
+echo
+echo "== 7. pictures: the HTML report of the straggler run (charts; opens offline in any browser)"
+echo "$(cd "$OUT" && pwd)/report.html"

@@ -33,6 +33,8 @@ _LAZY = {
     "write_csvs": ("report.sheets", "write_csvs"),
     "correlate_frames": ("correlate.stage", "correlate_frames"),
     "tracelens": ("tracelens", None),   # TraceLens's public API (docs/tracelens.md)
+    "plots": ("plots", None),
+    "write_html": ("html_report", "write_html"),
 }
 
 

@@ -138,12 +138,20 @@ def _spooled(spooled):
 
 
 def correlated_sheets(paths, jobs=None, world_size=None, executor=None):
-    """{sheet: DataFrame} of correlate's results, running what is missing:
-    ``paths`` are event streams at any stage (``-``: stdin), trace files, or
-    one directory of traces (resolved as ``--trace_dir`` is).  Trace files
-    run as the blocking analysis' map and reduce (``_correlated_tables``);
-    streams run the stages they still need over their frames."""
-    from .correlate.stage import TABLE_PREFIX, correlate_frames, sheets_from_tables
+    """{sheet: DataFrame} of correlate's results for ``correlated_tables``' inputs."""
+    from .correlate.stage import sheets_from_tables
+
+    return sheets_from_tables(correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor))
+
+
+def correlated_tables(paths, jobs=None, world_size=None, executor=None):
+    """{name: DataFrame} of the align and correlate tables, running what is
+    missing: ``paths`` are event streams at any stage (``-``: stdin), trace
+    files, or one directory of traces (resolved as ``--trace_dir`` is).
+    Trace files run as the blocking analysis' map and reduce
+    (``_correlated_tables``); streams run the stages they still need over
+    their frames."""
+    from .correlate.stage import TABLE_PREFIX, correlate_frames
     from .io.ranks import resolve_inputs
 
     spooled = []
@@ -160,8 +168,7 @@ def correlated_sheets(paths, jobs=None, world_size=None, executor=None):
                 raise StreamtraceError("give either event streams or trace files, not both")
             inputs = None if all(streams) else resolve_inputs(paths=paths, world_size=world_size)
         if inputs is not None:
-            return sheets_from_tables(_correlated_tables(inputs, world_size, jobs, None, None, False, None,
-                                                         executor=executor))
+            return _correlated_tables(inputs, world_size, jobs, None, None, False, None, executor=executor)
         names = set().union(*(table_names(p) for p in paths))
         frames = (f for p in paths for f in iter_frames(p))
         if not any(n.startswith(TABLE_PREFIX) for n in names):
@@ -175,7 +182,7 @@ def correlated_sheets(paths, jobs=None, world_size=None, executor=None):
             if f.kind == Kind.TABLE:
                 name, df = f.table()
                 tables[name] = df
-        return sheets_from_tables(tables)
+        return tables
     finally:
         for path in spooled:
             with contextlib.suppress(OSError):
@@ -358,7 +365,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
                                use_multiprocessing=False, max_workers=None, rank_regex=None, gpus_per_node=None,
                                all2allv_heatmap=False, *, align_clocks=None, allow_missing_ranks=False,
                                strict=False, jobs=None, paths=(), write_files=True, default_output=False,
-                               progress=None, written=None, blocking_analysis=False, keep_sheets=True):
+                               progress=None, written=None, blocking_analysis=False, keep_sheets=True,
+                               output_html_path=None):
     """The whole chain (extract -> align -> report) in one process.
 
     TraceLens's ``generate_collective_report`` parameters in its order (a
@@ -377,6 +385,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
     labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
     ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
+    ``output_html_path``: also write the HTML report (``html_report``; needs
+    plotly); given alone, it is the only output.
     ``keep_sheets=False``, for a caller that needs only the files (the CLI):
     with CSV output alone, sheets written by a forked child are returned as
     None (see ``report.build_report``'s ``deliver``).
@@ -386,6 +396,11 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     if gpus_per_node is not None and gpus_per_node <= 0:
         raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
     check_aggs(agg_metrics)
+    if output_html_path and write_files:
+        from .html_report import check_output
+
+        check_output(output_html_path)   # before the work, not after it
+        keep_sheets = True
     if align_clocks is None:
         # TraceLens's columns mean the times as the traces recorded them; the
         # offsets are still estimated, and data_quality says when they matter
@@ -416,12 +431,19 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         sheets, paths_written = _report_into_csvs(report, tables, output_csvs_dir, options)
     else:
         sheets = report.build_report(tables, **options)
-        if not write_files or not (output_xlsx_path or output_csvs_dir or default_output):
+        if not write_files or not (output_xlsx_path or output_csvs_dir or output_html_path or default_output):
             return sheets
-        if not output_xlsx_path and not output_csvs_dir:
+        if not output_xlsx_path and not output_csvs_dir and not output_html_path:
             output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,
                                                           world_size)
-        paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
+        paths_written = []
+        if output_xlsx_path or output_csvs_dir:
+            paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
+        if output_html_path:
+            from .html_report import write_html
+
+            paths_written.append(write_html(sheets, output_html_path, sources=[i.path for i in inputs],
+                                            world_size=world_size))
     if written is not None:
         written["paths"] = paths_written
     return sheets
@@ -440,10 +462,24 @@ def _report_into_csvs(report, tables, directory, options):
         out.discard()
 
 
-def blockers(paths, top=5, jobs=None, world_size=None, executor=None):
+def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=None):
     """The short answer as text: straggler, dominant cause of waiting, top
     blocking kernels and host ops, top contention pairs.  ``paths`` as
-    ``correlated_sheets`` takes them."""
-    from .correlate.stage import blockers_text
+    ``correlated_tables`` takes them.  ``html_path``: also the HTML report of
+    the whole run there (waits, bandwidth and clocks beside the blocking
+    answer; needs plotly)."""
+    from .correlate.stage import blockers_text, sheets_from_tables
 
-    return blockers_text(correlated_sheets(paths, jobs=jobs, world_size=world_size, executor=executor), top=top)
+    if html_path:
+        from .html_report import check_output
+
+        check_output(html_path)   # before the work, not after it
+    tables = correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor)
+    text = blockers_text(sheets_from_tables(tables), top=top)
+    if html_path:
+        from .html_report import write_html
+        from .report.sheets import build_report
+
+        sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
+        write_html(build_report(tables), html_path, title="streamtrace blockers", sources=sources)
+    return text

@@ -232,11 +232,13 @@ def correlate(streams, output, quiet):
 @main.command()
 @click.argument("inputs", nargs=-1, type=click.Path())
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Rows per list.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Also write the self-contained HTML report (charts; needs plotly) here.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Ranks extracted in parallel (trace inputs).")
 @quiet_option
 @handle_errors
-def blockers(inputs, top, jobs, quiet):
+def blockers(inputs, top, html_path, jobs, quiet):
     """The short answer: which kernels and host ops blocked the collectives.
 
     INPUTS are event streams (at any stage: extracted, aligned or correlated;
@@ -253,7 +255,9 @@ def blockers(inputs, top, jobs, quiet):
     from .chain import blockers as blockers_api
 
     _setup_logging(quiet)
-    click.echo(blockers_api(list(inputs) or ["-"], top=top, jobs=jobs))
+    click.echo(blockers_api(list(inputs) or ["-"], top=top, jobs=jobs, html_path=html_path))
+    if html_path and not quiet:
+        click.echo(f"wrote {html_path}", err=True)
 
 
 # ------------------------------------------------------------------ collective report (issue #3)
@@ -299,6 +303,9 @@ def report_options(fn):
                     "when no --output_csvs_dir is given either)."),
         _alias("--output_csvs_dir", "--output-csvs-dir", "output_csvs_dir", type=click.Path(file_okay=False),
                help="Directory for one <sheet>.csv per sheet (full tables, no index)."),
+        _alias("--output_html_path", "--output-html-path", "output_html_path", type=click.Path(dir_okay=False),
+               help="Self-contained HTML report with charts (opens offline; needs plotly). "
+                    "Given alone, the only output."),
         click.option("--detailed_analysis/--no-detailed_analysis", "--detailed-analysis/--no_detailed_analysis",
                      "detailed_analysis", default=True, show_default=True,
                      help="Write the detail sheets (nccl_long, nccl_implicit_sync, nccl_all2allv)."),
@@ -383,8 +390,8 @@ def align(streams, output, align_clocks, gpus_per_node, quiet):
 @click.option("-o", "output", type=click.Path(dir_okay=False), help="Same as --output_xlsx_path.")
 @quiet_option
 @handle_errors
-def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_metrics, gpus_per_node,
-           all2allv_heatmap, align_clocks, strict, output, quiet):
+def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detailed_analysis, agg_metrics,
+           gpus_per_node, all2allv_heatmap, align_clocks, strict, output, quiet):
     """Aligned event stream -> collective report (.xlsx and/or CSVs).
 
     The TraceLens multi-rank collective report (same sheets, columns and
@@ -401,16 +408,26 @@ def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_me
     _setup_logging(quiet)
     output_xlsx_path = output_xlsx_path or output
     check_report_outputs(output_xlsx_path, output_csvs_dir, list(streams) or ["-"])
+    if output_html_path:
+        from .html_report import check_output
+        check_output(output_html_path)
     tables = collect_tables(_input_frames(streams), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
+    sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
+    written = []
+    if output_html_path:
+        from .html_report import write_html
+        written.append(write_html(sheets, output_html_path, sources=sources))
+        if not output_xlsx_path and not output_csvs_dir:
+            _wrote(written, sheets)
+            return
     if not output_xlsx_path and not output_csvs_dir:
-        sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
         base = os.path.commonpath(sources) if sources else os.getcwd()
         if not os.path.isdir(base):
             base = os.path.dirname(base)
         output_xlsx_path = os.path.join(base, REPORT_NAME)
-    _wrote(write_report(sheets, output_xlsx_path, output_csvs_dir), sheets)
+    _wrote(write_report(sheets, output_xlsx_path, output_csvs_dir) + written, sheets)
 
 
 @main.command("collective-report")
@@ -430,8 +447,8 @@ def report(streams, output_xlsx_path, output_csvs_dir, detailed_analysis, agg_me
 @quiet_option
 @handle_errors
 def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
-                      output_xlsx_path, output_csvs_dir, detailed_analysis, agg_metrics, gpus_per_node,
-                      all2allv_heatmap, align_clocks, strict, use_multiprocessing, max_workers, jobs,
+                      output_xlsx_path, output_csvs_dir, output_html_path, detailed_analysis, agg_metrics,
+                      gpus_per_node, all2allv_heatmap, align_clocks, strict, use_multiprocessing, max_workers, jobs,
                       blocking_analysis, quiet):
     """Trace files -> collective report, in one process (extract | align | report).
 
@@ -461,7 +478,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
         allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
         max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis,
-        keep_sheets=False, default_output=True)
+        keep_sheets=False, default_output=True, output_html_path=output_html_path)
     _end_progress(progress)
     _wrote(written.get("paths", []), sheets)
 

@@ -151,7 +151,7 @@ def test_write_xlsx_child_failure_leaves_no_output(tmp_path, monkeypatch):
     _require_fork()
     real = report._spool_sheet_xml
 
-    def failing(part, path):
+    def failing(part, path, extras):
         raise StreamtraceError(f"{path}: No space left on device")
 
     monkeypatch.setattr(report, "_spool_sheet_xml", failing)

@@ -23,6 +23,7 @@ LAYERS = [
     "align",
     "correlate",
     "report",
+    "plots", "html_report",
     "chain",
     "dump", "fuse",
     "tracelens",

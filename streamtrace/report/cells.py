@@ -189,3 +189,22 @@ class CsvQuoter:
         if not out.startswith('"'):   # a CR and nothing else special: no quote inside to double
             out = '"' + out + '"'
         return out
+
+
+#: characters XML 1.0 does not allow in a document (dropped from cell text)
+ILLEGAL_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def xml_escape(s):
+    """Cell text as XML character data (workbook cells and attributes)."""
+    if ILLEGAL_XML.search(s):
+        s = ILLEGAL_XML.sub("", s)
+    if "&" in s:
+        s = s.replace("&", "&amp;")
+    if "<" in s:
+        s = s.replace("<", "&lt;")
+    if ">" in s:
+        s = s.replace(">", "&gt;")
+    if "\r" in s:   # as a reference: a bare CR is read back as LF (XML's line-end rule)
+        s = s.replace("\r", "&#13;")
+    return s

@@ -55,6 +55,7 @@ from ..io.outputs import atomic_file, check_suffix, resolve_output, umask
 from ..parallel.cpus import available_cpus
 from ..parallel.fork import Child, balanced, both, can_fork, split_in_two
 from ..stream.format import Kind, iter_frames
+from .cells import ILLEGAL_XML as _ILLEGAL_XML, xml_escape as _xml_escape
 from .files import BLOCKING_SHEETS, SHEET_ORDER, check_report_outputs  # noqa: F401 (importable from here)
 from .options import DEFAULT_AGG_METRICS, agg_label, check_aggs
 
@@ -1050,7 +1051,6 @@ def _clock_sheet(clocks, applied, story=()):
 
 _RISKY = ("=", "+", "-", "@", "\t", "\r")
 _RISKY_FIRST = frozenset(_RISKY)
-_ILLEGAL_XML = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 
 
 def sheet_parts(name, df, max_rows=EXCEL_MAX_ROWS - 1):
@@ -1164,20 +1164,6 @@ _STYLES = (_XML_HEAD + f'<styleSheet xmlns="{_NS_MAIN}"><fonts count="1"><font><
            'xfId="0"/></cellXfs><cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/>'
            '</cellStyles></styleSheet>')
 _EMPTY = "<c/>"
-
-
-def _xml_escape(s):
-    if _ILLEGAL_XML.search(s):
-        s = _ILLEGAL_XML.sub("", s)
-    if "&" in s:
-        s = s.replace("&", "&amp;")
-    if "<" in s:
-        s = s.replace("<", "&lt;")
-    if ">" in s:
-        s = s.replace(">", "&gt;")
-    if "\r" in s:   # as a reference: a bare CR is read back as LF (XML's line-end rule)
-        s = s.replace("\r", "&#13;")
-    return s
 
 
 def _str_cell(s):
@@ -1298,9 +1284,10 @@ class _ZipWriterThread:
             raise self.error
 
 
-def _sheet_xml(part):
-    """The worksheet XML of one sheet, in pieces (20,000 rows each)."""
-    yield (_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}"><sheetData>').encode()
+def _sheet_xml(part, extras=("", "")):
+    """The worksheet XML of one sheet, in pieces (20,000 rows each);
+    ``extras``: XML before and after <sheetData> (``xlsx_style``)."""
+    yield (_XML_HEAD + f'<worksheet xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">{extras[0]}<sheetData>').encode()
     yield ("<row>" + "".join(_str_cell(str(c)) for c in part.columns) + "</row>").encode()
     from .cells import column_cells, table_rows
 
@@ -1319,19 +1306,24 @@ def _sheet_xml(part):
                 cells = column_cells(col.astype(wider), style)
             cols.append(cells)
         yield from table_rows(cols, style, sep="", row_open="<row>", row_close="</row>")
-    yield b"</sheetData></worksheet>"
+    yield f"</sheetData>{extras[1]}</worksheet>".encode()
 
 
-def _spool_sheet_xml(part, path):
+def _spool_sheet_xml(part, path, extras):
     with open(path, "wb") as f:
-        for piece in _sheet_xml(part):
+        for piece in _sheet_xml(part, extras):
             f.write(piece)
 
 
 def _write_fast(parts, target, spool_dir):
     import zipfile
 
+    from . import xlsx_style
+
     titles = [title for title, _ in parts]
+    styles = xlsx_style.Styles()
+    chart = next((i for i, (title, part) in enumerate(parts) if xlsx_style.wants_chart(title, part)), None)
+    extras = [styles.sheet(part, drawing=i == chart) for i, (_, part) in enumerate(parts)]
     # on two cores a forked child formats about half of a large workbook's
     # sheets into spooled XML files, which this process then compresses into
     # the zip (formatting holds the GIL; zlib in the writer thread does not)
@@ -1341,7 +1333,7 @@ def _write_fast(parts, target, spool_dir):
     if len(parts) > 1 and sum(cells) >= _PARALLEL_MIN_CELLS and available_cpus() > 1 and can_fork():
         mine, theirs = (sorted(g) for g in balanced(list(range(len(parts))), cells))
         spool = tempfile.mkdtemp(prefix=".streamtrace-xlsx-", dir=spool_dir)
-        child = Child([functools.partial(_spool_sheet_xml, parts[i][1], os.path.join(spool, f"{i}.xml"))
+        child = Child([functools.partial(_spool_sheet_xml, parts[i][1], os.path.join(spool, f"{i}.xml"), extras[i])
                        for i in theirs])
     try:
         with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
@@ -1349,7 +1341,7 @@ def _write_fast(parts, target, spool_dir):
             try:
                 for i in mine:
                     out.member(f"xl/worksheets/sheet{i + 1}.xml")
-                    for piece in _sheet_xml(parts[i][1]):
+                    for piece in _sheet_xml(parts[i][1], extras[i]):
                         out.write(piece)
                     out.end_member()
                 if child is not None:
@@ -1362,7 +1354,8 @@ def _write_fast(parts, target, spool_dir):
                     out.end_member()
             finally:
                 out.close()
-            _write_workbook_parts(zf, titles)
+            _write_workbook_parts(zf, titles, styles,
+                                  None if chart is None else (chart, xlsx_style.chart_parts(*parts[chart])))
     finally:
         if child is not None:
             child.stop()
@@ -1370,8 +1363,11 @@ def _write_fast(parts, target, spool_dir):
             shutil.rmtree(spool, ignore_errors=True)
 
 
-def _write_workbook_parts(zf, titles):
-    """Every member of the workbook but the worksheets."""
+def _write_workbook_parts(zf, titles, styles=None, chart=None):
+    """Every member of the workbook but the worksheets; ``chart``: (sheet
+    index, ``xlsx_style.chart_parts``) or None."""
+    from . import xlsx_style
+
     sheets_xml = "".join(f'<sheet name="{_attr(t)}" sheetId="{i}" r:id="rId{i}"/>'
                          for i, t in enumerate(titles, start=1))
     zf.writestr("xl/workbook.xml", _XML_HEAD + f'<workbook xmlns="{_NS_MAIN}" xmlns:r="{_NS_REL}">'
@@ -1380,7 +1376,13 @@ def _write_workbook_parts(zf, titles):
                    for i in range(1, len(titles) + 1))
     rels += f'<Relationship Id="rId{len(titles) + 1}" Type="{_NS_REL}/styles" Target="styles.xml"/>'
     zf.writestr("xl/_rels/workbook.xml.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}">{rels}</Relationships>')
-    zf.writestr("xl/styles.xml", _STYLES)
+    zf.writestr("xl/styles.xml", _STYLES if styles is None else xlsx_style.styles_xml(styles))
+    chart_types = ""
+    if chart is not None:
+        index, members = chart
+        for name, xml in members.items():
+            zf.writestr(f"xl/worksheets/_rels/sheet{index + 1}.xml.rels" if name == "sheet_rels" else name, xml)
+        chart_types = xlsx_style.CONTENT_TYPES
     zf.writestr("_rels/.rels", _XML_HEAD + f'<Relationships xmlns="{_NS_PKG}"><Relationship Id="rId1" '
                 f'Type="{_NS_REL}/officeDocument" Target="xl/workbook.xml"/></Relationships>')
     ct = "application/vnd.openxmlformats-officedocument.spreadsheetml"
@@ -1390,7 +1392,7 @@ def _write_workbook_parts(zf, titles):
                 'content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-package.'
                 'relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
                 f'<Override PartName="/xl/workbook.xml" ContentType="{ct}.sheet.main+xml"/>'
-                f'<Override PartName="/xl/styles.xml" ContentType="{ct}.styles+xml"/>{overrides}</Types>')
+                f'<Override PartName="/xl/styles.xml" ContentType="{ct}.styles+xml"/>{overrides}{chart_types}</Types>')
 
 
 def _attr(s):
