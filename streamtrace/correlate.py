@@ -405,7 +405,7 @@ class StreamCollector:
             self.compute.add(r, tl, room_for=ws if isinstance(ws, int) and ws > 0 else 2 * (len(self.done) + 1))
 
     def add(self, frame):
-        from .stream import Kind, decode_strings
+        from .stream import Kind
 
         kind = frame.kind
         if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META):
@@ -415,7 +415,7 @@ class StreamCollector:
             if c is None:
                 c = self.collectors[frame.rank] = _Collector(frame.rank, self.gpu_rows)
             if kind == Kind.STRINGS:
-                c.add_strings(decode_strings(frame.payload)[1])
+                c.add_strings(frame.strings()[1])
             elif kind == Kind.EVENTS:
                 c.add_events(frame.records())
             elif kind == Kind.KERNELS:

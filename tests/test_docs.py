@@ -45,3 +45,15 @@ def test_readme_starts_with_the_two_commands():
     lines = [line for line in open(os.path.join(ROOT, "README.md")).read().splitlines() if line.strip()]
     head = "\n".join(lines[:12])
     assert "make demo" in head and "make test" in head
+
+
+def test_stream_format_doc_matches_version_and_frame_header():
+    from streamtrace.stream import _FRAME, FORMAT_VERSION
+
+    text = open(os.path.join(ROOT, "docs", "stream-format.md")).read()
+    assert f"(format version {FORMAT_VERSION})" in text and f"u32 format_version (= {FORMAT_VERSION})" in text
+    section = text.split("The frame header, byte by byte:")[1].split("\n\n")[1]
+    rows = re.findall(r"^\|\s*(\d+)\s*\|\s*(\w+)\s*\|\s*(<u\d)\s*\|", section, re.M)
+    assert [r[1] for r in rows] == ["kind", "rank", "payload_length", "crc32", "reserved"]
+    assert "<" + "".join(t[-1].replace("4", "I").replace("8", "Q") for _, _, t in rows) == _FRAME.format
+    assert int(rows[-1][0]) + 4 == _FRAME.size
