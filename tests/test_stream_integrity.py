@@ -157,3 +157,25 @@ def test_format_version_is_2():
     assert struct.unpack_from("<I", header_bytes(), 8)[0] == 2
     assert len(encode_frame(Kind.END, 0, b"{}")) == 24 + 2
 
+
+# ---------------------------------------------------------------- repeated stages
+
+@pytest.mark.parametrize("command", ["align", "correlate"])
+def test_a_repeated_stage_replaces_its_tables_with_a_warning(streams, tmp_path, command):
+    """`align | align` and `correlate | correlate` give exactly the stream of
+    one run (the input's tables of that stage are dropped and computed again),
+    with a warning: never doubled tables."""
+    once, twice = tmp_path / "once.stev", tmp_path / "twice.stev"
+    res = CliRunner().invoke(main, [command, str(streams / "aligned.stev"), "-q", "-o", str(once)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, [command, str(once), "-o", str(twice)])
+    assert res.exit_code == 0, res.output
+    assert f"the input already held {command} tables; they are replaced by this run's" in res.output
+    assert twice.read_bytes() == once.read_bytes()
+    tables = [f.table_name() for f in iter_frames(str(twice)) if f.kind == Kind.TABLE]
+    assert len(tables) == len(set(tables))   # every table once
+    # through a real pipe as the user writes it
+    proc = subprocess.run(f"{BIN} {command} -q {streams / 'aligned.stev'} | {BIN} {command}",
+                          shell=True, capture_output=True)
+    assert proc.returncode == 0 and proc.stdout == once.read_bytes()
+    assert f"already held {command} tables" in proc.stderr.decode()
