@@ -18,7 +18,8 @@ from .extract import VERSION
 from .extract import extract as extract_api
 from .atomic import atomic_file as atomic_output
 from .errors import StreamtraceError
-from .sources import DEFAULT_RANK_REGEX, resolve_inputs
+from .sources import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
+from .stream import MAX_RANK
 
 log = logging.getLogger("streamtrace")
 
@@ -89,7 +90,7 @@ def trace_input_options(fn):
                help="Glob (** allowed); the rank comes from --rank_regex."),
         _alias("--rank_regex", "--rank-regex", "rank_regex", default=DEFAULT_RANK_REGEX, show_default=True,
                help="Regex with a 'rank' group, searched in the file name then the path (with --trace_glob)."),
-        _alias("--world_size", "--world-size", "world_size", type=click.IntRange(min=1),
+        _alias("--world_size", "--world-size", "world_size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE),
                help="Number of ranks."),
         _alias("--allow_missing_ranks", "--allow-missing-ranks", "allow_missing_ranks", is_flag=True,
                help="Analyse the ranks present when some rank files are missing."),
@@ -147,7 +148,8 @@ def main():
 @main.command()
 @trace_input_options
 @click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
-@click.option("--rank", type=click.IntRange(min=0), help="Rank of a single input path (else distributedInfo.rank).")
+@click.option("--rank", type=click.IntRange(min=0, max=MAX_RANK),
+              help="Rank of a single input path (else distributedInfo.rank).")
 @_alias("--keep_pyfunc", "--keep-pyfunc", "keep_pyfunc", is_flag=True, help="Keep python_function events (skipped by default).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks extracted in parallel.")
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1, no output).")

@@ -7,13 +7,18 @@ a glob plus a rank regex, or explicit paths.  The result is a list of
 which case extraction takes it from ``distributedInfo.rank``.
 """
 import glob as _glob
+import itertools
 import os
 import re
 from dataclasses import dataclass
 
 from .errors import StreamtraceError
+from .stream import MAX_RANK
 
 DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
+#: the largest --world_size taken: well above any real job (2^20 ranks), and
+#: a bound on what a typo (10^7 for 10^3) can cost
+MAX_WORLD_SIZE = 1 << 20
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 
 
@@ -37,8 +42,8 @@ def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None
         raise StreamtraceError(
             "Provide exactly one of: trace paths, --trace_dir, --trace_pattern, --trace_glob"
             + (f" (got {', '.join(modes)})" if modes else ""))
-    if world_size is not None and world_size <= 0:
-        raise StreamtraceError(f"--world_size must be positive (got {world_size})")
+    if world_size is not None and not 0 < world_size <= MAX_WORLD_SIZE:
+        raise StreamtraceError(f"--world_size must be 1 to {MAX_WORLD_SIZE} (got {world_size})")
     if paths:
         return [RankInput(str(p), None, i) for i, p in enumerate(paths)]
     if trace_dir:
@@ -48,37 +53,53 @@ def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None
     return _from_glob(trace_glob, rank_regex or DEFAULT_RANK_REGEX, world_size, allow_missing_ranks)
 
 
-def _first_existing(stem):
-    for suffix in TRACE_SUFFIXES:
-        if os.path.isfile(stem + suffix):
-            return stem + suffix
-    return None
-
-
 def _check_missing(found, world_size, allow_missing, describe):
-    missing = [r for r in range(world_size) if r not in found]
+    """Refuse missing ranks unless allowed; the work is in the ranks found
+    (a world size of 2^20 with two ranks present costs what two ranks cost)."""
+    missing = world_size - len(found)
     if missing and not allow_missing:
+        first = list(itertools.islice((r for r in range(world_size) if r not in found), 10))
+        shown = str(first) if missing <= len(first) else str(first)[:-1] + ", ...]"
+        ranks = f"ranks {shown}" if missing <= len(first) else f"{missing} ranks {shown}"
         raise StreamtraceError(
-            f"Missing ranks {missing} of world size {world_size}: expected {describe(missing[0])}"
+            f"Missing {ranks} of world size {world_size}: expected {describe(first[0])}"
             " (use --allow_missing_ranks to analyse the ranks present)")
     return missing
+
+
+def _suffix_order(name):
+    """rank{r}_trace.json before .json.gz before .json.zst (TRACE_SUFFIXES order)."""
+    return name.endswith(".gz"), name.endswith(".zst"), name
+
+
+def _rank_of_name(path, digits):
+    """The rank a file name gives (decimal digits), refused when no valid rank."""
+    rank = int(digits)
+    if rank > MAX_RANK:
+        raise StreamtraceError(f"{path}: rank {digits} in the file name is out of range (0 to {MAX_RANK})")
+    return rank
 
 
 def _from_dir(trace_dir, world_size, allow_missing):
     if not os.path.isdir(trace_dir):
         raise StreamtraceError(f"{trace_dir}: --trace_dir is not a directory")
+    # one listing of the directory, whatever the world size: with it, the files
+    # rank{r}_trace.json[.gz|.zst] for r < world_size (the first suffix of
+    # TRACE_SUFFIXES that exists), else every rank{N}_trace file (the first
+    # name in sorted order for each rank)
+    rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
     found = {}
-    if world_size is not None:
-        for r in range(world_size):
-            path = _first_existing(os.path.join(trace_dir, f"rank{r}_trace"))
-            if path:
-                found[r] = path
-    else:
-        rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
-        for name in sorted(os.listdir(trace_dir)):
-            m = rx.match(name)
-            if m and int(m.group(1)) not in found:
-                found[int(m.group(1))] = os.path.join(trace_dir, name)
+    for name in sorted(os.listdir(trace_dir), key=_suffix_order if world_size is not None else None):
+        m = rx.match(name)
+        if not m:
+            continue
+        path = os.path.join(trace_dir, name)
+        if world_size is not None:
+            if str(int(m.group(1))) != m.group(1) or int(m.group(1)) >= world_size or not os.path.isfile(path):
+                continue
+        rank = _rank_of_name(path, m.group(1))
+        if rank not in found:
+            found[rank] = path
     if not found:
         # B1: no rank{i}_trace files; every trace in the directory, rank from distributedInfo
         names = sorted(n for n in os.listdir(trace_dir) if n.endswith(TRACE_SUFFIXES))
@@ -96,11 +117,15 @@ def _from_pattern(pattern, world_size, allow_missing):
         raise StreamtraceError(f"--trace_pattern must contain exactly one '*' (got {pattern!r})")
     if world_size is None:
         raise StreamtraceError("--world_size is required with --trace_pattern")
+    # the files that exist, found with one glob; '*' stands for a rank written
+    # as str(rank) does (no sign, no leading zeros)
+    head, tail = pattern.split("*")
     found = {}
-    for r in range(world_size):
-        path = pattern.replace("*", str(r))
-        if os.path.isfile(path):
-            found[r] = path
+    for path in _glob.glob(_glob.escape(head) + "*" + _glob.escape(tail)):
+        digits = path[len(head):len(path) - len(tail)]
+        if path.startswith(head) and path.endswith(tail) and digits.isdigit() and digits.isascii() \
+                and str(int(digits)) == digits and int(digits) < world_size and os.path.isfile(path):
+            found[int(digits)] = path
     _check_missing(found, world_size, allow_missing, lambda r: pattern.replace("*", str(r)))
     return [RankInput(found[r], r, r) for r in sorted(found)]
 
@@ -122,6 +147,8 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
             continue  # first in sorted order wins, as TraceLens does
         if world_size is not None and rank >= world_size:
             continue
+        if rank > MAX_RANK:
+            raise StreamtraceError(f"{path}: rank {rank} from --rank_regex is out of range (0 to {MAX_RANK})")
         found[rank] = path
     if not found:
         raise StreamtraceError(f"{len(matches)} files matched --trace_glob but none matched --rank_regex {rank_regex!r}")
