@@ -129,3 +129,40 @@ def test_missing_ranks_through_the_pipeline(traces, tmp_path):
     quality = read_tables(str(tmp_path / "a.stev"))["align.quality"]
     row = quality[quality["category"] == "missing_ranks"].iloc[0]
     assert int(row["count"]) == MAX_WORLD_SIZE - 2
+
+
+# ---------------------------------------------------------------- absurd message sizes
+
+@pytest.mark.parametrize("nelems", [2**62, 2**63 - 1])
+def test_absurd_message_sizes_are_flagged_not_wrapped(traces, tmp_path, nelems):
+    """Every rank with `In msg nelems` = 2^62 (or 2^63-1): bytes would overflow
+    int64 (a traceback in report, wrapped sizes in align). The sizes are
+    treated as unknown and data_quality says so; the rest of the report stands."""
+    t, truth = traces
+    d = tmp_path / "t"
+    d.mkdir()
+    for r in range(2):
+        text = (t / f"rank{r}_trace.json").read_text()
+        text, n = re.subn(r'"In msg nelems": \d+', f'"In msg nelems": {nelems}', text)
+        assert n
+        (d / f"rank{r}_trace.json").write_text(text)
+    res = CliRunner().invoke(main, ["collective-report", "--trace_dir", str(d), "--world_size", "2", "-q",
+                                    "--output_csvs_dir", str(tmp_path / "csv")])
+    assert res.exit_code == 0, res.output
+    quality = (tmp_path / "csv" / "data_quality.csv").read_text()
+    assert "implausible_size" in quality
+    # through the stages too, and the aligned sizes are unknown, never wrapped
+    proc = subprocess.run(f"{BIN} extract --trace_dir {d} -q | {BIN} align -q -o {tmp_path / 'a.stev'} && "
+                          f"{BIN} report {tmp_path / 'a.stev'} -q --output_csvs_dir {tmp_path / 'csv2'}",
+                          shell=True, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    from streamtrace.stream import read_tables
+
+    coll = read_tables(str(tmp_path / "a.stev"))["align.collectives"]
+    assert coll["in_nelems"].isna().any() and (coll["in_nelems"].dropna() < 2**40).all()
+    assert ((coll["in_bytes"].dropna() >= 0) & (coll["in_bytes"].dropna() <= 2**40)).all()
+    assert coll.loc[coll["in_nelems"].isna(), "flags"].str.contains("size_unknown").all()
+    for name in os.listdir(tmp_path / "csv2"):
+        text = (tmp_path / "csv2" / name).read_text()
+        assert str(nelems) not in text and str(nelems * 4) not in text, name
+
