@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from .errors import StreamtraceError
 from .stream import MAX_RANK
+from .userregex import UserRegex
 
 DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
 #: the largest --world_size taken: well above any real job (2^20 ranks), and
@@ -131,10 +132,7 @@ def _from_pattern(pattern, world_size, allow_missing):
 
 
 def _from_glob(pattern, rank_regex, world_size, allow_missing):
-    try:
-        rx = re.compile(rank_regex)
-    except re.error as exc:
-        raise StreamtraceError(f"--rank_regex {rank_regex!r} is not a valid regular expression: {exc}") from None
+    rx = UserRegex(rank_regex, "--rank_regex")   # time-bounded: a user pattern may backtrack catastrophically
     matches = sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
     if not matches:
         raise StreamtraceError(f"No files matched --trace_glob {pattern!r}")
@@ -161,7 +159,7 @@ def _rank_from_regex(rx, text):
     m = rx.search(text)
     if not m:
         return None
-    value = m.groupdict().get("rank") or (m.group(1) if m.re.groups else None)
+    value = m.groupdict().get("rank") or (m.group(1) if rx.groups else None)
     try:
         return int(value)
     except (TypeError, ValueError):

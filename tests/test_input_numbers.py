@@ -3,6 +3,7 @@ traceback or run for minutes: out-of-range ranks, absurd world sizes, and
 user regular expressions with catastrophic backtracking.  Each is one line
 and exit 1 (exit 2 for a bad flag), or handled in time proportional to the
 input."""
+import json
 import os
 import re
 import shutil
@@ -166,3 +167,56 @@ def test_absurd_message_sizes_are_flagged_not_wrapped(traces, tmp_path, nelems):
         text = (tmp_path / "csv2" / name).read_text()
         assert str(nelems) not in text and str(nelems * 4) not in text, name
 
+
+# ---------------------------------------------------------------- user regular expressions
+
+CATASTROPHIC = r"(a|aa)+$"   # exponential backtracking on "aaa...ab" in re (and in regex)
+LONG_A = "a" * 40 + "b"
+
+
+@pytest.fixture
+def small_budget(monkeypatch):
+    """A user regex's time budget made small, so the refusal comes at once
+    (the default is userregex.BUDGET_S)."""
+    from streamtrace import userregex
+
+    monkeypatch.setattr(userregex, "BUDGET_S", 0.2)
+
+
+def test_rank_regex_with_catastrophic_backtracking_is_refused(traces, tmp_path, small_budget):
+    t, _ = traces
+    shutil.copy(t / "rank0_trace.json", tmp_path / f"{LONG_A}.json")
+    res = CliRunner().invoke(main, ["extract", "--trace_glob", str(tmp_path / "*.json"), "--rank_regex", CATASTROPHIC,
+                                    "-o", str(tmp_path / "x.stev")])
+    line = _one_line(res, 1)
+    assert f"--rank_regex {CATASTROPHIC!r}" in line and "backtrack" in line
+    assert not (tmp_path / "x.stev").exists()
+
+
+def test_fuse_name_with_catastrophic_backtracking_is_refused(traces, tmp_path, small_budget):
+    t, _ = traces
+    text = (t / "rank0_trace.json").read_text()
+    text, n = re.subn(r'"name": "nccl:broadcast"', f'"name": "{LONG_A}"', text, count=1)
+    assert n
+    (tmp_path / "rank0_trace.json").write_text(text)
+    res = CliRunner().invoke(main, ["fuse", str(tmp_path / "rank0_trace.json"), "--name", CATASTROPHIC,
+                                    "-o", str(tmp_path / "x.json")])
+    line = _one_line(res, 1)
+    assert f"--name {CATASTROPHIC!r}" in line and "backtrack" in line
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_user_regexes_keep_python_syntax(traces, tmp_path):
+    """The regex engine takes what re takes: named groups, lookarounds, backreferences."""
+    t, truth = traces
+    for r in range(2):
+        shutil.copy(t / f"rank{r}_trace.json", tmp_path / f"w{r}w-node{r}.json")
+    res = CliRunner().invoke(main, ["extract", "--trace_glob", str(tmp_path / "*.json"), "-q",
+                                    "--rank_regex", r"(?<=w)(?P<rank>\d)(?=w)w-node(?P=rank)",
+                                    "-o", str(tmp_path / "x.stev")])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["dump", str(tmp_path / "x.stev"), "--what", "meta"])
+    assert [json.loads(line)["rank"] for line in res.output.splitlines()] == [0, 1]
+    res = CliRunner().invoke(main, ["extract", "--trace_glob", str(tmp_path / "*.json"), "--rank_regex", "(",
+                                    "-o", str(tmp_path / "y.stev")])
+    assert "--rank_regex '(' is not a valid regular expression" in _one_line(res, 1)
