@@ -499,7 +499,7 @@ def _fuse_progress(quiet):
 @_alias("--keep_spans", "--keep-spans", "keep_spans", is_flag=True,
         help="Keep cat 'Trace' (the profiler-window span; dropped by default, as TraceFuse does).")
 @click.option("--cat", "cats", help="Only these categories, comma-separated (e.g. kernel,gpu_memcpy).")
-@click.option("--name", "name_regex", help="Only events whose name matches this regular expression (re.search).")
+@click.option("--name", "name_regex", help="Only events whose name matches this regular expression (Python syntax; refused after 20 s of matching).")
 @click.option("--window", help="Only events meeting START:END, microseconds on the fused timeline (an end may be empty).")
 @_alias("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
         help="Only NCCL/RCCL kernels (kernel events whose name contains 'nccl', any case).")

@@ -771,7 +771,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     ``distributedInfo.rank``, else position) or a ``{rank: path}`` dict.
     ``output``: a path (``.json``, ``.json.gz``, ``.json.zst``) or ``"-"``.
     ``ranks``: keep only these ranks.  ``cats``: keep only these categories.
-    ``name_regex``: keep events whose name matches (``re.search``).
+    ``name_regex``: keep events whose name matches (a search, time-bounded: userregex).
     ``window``: ``"START:END"`` (us, either end open) or ``(lo_ns, hi_ns)``:
     keep events meeting it on the fused timeline.  ``nccl_only``: keep only
     kernels whose name contains "nccl".  ``align_clocks``: shift each rank by
