@@ -110,3 +110,23 @@ def test_gzip_backends_agree(corpus, monkeypatch, backend, name):
     b = extract_one(out / name)
     assert a.events.tobytes() == b.events.tobytes()
     assert a.meta["truncated_at_byte"] == b.meta["truncated_at_byte"]
+
+
+def test_crafted_streams_are_refused_naming_the_offset(tmp_path):
+    """The corpus's crafted event streams (hostile.stream_cases): read_stream
+    refuses each with one line naming the file and the bad frame's offset."""
+    import re
+
+    from streamtrace import RankInput, StreamFormatError, extract, read_stream
+
+    base = tmp_path / "base.stev"
+    (tmp_path / "t.json").write_bytes(hostile.HEAD + hostile.EV + b"]}")
+    with open(base, "wb") as f:
+        extract([RankInput(str(tmp_path / "t.json"))], f)
+    for name, data, problem in hostile.stream_cases(base.read_bytes()):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(StreamFormatError) as err:
+            read_stream(str(path))
+        message = str(err.value)
+        assert "\n" not in message and re.match(rf"{re.escape(str(path))} at byte \d+: .*{problem}", message), message
