@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 /* CDEF BEGIN */
-#define ST_FORMAT_VERSION 1
+#define ST_FORMAT_VERSION 2
 
 /* Absent integer fields hold ST_NONE; absent string ids hold ST_NOSTR. */
 #define ST_NOSTR 4294967295

@@ -23,7 +23,7 @@ from .parallel.cpus import available_cpus
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
-from .stream.format import MAGIC, Kind, iter_frames
+from .stream.format import MAGIC, Kind, iter_frames, table_names
 
 
 def is_stream(path):
@@ -97,31 +97,6 @@ def stage_frames(inputs, world_size=None, jobs=1, strict=False, progress=None):
     the stages have that many fewer records to pass over while the
     extractor runs."""
     return trace_frames(inputs, world_size=world_size, jobs=jobs, strict=strict, progress=progress, drop_flows=True)
-
-
-def table_names(path):
-    """Names of the TABLE frames in a stream file, reading only headers
-    (payloads are skipped with seek)."""
-    import json
-    import struct
-
-    names = set()
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
-        pos = 16  # after the stream header; concatenated headers are 16 bytes too
-        while pos + 16 <= size:
-            f.seek(pos)
-            head = f.read(16)
-            if head[:8] == MAGIC:
-                pos += 16
-                continue
-            kind, _, length = struct.unpack("<IIQ", head)
-            if kind == Kind.TABLE:
-                (hlen,) = struct.unpack("<I", f.read(4))
-                names.add(json.loads(f.read(hlen))["name"])
-            pos += 16 + length
-    return names
 
 
 def _spooled(spooled):

@@ -19,7 +19,8 @@ from .extract import extract as extract_api
 from .io.outputs import atomic_file as atomic_output
 from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
 from .errors import StreamtraceError
-from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
+from .io.ranks import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
+from .stream.format import MAX_RANK
 
 log = logging.getLogger("streamtrace")
 
@@ -98,7 +99,7 @@ def trace_input_options(fn):
                help="Glob (** allowed); the rank comes from --rank_regex."),
         _alias("--rank_regex", "--rank-regex", "rank_regex", default=DEFAULT_RANK_REGEX, show_default=True,
                help="Regex with a 'rank' group, searched in the file name then the path (with --trace_glob)."),
-        _alias("--world_size", "--world-size", "world_size", type=click.IntRange(min=1),
+        _alias("--world_size", "--world-size", "world_size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE),
                help="Number of ranks."),
         _alias("--allow_missing_ranks", "--allow-missing-ranks", "allow_missing_ranks", is_flag=True,
                help="Analyse the ranks present when some rank files are missing."),
@@ -156,7 +157,8 @@ def main():
 @main.command()
 @trace_input_options
 @click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
-@click.option("--rank", type=click.IntRange(min=0), help="Rank of a single input path (else distributedInfo.rank).")
+@click.option("--rank", type=click.IntRange(min=0, max=MAX_RANK),
+              help="Rank of a single input path (else distributedInfo.rank).")
 @_alias("--keep_pyfunc", "--keep-pyfunc", "keep_pyfunc", is_flag=True, help="Keep python_function events (skipped by default).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks extracted in parallel.")
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1, no output).")
@@ -534,7 +536,7 @@ def _fuse_progress(quiet):
 @_alias("--keep_spans", "--keep-spans", "keep_spans", is_flag=True,
         help="Keep cat 'Trace' (the profiler-window span; dropped by default, as TraceFuse does).")
 @click.option("--cat", "cats", help="Only these categories, comma-separated (e.g. kernel,gpu_memcpy).")
-@click.option("--name", "name_regex", help="Only events whose name matches this regular expression (re.search).")
+@click.option("--name", "name_regex", help="Only events whose name matches this regular expression (Python syntax; refused after 20 s of matching).")
 @click.option("--window", help="Only events meeting START:END, microseconds on the fused timeline (an end may be empty).")
 @_alias("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
         help="Only NCCL/RCCL kernels (kernel events whose name contains 'nccl', any case).")

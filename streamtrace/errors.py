@@ -30,13 +30,15 @@ class TraceNotFoundError(TraceError, FileNotFoundError):
 class StreamFormatError(StreamtraceError):
     """An event stream is corrupt, truncated or of an unknown version."""
 
-    def __init__(self, source, problem):
+    def __init__(self, source, problem, offset=None):
         self.source = str(source)
         self.problem = problem
-        super().__init__(f"{self.source}: {problem}")
+        self.offset = offset   # byte offset of the bad header or frame in the stream
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"{self.source}{where}: {problem}")
 
     def __reduce__(self):
-        return type(self), (self.source, self.problem)
+        return type(self), (self.source, self.problem, self.offset)
 
 
 # TraceLens raises built-in exceptions; these classes are also those built-ins,

@@ -14,7 +14,7 @@ import tempfile
 from . import _native
 from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
-from .stream.format import Frame, Kind, StreamWriter, json_frame, strings_frame
+from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
 
@@ -92,6 +92,10 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
             if isinstance(trace_rank, int) and trace_rank != rank:
                 warn(f"{path}: rank {rank} from the file name/flags, but distributedInfo.rank is {trace_rank}; using {rank}")
             return rank
+        if isinstance(trace_rank, int) and trace_rank > MAX_RANK:
+            warn(f"{path}: distributedInfo.rank {trace_rank} is not a valid rank (0 to {MAX_RANK}); "
+                 f"using {position}, its position among the inputs")
+            return position
         return trace_rank if isinstance(trace_rank, int) and trace_rank >= 0 else position
 
     def warn(message):

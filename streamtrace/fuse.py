@@ -52,6 +52,7 @@ from .errors import StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
 from .io.reading import open_source
 from .io.ranks import RankInput
+from .userregex import UserRegex
 
 log = logging.getLogger("streamtrace")
 
@@ -77,7 +78,7 @@ class FuseOptions:
     include_pyfunc: bool = False
     keep_spans: bool = False         # keep cat "Trace" (the profiler window span)
     cats: tuple = ()                 # keep only these categories
-    name_regex: str = None           # keep only events whose name matches (re.search)
+    name_regex: str = None           # keep only events whose name matches (search, time-bounded: userregex)
     window: tuple = None             # (lo_ns, hi_ns) on the fused timeline; None ends are open
     nccl_only: bool = False          # keep only kernels whose name contains "nccl"
     align_clocks: bool = False
@@ -393,7 +394,7 @@ def _finish_scan(fz, runs):
 def _scan(rk, opts, progress=None):
     fz = rk.fz = _new_fuser(rk, opts)
     fz.begin(fz.SCAN)
-    decide = _name_decider(re.compile(opts.name_regex)) if opts.name_regex is not None else None
+    decide = _name_decider(UserRegex(opts.name_regex, "--name")) if opts.name_regex is not None else None
     runs = _Runs(fz)
     try:
         status, rk.source_truncated = _feed_file(fz, rk.path, fz.SCAN, decide_name=decide, progress=progress,
@@ -793,7 +794,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     ``distributedInfo.rank``, else position) or a ``{rank: path}`` dict.
     ``output``: a path (``.json``, ``.json.gz``, ``.json.zst``) or ``"-"``.
     ``ranks``: keep only these ranks.  ``cats``: keep only these categories.
-    ``name_regex``: keep events whose name matches (``re.search``).
+    ``name_regex``: keep events whose name matches (a search, time-bounded: userregex).
     ``window``: ``"START:END"`` (us, either end open) or ``(lo_ns, hi_ns)``:
     keep events meeting it on the fused timeline.  ``nccl_only``: keep only
     kernels whose name contains "nccl".  ``align_clocks``: shift each rank by
@@ -805,10 +806,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     if isinstance(window, str):
         window = parse_window(window)
     if name_regex is not None:
-        try:
-            re.compile(name_regex)
-        except re.error as exc:
-            raise StreamtraceError(f"--name {name_regex!r} is not a valid regular expression: {exc}") from None
+        UserRegex(name_regex, "--name")   # refuses a bad pattern before any work
     cats = tuple(c for c in (cats or ()) if c)
     opts = FuseOptions(include_pyfunc=include_pyfunc, keep_spans=keep_spans, cats=cats,
                        name_regex=name_regex, window=window, nccl_only=nccl_only,

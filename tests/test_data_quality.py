@@ -14,7 +14,7 @@ import generate_fixture
 from streamtrace import extract, resolve_inputs
 from streamtrace.align.stage import align_frames
 from streamtrace.cli import main
-from streamtrace.stream import Kind, iter_frames, read_stream
+from streamtrace.stream.format import Kind, iter_frames, read_stream
 from synthtrace import coll_kernel, write_trace
 
 

@@ -56,3 +56,15 @@ def test_cli_reference_is_current():
     spec.loader.exec_module(cli_docs)
     current = open(os.path.join(ROOT, "docs", "cli.md")).read()
     assert current == cli_docs.render(), "docs/cli.md is out of date: run `make docs`"
+
+
+def test_stream_format_doc_matches_version_and_frame_header():
+    from streamtrace.stream.format import _FRAME, FORMAT_VERSION
+
+    text = open(os.path.join(ROOT, "docs", "stream-format.md")).read()
+    assert f"(format version {FORMAT_VERSION})" in text and f"u32 format_version (= {FORMAT_VERSION})" in text
+    section = text.split("The frame header, byte by byte:")[1].split("\n\n")[1]
+    rows = re.findall(r"^\|\s*(\d+)\s*\|\s*(\w+)\s*\|\s*(<u\d)\s*\|", section, re.M)
+    assert [r[1] for r in rows] == ["kind", "rank", "payload_length", "crc32", "reserved"]
+    assert "<" + "".join(t[-1].replace("4", "I").replace("8", "Q") for _, _, t in rows) == _FRAME.format
+    assert int(rows[-1][0]) + 4 == _FRAME.size

@@ -171,3 +171,23 @@ def test_fuse_output_is_strict_json_for_duplicate_keys_and_lone_surrogates(corpu
     assert ev["name"] == "lone \ufffd"
     assert ev["args"]["\ufffd"] == "\ufffdA" and ev["args"]["pair"] == "\U0001F600"
     assert doc["streamtrace"]["ranks"]["0"]["deviceProperties"] == [{"name": "gpu \ufffd"}]
+
+
+def test_crafted_streams_are_refused_naming_the_offset(tmp_path):
+    """The corpus's crafted event streams (hostile.stream_cases): read_stream
+    refuses each with one line naming the file and the bad frame's offset."""
+    import re
+
+    from streamtrace import RankInput, StreamFormatError, extract, read_stream
+
+    base = tmp_path / "base.stev"
+    (tmp_path / "t.json").write_bytes(hostile.HEAD + hostile.EV + b"]}")
+    with open(base, "wb") as f:
+        extract([RankInput(str(tmp_path / "t.json"))], f)
+    for name, data, problem in hostile.stream_cases(base.read_bytes()):
+        path = tmp_path / name
+        path.write_bytes(data)
+        with pytest.raises(StreamFormatError) as err:
+            read_stream(str(path))
+        message = str(err.value)
+        assert "\n" not in message and re.match(rf"{re.escape(str(path))} at byte \d+: .*{problem}", message), message

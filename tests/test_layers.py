@@ -15,7 +15,7 @@ PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LAYERS = [
     "errors",
     "_core", "_native",
-    "collectives", "codes",
+    "collectives", "codes", "userregex",
     "parallel",
     "stream",
     "io",

@@ -11,7 +11,7 @@ import numpy as np
 from .. import collectives as coll
 from .._native import NONE, gather, select_many
 from ..errors import StreamtraceError
-from ..stream.format import Kind, decode_strings
+from ..stream.format import Kind
 
 # string classes (bit flags), computed once per string
 S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
@@ -77,7 +77,7 @@ class RankCollector:
         if kind == Kind.EVENTS:
             self._events(frame.records())
         elif kind == Kind.STRINGS:
-            self._strings(frame.payload)
+            self._strings(frame.strings())
         elif kind == Kind.COMMS:
             recs = frame.records()
             if len(recs):
@@ -87,8 +87,8 @@ class RankCollector:
                 raise StreamtraceError(f"rank {self.rank}: two metadata frames (the same rank appears twice in the input)")
             self.meta = frame.json()
 
-    def _strings(self, payload):
-        first, strings = decode_strings(payload)
+    def _strings(self, decoded):
+        first, strings = decoded
         if first != len(self.strings):
             raise StreamtraceError(f"rank {self.rank}: string frame starts at id {first}, expected {len(self.strings)}")
         need = len(self.strings) + len(strings) + 1

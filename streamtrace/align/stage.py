@@ -99,6 +99,9 @@ QUALITY_COLUMNS = ["severity", "category", "rank", "pg", "collective_id", "count
 RANK_COLUMNS = ["rank", "source", "world_size", "trace_rank", "trace_world_size", "gpus", "base_ns",
                 "pg_config", "collective_kernels", "events", "truncated_at_byte", "warnings"]
 
+#: the largest message size taken as real (1 TiB, beyond any GPU's memory);
+#: sums of it over 2^20 ranks still fit int64
+MAX_MESSAGE_BYTES = 1 << 40
 #: ends of one collective on two ranks closer than this are "consistent" (ns)
 MATCH_TOLERANCE_NS = 20_000
 #: a rank whose median clock residual exceeds this is reported (ns)
@@ -1306,8 +1309,21 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         cols["match_method"] = Text(row_method.astype(np.int64, copy=False), METHODS)
 
         # ---- flags and findings
+        # a size no message can have (negative, or above MAX_MESSAGE_BYTES:
+        # 2^62 elements overflow int64 bytes) is unknown, never a wrapped number
+        implausible = np.zeros(n, dtype=bool)
+        for src in ("in_nelems", "out_nelems"):
+            v = cols[src].astype(np.int64, copy=False)
+            bad = (v != NONE) & ((v < 0) | (v * np.nan_to_num(cols["bytes_per_elem"], nan=1.0) > MAX_MESSAGE_BYTES))
+            if bad.any():
+                cols[src] = np.where(bad, NONE, v)
+                implausible |= bad
         cols["flags"] = _flags(cols, row_method, cname.missing()[order])
         findings = _instance_findings(cols, row_method, present)
+        if implausible.any():
+            findings.append(_finding("warning", "implausible_size", f"{int(implausible.sum())} collective kernel row(s) "
+                                     "give In/Out msg nelems no message can have (negative, or over 1 TiB): "
+                                     "their sizes are left unknown (flag size_unknown)", count=int(implausible.sum())))
         bpe = cols["bytes_per_elem"]
         for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
             v = cols[src]

@@ -228,11 +228,11 @@ class RankTimeline:
 
     def add(self, frame):
         """Take one of the rank's frames (kinds correlate does not read are ignored)."""
-        from ..stream.format import Kind, decode_strings
+        from ..stream.format import Kind
 
         kind = frame.kind
         if kind == Kind.STRINGS:
-            self.add_strings(decode_strings(frame.payload)[1])
+            self.add_strings(frame.strings()[1])
         elif kind == Kind.EVENTS:
             self.add_events(frame.records())
         elif kind == Kind.KERNELS:
@@ -512,16 +512,24 @@ def correlate_frames(frames):
 
     The input must carry align's tables (run ``align`` first): without them
     there are no matched collectives and every table comes out empty, with a
-    data-quality note.
+    data-quality note.  ``correlate.*`` tables already in the input (a stream
+    correlated twice) are dropped with a warning, as align does with its own:
+    the output is that of one run.
     """
     from ..stream.format import Kind, json_frame, table_frame
 
     sc = StreamCollector()
+    replaced = False
     for frame in frames:
         if frame.kind == Kind.END:
             continue
+        if frame.kind == Kind.TABLE and frame.table_name().startswith(TABLE_PREFIX):
+            replaced = True
+            continue
         sc.add(frame)
         yield frame
+    if replaced:
+        log.warning("the input already held correlate tables; they are replaced by this run's")
     sheets = analyze_collected(*sc.finish(), compute=sc.compute)
     for name, df in sheets.items():
         yield table_frame(TABLE_PREFIX + name, df)

@@ -7,16 +7,22 @@ a glob plus a rank regex, or explicit paths.  The result is a list of
 which case extraction takes it from ``distributedInfo.rank``.
 """
 import glob as _glob
+import itertools
 import logging
 import os
 import re
 from dataclasses import dataclass
 
 from ..errors import InputNotFoundError, InvalidArgumentError
+from ..stream.format import MAX_RANK
+from ..userregex import UserRegex
 
 log = logging.getLogger("streamtrace")
 
 DEFAULT_RANK_REGEX = r"rank[\[\-_/]?(?P<rank>\d+)"
+#: the largest --world_size taken: well above any real job (2^20 ranks), and
+#: a bound on what a typo (10^7 for 10^3) can cost
+MAX_WORLD_SIZE = 1 << 20
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst")
 
 
@@ -40,8 +46,8 @@ def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None
         raise InvalidArgumentError(
             "Provide exactly one of: trace paths, --trace_dir, --trace_pattern, --trace_glob"
             + (f" (got {', '.join(modes)})" if modes else ""))
-    if world_size is not None and world_size <= 0:
-        raise InvalidArgumentError(f"--world_size must be positive (got {world_size})")
+    if world_size is not None and not 0 < world_size <= MAX_WORLD_SIZE:
+        raise InvalidArgumentError(f"--world_size must be 1 to {MAX_WORLD_SIZE} (got {world_size})")
     if paths:
         return [RankInput(str(p), None, i) for i, p in enumerate(paths)]
     if trace_dir:
@@ -51,50 +57,67 @@ def resolve_inputs(paths=(), trace_dir=None, trace_pattern=None, trace_glob=None
     return _from_glob(trace_glob, rank_regex or DEFAULT_RANK_REGEX, world_size, allow_missing_ranks)
 
 
-def _first_existing(stem):
-    found = [stem + suffix for suffix in TRACE_SUFFIXES if os.path.isfile(stem + suffix)]
-    if len(found) > 1:
-        _warn_two_files(found)
-    return found[0] if found else None
-
-
 def _warn_two_files(paths):
     """One rank in two files (say, a trace and its compressed copy): the first
     is used, and the two may differ, so say so."""
     log.warning(f"{' and '.join(paths)} are the same rank's trace; using {paths[0]}")
 
 
+def _missing_ranks(found, world_size):
+    """The missing ranks as text: all of them, or their count and the first
+    ten (the work is in the ranks found: a world size of 2^20 with two ranks
+    present costs what two ranks cost)."""
+    missing = world_size - len(found)
+    first = list(itertools.islice((r for r in range(world_size) if r not in found), 10))
+    return first, (f"ranks {first}" if missing <= len(first) else f"{missing} ranks " + str(first)[:-1] + ", ...]")
+
+
 def _check_missing(found, world_size, allow_missing, describe):
-    missing = [r for r in range(world_size) if r not in found]
-    if missing and not allow_missing:
-        # the message starts with TraceLens's words for the same error, so
-        # scripts that match them keep working
+    """Refuse missing ranks unless allowed.  The message starts with
+    TraceLens's words for the same error, so scripts that match them keep
+    working."""
+    if len(found) < world_size and not allow_missing:
+        first, shown = _missing_ranks(found, world_size)
         raise InputNotFoundError(
-            f"Expected trace file not found: {describe(missing[0])} (Missing ranks {missing} of world size "
+            f"Expected trace file not found: {describe(first[0])} (Missing {shown} of world size "
             f"{world_size}; use --allow_missing_ranks to analyse the ranks present)")
-    return missing
+
+
+def _suffix_order(name):
+    """rank{r}_trace.json before .json.gz before .json.zst (TRACE_SUFFIXES order)."""
+    return name.endswith(".gz"), name.endswith(".zst"), name
+
+
+def _rank_of_name(path, digits):
+    """The rank a file name gives (decimal digits), refused when no valid rank."""
+    rank = int(digits)
+    if rank > MAX_RANK:
+        raise InvalidArgumentError(f"{path}: rank {digits} in the file name is out of range (0 to {MAX_RANK})")
+    return rank
 
 
 def _from_dir(trace_dir, world_size, allow_missing):
     if not os.path.isdir(trace_dir):
         raise InputNotFoundError(f"{trace_dir}: --trace_dir is not a directory")
+    # one listing of the directory, whatever the world size: with it, the files
+    # rank{r}_trace.json[.gz|.zst] for r < world_size (the first suffix of
+    # TRACE_SUFFIXES that exists), else every rank{N}_trace file (the first
+    # name in sorted order for each rank)
+    rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
     found = {}
-    if world_size is not None:
-        for r in range(world_size):
-            path = _first_existing(os.path.join(trace_dir, f"rank{r}_trace"))
-            if path:
-                found[r] = path
-    else:
-        rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
-        for name in sorted(os.listdir(trace_dir)):
-            m = rx.match(name)
-            if m:
-                found.setdefault(int(m.group(1)), []).append(os.path.join(trace_dir, name))
-        for r, paths in found.items():
-            paths.sort(key=lambda p: [p.endswith(x) for x in TRACE_SUFFIXES[::-1]])  # in TRACE_SUFFIXES order
-            if len(paths) > 1:
-                _warn_two_files(paths)
-            found[r] = paths[0]
+    for name in sorted(os.listdir(trace_dir), key=_suffix_order if world_size is not None else None):
+        m = rx.match(name)
+        if not m:
+            continue
+        path = os.path.join(trace_dir, name)
+        if world_size is not None:
+            if str(int(m.group(1))) != m.group(1) or int(m.group(1)) >= world_size or not os.path.isfile(path):
+                continue
+        found.setdefault(_rank_of_name(path, m.group(1)), []).append(path)
+    for r, paths in found.items():
+        if len(paths) > 1:
+            _warn_two_files(paths)
+        found[r] = paths[0]
     if not found:
         # B1: no rank{i}_trace files; every trace in the directory, rank from distributedInfo
         names = sorted(n for n in os.listdir(trace_dir) if n.endswith(TRACE_SUFFIXES))
@@ -112,20 +135,21 @@ def _from_pattern(pattern, world_size, allow_missing):
         raise InvalidArgumentError(f"--trace_pattern must contain exactly one '*' (got {pattern!r})")
     if world_size is None:
         raise InvalidArgumentError("--world_size is required with --trace_pattern")
+    # the files that exist, found with one glob; '*' stands for a rank written
+    # as str(rank) does (no sign, no leading zeros)
+    head, tail = pattern.split("*")
     found = {}
-    for r in range(world_size):
-        path = pattern.replace("*", str(r))
-        if os.path.isfile(path):
-            found[r] = path
+    for path in _glob.glob(_glob.escape(head) + "*" + _glob.escape(tail)):
+        digits = path[len(head):len(path) - len(tail)]
+        if path.startswith(head) and path.endswith(tail) and digits.isdigit() and digits.isascii() \
+                and str(int(digits)) == digits and int(digits) < world_size and os.path.isfile(path):
+            found[int(digits)] = path
     _check_missing(found, world_size, allow_missing, lambda r: pattern.replace("*", str(r)))
     return [RankInput(found[r], r, r) for r in sorted(found)]
 
 
 def _from_glob(pattern, rank_regex, world_size, allow_missing):
-    try:
-        rx = re.compile(rank_regex)
-    except re.error as exc:
-        raise InvalidArgumentError(f"--rank_regex {rank_regex!r} is not a valid regular expression: {exc}") from None
+    rx = UserRegex(rank_regex, "--rank_regex")   # time-bounded: a user pattern may backtrack catastrophically
     matches = sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
     if not matches:
         raise InputNotFoundError(f"No files matched --trace_glob: {pattern}")
@@ -134,21 +158,21 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
         rank = _rank_from_regex(rx, os.path.basename(path))
         if rank is None:
             rank = _rank_from_regex(rx, path)
-        if rank in found:  # first in sorted order wins, as TraceLens does
+        if rank in found:   # the first in sorted order wins, as TraceLens does
             _warn_two_files([found[rank], path])
         if rank is None or rank in found:
             continue
         if world_size is not None and rank >= world_size:
             continue
+        if rank > MAX_RANK:
+            raise InvalidArgumentError(f"{path}: rank {rank} from --rank_regex is out of range (0 to {MAX_RANK})")
         found[rank] = path
     if not found:
         raise InvalidArgumentError(f"--trace_glob matched {len(matches)} file(s), but none matched "
                                    f"--rank_regex {rank_regex!r}")
-    if world_size is not None:
-        missing = [r for r in range(world_size) if r not in found]
-        if missing and not allow_missing:
-            raise InputNotFoundError(f"Missing ranks after glob resolution: {missing} (world size {world_size}; "
-                                     "use --allow_missing_ranks to analyse the ranks present)")
+    if world_size is not None and len(found) < world_size and not allow_missing:
+        raise InputNotFoundError(f"Missing ranks after glob resolution: {_missing_ranks(found, world_size)[1]} "
+                                 f"(world size {world_size}; use --allow_missing_ranks to analyse the ranks present)")
     return [RankInput(found[r], r, r) for r in sorted(found)]
 
 
@@ -156,7 +180,7 @@ def _rank_from_regex(rx, text):
     m = rx.search(text)
     if not m:
         return None
-    value = m.groupdict().get("rank") or (m.group(1) if m.re.groups else None)
+    value = m.groupdict().get("rank") or (m.group(1) if rx.groups else None)
     try:
         return int(value)
     except (TypeError, ValueError):

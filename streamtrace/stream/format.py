@@ -3,7 +3,12 @@
 Layout (docs/stream-format.md has the full description)::
 
     stream header  = MAGIC (8 bytes) + u32 format version + u32 header length (16)
-    frame          = u32 kind + u32 rank + u64 payload length + payload
+    frame          = u32 kind + u32 rank + u64 payload length + u32 crc32 + u32 reserved (0)
+                     + payload
+
+The CRC-32 covers the first 16 bytes of the frame header and the payload, so
+a flipped bit anywhere in a frame is an error naming the frame's byte offset,
+never a different result.
 
 A header may appear again wherever a frame may start, so ``cat a.stev b.stev``
 is a valid stream.  Readers skip frame kinds they do not know.
@@ -12,6 +17,8 @@ This module is the only place that reads or writes stream bytes.
 """
 import io
 import json
+import os
+import stat
 import struct
 import sys
 from dataclasses import dataclass, field
@@ -23,7 +30,21 @@ from ..errors import StreamFormatError
 
 MAGIC = b"\x89STEV\r\n\x1a"
 _HEADER = struct.Struct("<8sII")
-_FRAME = struct.Struct("<IIQ")
+_FRAME = struct.Struct("<IIQII")     # kind, rank, payload length, crc32, reserved (0)
+_CHECKED = struct.Struct("<IIQ")     # the header fields the crc32 covers (then the payload)
+MAX_RANK = 2**31 - 1                 # ranks are torch's int32 ranks: 0 .. 2^31-1
+_CHUNK = 64 << 20                    # a long payload is read this much at a time: a corrupt
+                                     # length never asks for more memory than the input holds
+
+try:
+    from isal.isal_zlib import crc32   # ISA-L: several times zlib's speed
+except ImportError:  # pragma: no cover - isal is a declared dependency
+    from zlib import crc32
+
+
+def frame_crc(kind, rank, payload):
+    """CRC-32 of a frame: its kind, rank and length fields, then its payload."""
+    return crc32(payload, crc32(_CHECKED.pack(kind, rank, len(payload))))
 
 
 class Kind:
@@ -50,13 +71,38 @@ class Frame:
     rank: int
     payload: bytes   # or another read-only bytes-like object (extract hands over its record arrays)
     source: str = field(default=None, compare=False, repr=False)   # the stream it was read from
+    offset: int = field(default=None, compare=False, repr=False)   # byte offset of its header there
+    # the crc32 read with it (checked): a writer passing the frame through
+    # copies it instead of computing it again.  Frames are not changed once made.
+    crc: int = field(default=None, compare=False, repr=False)
+
+    def error(self, problem):
+        """A StreamFormatError naming this frame's stream and byte offset."""
+        return StreamFormatError(self.source or "<stream>", problem, self.offset)
 
     def records(self):
         """The payload as a numpy record array (record kinds only)."""
-        return np.frombuffer(self.payload, dtype=Kind.RECORDS[self.kind])
+        dtype = Kind.RECORDS[self.kind]
+        if len(self.payload) % dtype.itemsize:
+            raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {len(self.payload)} bytes "
+                             f"is not a whole number of {dtype.itemsize}-byte records")
+        return np.frombuffer(self.payload, dtype=dtype)
 
     def json(self):
-        return json.loads(self.payload)
+        try:
+            obj = json.loads(self.payload)
+        except ValueError as exc:   # also UnicodeDecodeError
+            raise self.error(f"corrupt {KIND_NAMES.get(self.kind, 'json').upper()} frame ({exc})") from None
+        if not isinstance(obj, dict):
+            raise self.error(f"corrupt {KIND_NAMES.get(self.kind, 'json').upper()} frame (not a JSON object)")
+        return obj
+
+    def strings(self):
+        """(first_id, [str, ...]) of a STRINGS frame."""
+        try:
+            return decode_strings(self.payload)
+        except (ValueError, struct.error) as exc:
+            raise self.error(f"corrupt STRINGS frame ({exc})") from None
 
     def table(self, columns=None):
         """(name, DataFrame) of a TABLE frame, only ``columns`` of it when
@@ -65,14 +111,17 @@ class Frame:
         try:
             return decode_table(self.payload, columns)
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
-            raise StreamFormatError(self.source or "<stream>", f"corrupt TABLE frame ({exc})") from None
+            raise self.error(f"corrupt TABLE frame ({exc})") from None
 
     def table_name(self):
         """The name of a TABLE frame, from its header alone."""
         try:
-            return _table_header(self.payload)[0]["name"]
+            name = _table_header(self.payload)[0]["name"]
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
-            raise StreamFormatError(self.source or "<stream>", f"corrupt TABLE frame ({exc})") from None
+            raise self.error(f"corrupt TABLE frame ({exc})") from None
+        if not isinstance(name, str):
+            raise self.error("corrupt TABLE frame (its name is not a string)")
+        return name
 
 
 # ------------------------------------------------------------------ encoding
@@ -82,7 +131,7 @@ def header_bytes():
 
 
 def encode_frame(kind, rank, payload):
-    return _FRAME.pack(kind, rank, len(payload)) + payload
+    return _FRAME.pack(kind, rank, len(payload), frame_crc(kind, rank, payload), 0) + payload
 
 
 def json_frame(kind, rank, obj):
@@ -110,6 +159,8 @@ def strings_frame(rank, first_id, strings):
 def decode_strings(payload):
     """(first_id, [str, ...]) from a STRINGS payload."""
     first, count = struct.unpack_from("<II", payload, 0)
+    if 8 + 4 * count > len(payload):
+        raise ValueError(f"{count} string lengths do not fit in the frame")
     lengths = np.frombuffer(payload, dtype="<u4", count=count, offset=8)
     ends = np.cumsum(lengths, dtype=np.int64)
     start = 8 + 4 * count
@@ -239,7 +290,7 @@ class TableFrame(Frame):
     results they are done with)."""
 
     def __init__(self, name, df, rank=0):
-        self.kind, self.rank, self.source = Kind.TABLE, rank, None
+        self.kind, self.rank, self.source, self.offset, self.crc = Kind.TABLE, rank, None, None, None
         self._name, self._df, self._payload = name, df, None
 
     @property
@@ -290,8 +341,12 @@ class StreamWriter:
             self._f.write(self.header)
 
     def write(self, frame):
-        self._f.write(_FRAME.pack(frame.kind, frame.rank, len(frame.payload)))
-        self._f.write(frame.payload)
+        payload = frame.payload
+        crc = frame.crc   # a frame passed through keeps the checksum it was read with
+        if crc is None:
+            crc = frame_crc(frame.kind, frame.rank, payload)
+        self._f.write(_FRAME.pack(frame.kind, frame.rank, len(payload), crc, 0))
+        self._f.write(payload)
 
     def write_all(self, frames):
         for frame in frames:
@@ -323,8 +378,10 @@ def _read_exact(f, n):
 def iter_frames(source, name=None):
     """Yield every frame of a stream (file object, path, or '-' for stdin).
 
-    Raises StreamFormatError on a file that cannot be opened, a bad header,
-    an unknown version or a truncated frame.  Repeated headers (concatenated streams) are accepted.
+    Raises StreamFormatError, naming the stream and the byte offset of the bad
+    header or frame, on a file that cannot be opened, a bad header, an unknown
+    version, a truncated or corrupt frame (checksum, reserved field, rank).
+    Repeated headers (concatenated streams) are accepted.
     """
     if isinstance(source, (str, bytes)) or hasattr(source, "__fspath__"):
         if str(source) == "-":
@@ -339,47 +396,124 @@ def iter_frames(source, name=None):
         return
     f = source
     name = name or getattr(f, "name", "<stream>")
+    size = _regular_size(f)   # None for pipes: a frame's length is then checked as it is read
     first = _read_exact(f, _HEADER.size)
     if not first:
         raise StreamFormatError(name, "empty input: expected a streamtrace event stream")
-    _check_header(first, name)
+    _check_header(first, name, 0)
+    pos = _HEADER.size
     open_section = True  # a header was read and its END frame not yet
     while True:
-        head = _read_exact(f, _FRAME.size)
+        head = _read_exact(f, _HEADER.size)   # a stream header or the start of a frame header
         if not head:
             if open_section:
                 raise StreamFormatError(name, "incomplete stream: it has no end marker "
-                                              "(the command that wrote it failed or was interrupted)")
+                                              "(the command that wrote it failed or was interrupted)", pos)
             return
         if head[:8] == MAGIC:
             if open_section:
-                raise StreamFormatError(name, "incomplete stream: a section ends without its end marker")
-            _check_header(head, name)
+                raise StreamFormatError(name, "incomplete stream: a section ends without its end marker", pos)
+            _check_header(head, name, pos)
+            pos += _HEADER.size
             open_section = True
             continue
+        head += _read_exact(f, _FRAME.size - len(head)) if len(head) == _HEADER.size else b""
         if len(head) < _FRAME.size:
-            raise StreamFormatError(name, "truncated stream (cut inside a frame header)")
-        kind, rank, length = _FRAME.unpack(head)
-        payload = _read_exact(f, length)
+            raise StreamFormatError(name, "truncated stream (cut inside a frame header)", pos)
+        kind, rank, length, crc, reserved = _FRAME.unpack(head)
+        if size is not None and length > size - pos - _FRAME.size:
+            raise StreamFormatError(name, f"truncated stream (frame of {length} bytes runs past the end "
+                                          f"of the file at byte {size}; or its length is corrupt)", pos)
+        payload = _read_payload(f, length)
         if len(payload) < length:
-            raise StreamFormatError(name, f"truncated stream (frame of {length} bytes cut at {len(payload)})")
+            raise StreamFormatError(name, f"truncated stream (frame of {length} bytes cut at {len(payload)})", pos)
+        if frame_crc(kind, rank, payload) != crc:
+            raise StreamFormatError(name, "corrupt frame: checksum mismatch (the stream was damaged "
+                                          "after it was written)", pos)
+        if reserved:
+            raise StreamFormatError(name, f"corrupt frame: reserved field is {reserved}, not 0", pos)
+        if kind in Kind.RECORDS and length % Kind.RECORDS[kind].itemsize:
+            raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {length} bytes is not a "
+                                          f"whole number of {Kind.RECORDS[kind].itemsize}-byte records", pos)
+        if rank > MAX_RANK:
+            raise StreamFormatError(name, f"invalid rank {rank} in a frame header (ranks are 0 to {MAX_RANK})", pos)
         if kind == Kind.END:
             open_section = False
-        yield Frame(kind, rank, payload, name)
+        yield Frame(kind, rank, payload, name, pos, crc)
+        pos += _FRAME.size + length
 
 
-def _check_header(data, name):
+def _regular_size(f):
+    """The size of a regular, seekable file object positioned at its start, else None."""
+    try:
+        st = os.fstat(f.fileno())
+        if stat.S_ISREG(st.st_mode) and f.tell() == 0:
+            return st.st_size
+    except (OSError, AttributeError, ValueError, io.UnsupportedOperation):
+        pass
+    return None
+
+
+def _read_payload(f, length):
+    """``length`` bytes (fewer at the end of input), read in pieces so that a
+    corrupt length on a pipe costs at most what the input holds."""
+    if length <= _CHUNK:
+        return _read_exact(f, length)
+    chunks, got = [], 0
+    while got < length:
+        want = min(_CHUNK, length - got)
+        piece = _read_exact(f, want)
+        chunks.append(piece)
+        got += len(piece)
+        if len(piece) < want:   # end of input
+            break
+    return b"".join(chunks)
+
+
+def _check_header(data, name, pos):
     if len(data) < _HEADER.size or data[:8] != MAGIC:
         hint = ""
         if data[:1] in (b"{", b"[") or data[:2] == b"\x1f\x8b":
             hint = " (this looks like a trace: run 'streamtrace extract' on it first)"
-        raise StreamFormatError(name, "not a streamtrace event stream" + hint)
+        raise StreamFormatError(name, "not a streamtrace event stream" + hint, pos)
     _, version, size = _HEADER.unpack(data[:_HEADER.size])
+    if version == 1:
+        raise StreamFormatError(name, "stream format version 1 was written by an older streamtrace; "
+                                      "extract the traces again", pos)
     if version != FORMAT_VERSION:
         raise StreamFormatError(
-            name, f"stream format version {version} is not supported (this streamtrace reads version {FORMAT_VERSION})")
+            name, f"stream format version {version} is not supported (this streamtrace reads version {FORMAT_VERSION})",
+            pos)
     if size != _HEADER.size:
-        raise StreamFormatError(name, f"unexpected stream header size {size}")
+        raise StreamFormatError(name, f"unexpected stream header size {size}", pos)
+
+
+def table_names(path):
+    """Names of the TABLE frames in a stream file, reading only frame headers
+    and table headers (payloads are skipped with seek, unchecked).  It stops
+    quietly at anything that does not parse: reading the frames afterwards
+    (iter_frames, which checks every frame) reports the problem."""
+    names = set()
+    with open(path, "rb") as f:
+        size = f.seek(0, 2)
+        pos = _HEADER.size   # concatenated stream headers are _HEADER.size bytes too
+        while pos + _HEADER.size <= size:
+            f.seek(pos)
+            head = f.read(_FRAME.size)
+            if head[:8] == MAGIC:
+                pos += _HEADER.size
+                continue
+            if len(head) < _FRAME.size:
+                break
+            kind, _, length, _, _ = _FRAME.unpack(head)
+            if kind == Kind.TABLE:
+                try:
+                    (hlen,) = struct.unpack("<I", f.read(4))
+                    names.add(json.loads(f.read(min(hlen, length)))["name"])
+                except (struct.error, ValueError, KeyError, TypeError):
+                    break
+            pos += _FRAME.size + length
+    return {n for n in names if isinstance(n, str)}
 
 
 # ------------------------------------------------------------------ the API
@@ -439,15 +573,16 @@ class _RankBuilder:
         if frame.kind == Kind.END:
             return
         if frame.kind in self.parts:
+            frame.records()   # checks the payload is whole records
             self.parts[frame.kind].append(frame.payload)
         elif frame.kind == Kind.STRINGS:
-            first, strings = decode_strings(frame.payload)
+            first, strings = frame.strings()
             if first != len(self.data.strings):
-                raise ValueError(f"string frame starts at id {first}, expected {len(self.data.strings)}")
+                raise frame.error(f"string frame starts at id {first}, expected {len(self.data.strings)}")
             self.data.strings.extend(strings)
         elif frame.kind == Kind.META:
             if self.data.meta:
-                raise ValueError("two metadata frames (the same rank appears twice in the input)")
+                raise frame.error("two metadata frames (the same rank appears twice in the input)")
             self.data.meta = frame.json()
         else:
             self.data.extra.append(frame)
