@@ -4,6 +4,7 @@ An input is either an event stream (any stage) or trace files; the missing
 stages run in-process, generator to generator, with no serialisation between
 them.
 """
+import contextlib
 import itertools
 import os
 
@@ -113,26 +114,45 @@ def table_names(path):
 
 
 def _spool_stdin():
-    """stdin to a temporary file, so it can be read twice."""
+    """stdin to a temporary file, so it can be read twice; the caller removes it."""
     import shutil
     import sys
     import tempfile
 
-    tmp = tempfile.NamedTemporaryFile(prefix="streamtrace-", suffix=".stev", delete=False)
-    shutil.copyfileobj(sys.stdin.buffer, tmp, 1 << 20)
-    tmp.close()
-    return tmp.name
+    fd, path = tempfile.mkstemp(prefix="streamtrace-", suffix=".stev")
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            shutil.copyfileobj(sys.stdin.buffer, tmp, 1 << 20)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
 
 
 def correlated_frames(paths, jobs=1, world_size=None):
     """Frames with align and correlate results, running what is missing:
     ``paths`` are event streams (``-``: stdin), trace files, or one
-    directory of traces (resolved as ``--trace_dir`` is)."""
+    directory of traces (resolved as ``--trace_dir`` is).  stdin is spooled
+    to a temporary file, removed when the frames are consumed or closed."""
+    spooled = []
+    try:
+        paths = [p for p in paths]
+        for i, p in enumerate(paths):
+            if str(p) == "-":
+                paths[i] = _spool_stdin()
+                spooled.append(paths[i])
+        yield from _correlated_frames(paths, jobs, world_size)
+    finally:
+        for path in spooled:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _correlated_frames(paths, jobs, world_size):
     from .align import align_frames
     from .correlate import TABLE_PREFIX, correlate_frames
     from .sources import resolve_inputs
 
-    paths = [_spool_stdin() if str(p) == "-" else p for p in paths]
     directories = [p for p in paths if os.path.isdir(p)]
     if directories:   # a run's directory of traces, as --trace_dir takes it
         if len(paths) > 1:
