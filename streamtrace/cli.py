@@ -448,11 +448,17 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
 
 # ------------------------------------------------------------------ fuse (issue #5)
 
+#: ranks one --ranks may select: every one needs its own trace, so a range
+#: wider than this is a typo, and expanding it would take minutes and gigabytes
+MAX_SELECTED_RANKS = 1 << 20
+
+
 def _parse_ranks(ctx, param, value):
     """--ranks 0,8,16 or ranges 0-7,16 -> sorted list of ints."""
     if value is None:
         return None
     out = set()
+    ranges = []
     for part in value.split(","):
         part = part.strip()
         if not part:
@@ -463,11 +469,16 @@ def _parse_ranks(ctx, param, value):
                 lo, hi = int(a), int(b)
                 if hi < lo:
                     raise ValueError
-                out.update(range(lo, hi + 1))
+                ranges.append((lo, hi))
             else:
                 out.add(int(part))
         except (TypeError, ValueError):
             raise click.BadParameter(f"{part!r} is not a rank or a range such as 0-7") from None
+    selected = len(out) + sum(hi - lo + 1 for lo, hi in ranges)
+    if selected > MAX_SELECTED_RANKS:
+        raise click.BadParameter(f"selects {selected:,} ranks; at most {MAX_SELECTED_RANKS:,}")
+    for lo, hi in ranges:
+        out.update(range(lo, hi + 1))
     if not out or min(out) < 0:
         raise click.BadParameter("give ranks >= 0, e.g. 0,8,16 or 0-7")
     return sorted(out)

@@ -172,13 +172,17 @@ def _resolve_ranks(inputs, ranks):
         wanted = set(int(r) for r in ranks)
         missing = sorted(wanted - set(seen))
         if missing:
-            raise StreamtraceError(f"--ranks {','.join(map(str, missing))}: no input has "
+            shown = ",".join(map(str, missing[:10])) + (f",... ({len(missing)} in all)" if len(missing) > 10 else "")
+            raise StreamtraceError(f"--ranks {shown}: no input has "
                                    f"{'that rank' if len(missing) == 1 else 'those ranks'} "
                                    f"(ranks present: {','.join(map(str, sorted(seen)))})")
         out = [x for x in out if x.rank in wanted]
     if not out:
         raise StreamtraceError("no trace to fuse")
     return sorted(out, key=lambda x: x.rank)
+
+
+_WINDOW_LIMIT_NS = 1 << 63   # the C core's timestamps are int64 nanoseconds
 
 
 def parse_window(text):
@@ -200,6 +204,10 @@ def parse_window(text):
             raise StreamtraceError(f"--window {text!r}: {v!r} is not a number of microseconds") from None
         if not d.is_finite():
             raise StreamtraceError(f"--window {text!r}: {v!r} is not a finite number")
+        # checked before converting: 1e999999999 as an int would take minutes and gigabytes
+        if d.adjusted() > 18 or abs(d) * 1000 >= _WINDOW_LIMIT_NS:   # (the exponent first: no overflow)
+            raise StreamtraceError(f"--window {text!r}: {v!r} is out of range (at most "
+                                   f"{_WINDOW_LIMIT_NS // 1000:.3e} us either way)")
         return int((d * 1000).to_integral_value())
 
     lo_ns, hi_ns = ns(lo), ns(hi)

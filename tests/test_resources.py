@@ -55,3 +55,36 @@ def test_dump_summary_memory_does_not_grow_with_the_longest_name(tmp_path):
     header = res.output.splitlines()[0].split(",")
     got = dict(zip(header, row))
     assert got["kernels"] == str(n) and got["nccl_kernels"] == "2"
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    import generate_fixture
+
+    d = tmp_path_factory.mktemp("small_run")
+    truth = generate_fixture.generate(str(d), ranks=4, steps=2, seed=3)
+    return str(d), truth
+
+
+@pytest.mark.parametrize("flag,value,exit_code,message", [
+    ("--window", "1e400:1e500", 1, "out of range"),
+    ("--window", "-1e400:", 1, "out of range"),
+    ("--window", ":1e999999999", 1, "out of range"),
+    ("--ranks", "0-1000000000", 2, "at most"),
+    ("--ranks", "0-99999999999999999999999", 2, "at most"),
+])
+def test_fuse_absurd_window_or_ranks_fail_at_once_in_one_line(small_run, tmp_path, flag, value, exit_code, message):
+    """Once a traceback after 28 s and 2.3 GB (--ranks) or an overflow (--window)."""
+    d, _ = small_run
+    out = tmp_path / "fused.json"
+    code, rss, err = _peak_rss_mb([BIN, "fuse", "--trace_dir", d, "--world_size", "4", flag, value,
+                                   "-o", str(out)], address_space=1 << 30)
+    assert code == exit_code, err
+    errors = [line for line in err.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in err, err
+    if exit_code == 1:
+        assert len(err.strip().splitlines()) == 1, err
+    assert rss < 300, rss
+    assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".streamtrace")]
+    res = invoke("fuse", "--trace_dir", d, "--world_size", 4, flag, value, "-o", out)
+    assert res.exit_code == exit_code and message in res.output
