@@ -10,6 +10,7 @@ import functools
 import gc
 import logging
 import os
+import signal
 import sys
 
 import click
@@ -17,7 +18,7 @@ import click
 from .extract import VERSION
 from .extract import extract as extract_api
 from .atomic import atomic_file as atomic_output
-from .errors import StreamtraceError
+from .errors import Interrupted, StreamtraceError
 from .sources import DEFAULT_RANK_REGEX, resolve_inputs
 
 log = logging.getLogger("streamtrace")
@@ -552,6 +553,20 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
         click.echo(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)", err=True)
 
 
+#: what ``timeout``, Slurm, systemd, Ctrl-C and a closed terminal send
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _raise_interrupted(signum, frame):
+    """The stop signals' handler: raise ``Interrupted`` in the main thread, so
+    every ``finally`` and context manager on the way out runs (workers ended,
+    temporary files removed, no partial output renamed into place).  Further
+    stop signals are ignored meanwhile, so the cleaning up is not cut short."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 def run():
     """The ``streamtrace`` command: ``main``, then a fast exit.
 
@@ -568,10 +583,18 @@ def run():
     collection walks every live object (pandas' too): ~60 ms in all on a
     large report."""
     gc.set_threshold(100_000)
+    code = None
     try:
+        for s in STOP_SIGNALS:
+            if signal.getsignal(s) is not signal.SIG_IGN:   # e.g. SIGHUP under nohup stays ignored
+                signal.signal(s, _raise_interrupted)
         main()   # standalone mode: click ends every run, success or not, by raising SystemExit
     except SystemExit as exc:
         code = exc.code
+    except Interrupted as exc:   # after the cleanup: one line, and the shell's code for a signal
+        with contextlib.suppress(Exception):
+            print(str(exc), file=sys.stderr)
+        code = 128 + exc.signum
     if code is None:
         code = 0
     elif not isinstance(code, int):   # sys.exit("message"): Python prints it and exits 1

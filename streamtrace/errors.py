@@ -29,3 +29,23 @@ class StreamFormatError(StreamtraceError):
 
     def __reduce__(self):
         return type(self), (self.source, self.problem)
+
+
+class Interrupted(BaseException):
+    """SIGTERM, SIGINT or SIGHUP arrived (raised in the main thread by the
+    CLI's handlers).  A BaseException, as KeyboardInterrupt is, so that no
+    ``except Exception`` swallows it and every ``finally`` and context
+    manager on the way out cleans up: workers ended, temporary files removed."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self):
+        import signal
+
+        try:
+            name = signal.Signals(self.signum).name
+        except ValueError:
+            name = f"signal {self.signum}"
+        return f"interrupted by {name}"

@@ -48,7 +48,7 @@ import numpy as np
 
 from . import _native
 from .atomic import atomic_file
-from .errors import StreamtraceError, TraceError
+from .errors import Interrupted, StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
 from .inputs import open_source
 from .sources import RankInput
@@ -466,8 +466,7 @@ def _clock_offsets(ranks, jobs):
     def collect(rk):
         return align.collect_rank(extract_rank(rk.path, rk.rank, None, False, rk.position), rk.rank)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(collect, ranks))
+    results = _pool_map(collect, ranks, max(1, jobs))
     tables = align.match_ranks(results, align_clocks=True)
     clocks = tables["align.clocks"]
     offsets = {int(r): int(o) for r, o in zip(clocks["rank"], clocks["offset_ns"])}
@@ -751,8 +750,21 @@ def _write_rank(rk, opts, f, compression, progress=None):
 def _run_parallel(fn, items, jobs):
     if jobs <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(fn, items))
+    return _pool_map(fn, items, jobs)
+
+
+def _pool_map(fn, items, jobs):
+    """``list(map(fn, items))`` in ``jobs`` threads.  An error waits for the
+    running items; a signal (``Interrupted``) does not: they end with the
+    process, which is on its way out."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        out = list(pool.map(fn, items))
+    except BaseException as exc:
+        pool.shutdown(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)), cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
 
 
 class _Progress:
@@ -903,8 +915,7 @@ def _write_parallel(ranks_, opts, f, compression, jobs, output, prog):
             with os.fdopen(fd, "wb") as pf:
                 return _write_rank(rk, opts, pf, compression, prog)
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            segs = list(pool.map(work, ranks_))
+        segs = _pool_map(work, ranks_, jobs)
         for rk in ranks_:
             _copy(parts[rk.rank], f)
             os.unlink(parts.pop(rk.rank))

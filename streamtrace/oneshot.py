@@ -8,7 +8,7 @@ about 0.2 s -- so that the import and the first ranks' tokenizing overlap.
 import functools
 import os
 
-from .errors import StreamtraceError
+from .errors import Interrupted, StreamtraceError
 
 DEFAULT_AGG_METRICS = ("mean", "median", "min", "max")
 #: aggregations pandas' groupby.agg takes by name (TraceLens passes the user's list to it)
@@ -65,8 +65,11 @@ class RankReading:
         at once.)"""
         try:
             results = [f.result().finish() for f in self._futures]
-        finally:
-            self.close()
+        except BaseException as exc:
+            # after a signal the ranks being read are left to end with the process
+            self.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
+            raise
+        self.close()
         seen = {}
         for inp, res in zip(self.inputs, results):
             if res.rank in seen:
@@ -83,9 +86,10 @@ class RankReading:
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
         return tables
 
-    def close(self):
-        """Stop: ranks not started are not read; waits for the running ones."""
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait=True):
+        """Stop: ranks not started are not read; waits for the running ones
+        (unless not ``wait``)."""
+        self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 #: bytes per memory-mapped window of a plain trace read for the report.  A
@@ -189,8 +193,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         reading = RankReading(inputs, world_size, jobs, strict, progress)
         try:
             from . import report  # pandas loads while the first ranks are tokenized
-        except BaseException:
-            reading.close()
+        except BaseException as exc:
+            reading.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
             raise
         tables = reading.tables(align_clocks, gpus_per_node)
     options = dict(detailed_analysis=detailed_analysis, agg_metrics=agg_metrics, gpus_per_node=gpus_per_node,
