@@ -247,12 +247,31 @@ def _extract_to_file(args):
     return out_path
 
 
+def worker_count(jobs, ranks):
+    """Worker processes for ``extract -j jobs`` over ``ranks`` ranks: no more
+    than there are ranks to extract or CPUs to run them on."""
+    from .oneshot import available_cpus
+
+    return max(1, min(int(jobs), ranks, available_cpus()))
+
+
+def _start_worker(parent_pid):
+    from .forked import become_worker
+
+    become_worker(parent_pid)
+
+
 def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=False, progress=None):
     """Extract every RankInput into one stream written to ``output`` (a binary
     file object).  With ``jobs > 1`` ranks are extracted in parallel processes
-    into temporary files and copied out in rank order."""
+    (at most one per rank and per CPU, ``worker_count``) into temporary files
+    and copied out in rank order.  However this ends (an error, an exception
+    such as ``Interrupted`` from a signal), the workers are gone and the
+    temporary files removed when it returns; a worker also dies with this
+    process if it is killed outright."""
     writer = StreamWriter(output)
-    if jobs <= 1 or len(inputs) <= 1:
+    jobs = worker_count(jobs, len(inputs))
+    if jobs <= 1:
         for inp in inputs:
             writer.write_all(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
                                           progress=progress, strict=strict))
@@ -261,17 +280,40 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=F
     from concurrent.futures import ProcessPoolExecutor  # here: multiprocessing costs every command ~30 ms to import
 
     tmpdir = tempfile.mkdtemp(prefix="streamtrace-")
+    pool = None
     try:
         jobs_args = [(inp, world_size, keep_pyfunc, strict, os.path.join(tmpdir, f"{i}.stev"))
                      for i, inp in enumerate(inputs)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for out_path in pool.map(_extract_to_file, jobs_args):
-                with open(out_path, "rb") as part:
-                    shutil.copyfileobj(part, output, 1 << 20)
-                os.unlink(out_path)
+        pool = ProcessPoolExecutor(max_workers=jobs, initializer=_start_worker, initargs=(os.getpid(),))
+        for out_path in pool.map(_extract_to_file, jobs_args):
+            with open(out_path, "rb") as part:
+                shutil.copyfileobj(part, output, 1 << 20)
+            os.unlink(out_path)
         writer.close()
+        pool.shutdown()
+        pool = None
     finally:
+        if pool is not None:
+            _kill_pool(pool)
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _kill_pool(pool):
+    """End a process pool now: the executor's own shutdown would wait for
+    the ranks being extracted.  The worker processes are only reachable
+    through the executor's ``_processes`` (no public way before Python 3.14)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in processes:
+        try:
+            p.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for p in processes:
+        try:
+            p.join()
+        except (OSError, ValueError, AttributeError):
+            pass
 
 
 def peek_metadata(path, limit=16 << 20):

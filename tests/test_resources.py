@@ -88,3 +88,66 @@ def test_fuse_absurd_window_or_ranks_fail_at_once_in_one_line(small_run, tmp_pat
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".streamtrace")]
     res = invoke("fuse", "--trace_dir", d, "--world_size", 4, flag, value, "-o", out)
     assert res.exit_code == exit_code and message in res.output
+
+
+def _children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
+def test_extract_jobs_are_capped_by_ranks_and_cpus(small_run, tmp_path):
+    """``extract -j 40`` on 4 ranks once forked 40 processes.  Observed by
+    counting the children while the last rank (a FIFO) is being read: the
+    pool is complete by then."""
+    import errno
+    import signal
+    import time
+
+    from streamtrace.oneshot import available_cpus
+
+    d, truth = small_run
+    run = tmp_path / "run"
+    run.mkdir()
+    for r in range(3):
+        os.symlink(os.path.join(d, truth["files"][str(r)]), run / f"rank{r}_trace.json")
+    fifo = run / "rank3_trace.json"
+    os.mkfifo(fifo)
+    proc = subprocess.Popen([BIN, "extract", *[str(run / f"rank{r}_trace.json") for r in range(4)], "-j", "40",
+                             "-q", "-o", str(tmp_path / "x.stev")], stderr=subprocess.PIPE, process_group=0)
+    deadline = time.monotonic() + 60
+    while True:   # opening the write end succeeds once a worker has opened the FIFO to read it
+        try:
+            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            assert exc.errno == errno.ENXIO and proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    try:
+        workers = _children(proc.pid)
+        assert len(workers) <= min(4, available_cpus()), workers
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        os.close(fd)
+
+
+def test_worker_count():
+    from streamtrace.extract import worker_count
+    from streamtrace.oneshot import available_cpus
+
+    cpus = available_cpus()
+    assert worker_count(100_000, 4) == min(4, cpus)
+    assert worker_count(2, 1) == 1
+    assert worker_count(1, 50) == 1
+    assert worker_count(100_000, 10_000) == cpus
