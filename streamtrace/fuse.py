@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import struct
 import sys
 import tempfile
@@ -330,17 +331,73 @@ def _parse_meta(members):
     return out
 
 
+#: environment variable: the most bytes of sorted intervals one fuse run may
+#: spill to $TMPDIR, all ranks together (e.g. 500M, 2G; unset: no limit but
+#: the folder's free space)
+SPILL_LIMIT_ENV = "STREAMTRACE_SPILL_LIMIT"
+SPILL_RESERVE = 64 << 20   # bytes a spill always leaves free in its folder
+
+
+def _parse_bytes(text):
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = int(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise StreamtraceError(f"{SPILL_LIMIT_ENV}={text!r}: expected a size in bytes such as 500M or 2G")
+    return value
+
+
+class _SpillBudget:
+    """What the scans of one fuse run may spill, all ranks together: at most
+    ``$STREAMTRACE_SPILL_LIMIT`` bytes, and never so much that the spill
+    folder keeps less than ``SPILL_RESERVE`` free (checked before each run
+    is written, so a bomb fails early, naming the folder, instead of filling
+    the disk)."""
+
+    def __init__(self):
+        text = os.environ.get(SPILL_LIMIT_ENV)
+        self.limit = _parse_bytes(text) if text else None
+        self.folder = tempfile.gettempdir()
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def claim(self, nbytes):
+        with self._lock:
+            if self.limit is not None and self.used + nbytes > self.limit:
+                raise StreamtraceError(
+                    f"{self.folder}: the sorted intervals fuse spills there would exceed {SPILL_LIMIT_ENV}="
+                    f"{self.limit} bytes (the traces hold too many X events; select fewer with --ranks, "
+                    f"--cat, --window or --name, or raise the limit)")
+            free = shutil.disk_usage(self.folder).free
+            if free - nbytes < SPILL_RESERVE:
+                raise StreamtraceError(
+                    f"{self.folder}: not enough free space for fuse's sorted intervals ({nbytes >> 20} MiB "
+                    f"more needed, {free >> 20} MiB free; {self.used >> 20} MiB spilled so far): "
+                    f"point TMPDIR at a larger folder")
+            self.used += nbytes
+
+
 class _Runs:
     """Sorted runs of X intervals spilled by a scan (an external sort, so the
-    scan's memory does not grow with the trace), merged back in C."""
+    scan's memory does not grow with the trace), merged back in C.  A run
+    holds one fixed-size record per kept X event (each one also written to
+    the output), so the spill is at most about the output's size; the
+    ``budget`` bounds it further."""
 
     MERGE_RECORDS = 1 << 18  # records held while merging, all runs together
 
-    def __init__(self, fz):
+    def __init__(self, fz, budget=None):
         self.fz, self.file, self.runs, self.size = fz, None, [], 0
+        self.budget = budget
 
     def take(self):
         buf, n, size = self.fz.take_run()
+        if self.budget is not None:
+            self.budget.claim(len(buf))
         if self.file is None:
             self.file = tempfile.TemporaryFile(prefix="streamtrace-fuse-runs-")
         offset = self.file.seek(0, os.SEEK_END)
@@ -383,11 +440,11 @@ def _finish_scan(fz, runs):
         runs.merge()
 
 
-def _scan(rk, opts, progress=None):
+def _scan(rk, opts, progress=None, budget=None):
     fz = rk.fz = _new_fuser(rk, opts)
     fz.begin(fz.SCAN)
     decide = _name_decider(re.compile(opts.name_regex)) if opts.name_regex is not None else None
-    runs = _Runs(fz)
+    runs = _Runs(fz, budget)
     try:
         status, rk.source_truncated = _feed_file(fz, rk.path, fz.SCAN, decide_name=decide, progress=progress,
                                                  on_run=runs.take)
@@ -813,6 +870,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
                        align_clocks=align_clocks, time_base=time_base)
     compression = compression or compression_for(output)
     jobs = max(1, int(jobs or 1))
+    budget = _SpillBudget()
     ranks_ = _resolve_ranks(_as_rank_inputs(inputs), ranks)
     if _masks is not None:
         for rk in ranks_:
@@ -834,7 +892,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
             rk.shift_ns = bases[rk.rank] - common_base - (offsets.get(rk.rank, 0) if align_clocks else 0)
 
     # pass 1
-    _run_parallel(lambda rk: _scan(rk, opts, prog), ranks_, jobs)
+    _run_parallel(lambda rk: _scan(rk, opts, prog, budget), ranks_, jobs)
     if (time_base or align_clocks) and bases is None:
         common_base = _common_base(rk.base_ns for rk in ranks_)
         for rk in ranks_:

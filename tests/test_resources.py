@@ -151,3 +151,63 @@ def test_worker_count():
     assert worker_count(2, 1) == 1
     assert worker_count(1, 50) == 1
     assert worker_count(100_000, 10_000) == cpus
+
+
+@pytest.fixture(scope="module")
+def bomb(tmp_path_factory):
+    import hostile
+
+    d = tmp_path_factory.mktemp("bomb")
+    path = d / "rank0_trace.json.gz"
+    path.write_bytes(hostile.x_event_bomb(600_000))   # > 2 runs of 2^18 intervals
+    return path
+
+
+def test_fuse_spill_stops_at_its_limit_naming_the_folder(bomb, tmp_path):
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    env = dict(os.environ, TMPDIR=str(spill), STREAMTRACE_SPILL_LIMIT="1M")
+    proc = subprocess.run([BIN, "fuse", str(bomb), "-o", str(out / "f.json"), "-q"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and str(spill) in proc.stderr, proc.stderr
+    assert "STREAMTRACE_SPILL_LIMIT" in proc.stderr
+    assert os.listdir(spill) == [] and os.listdir(out) == []
+    # a bad limit is one line too
+    env["STREAMTRACE_SPILL_LIMIT"] = "lots"
+    proc = subprocess.run([BIN, "fuse", str(bomb), "-o", str(out / "f.json")], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 1 and "STREAMTRACE_SPILL_LIMIT" in proc.stderr and "Traceback" not in proc.stderr
+    # within a generous limit it fuses
+    env["STREAMTRACE_SPILL_LIMIT"] = "1G"
+    proc = subprocess.run([BIN, "fuse", str(bomb), "-o", str(out / "f.json"), "-q"], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(spill) == []
+
+
+def test_fuse_spill_refuses_a_folder_without_room(bomb, tmp_path, monkeypatch):
+    """A full spill folder is found before the run is written, and named."""
+    import shutil
+    import sys
+    import tempfile
+    from collections import namedtuple
+
+    from streamtrace.errors import StreamtraceError
+    from streamtrace.fuse import fuse
+
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setenv("TMPDIR", str(spill))
+    monkeypatch.setattr(tempfile, "tempdir", None)   # TMPDIR is read again
+    usage = namedtuple("usage", "total used free")
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: usage(100 << 20, 90 << 20, 10 << 20) if str(p) == str(spill) else real(p))
+    with pytest.raises(StreamtraceError) as err:
+        fuse([str(bomb)], str(tmp_path / "f.json"))
+    assert str(spill) in str(err.value) and "free" in str(err.value)
+    assert os.listdir(spill) == [] and not (tmp_path / "f.json").exists()
