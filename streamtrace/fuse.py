@@ -914,6 +914,9 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
         labels.append({"name": "process_name", "ph": "M", "pid": "streamtrace", "tid": 0,
                        "args": {"name": "streamtrace fuse: no events selected"}})
 
+    if output != "-" and compression == "none":
+        _check_target_room(output, sum(rk.stats["events_kept"] for rk in ranks_))
+
     # pass 2 + output
     with _atomic(output) as f:
         joiner = _GzipJoin() if compression == "gzip" else None
@@ -948,6 +951,24 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     return FuseResult(output=str(output), ranks={rk.rank: _rank_summary(rk) for rk in ranks_},
                       events_written=written, warnings=warnings, id_stride=id_stride, pid_stride=pid_stride,
                       time_base_ns=common_base, lane_moves=sum(rk.stats["lane_moves"] for rk in ranks_))
+
+
+MIN_EVENT_BYTES = 41   # the shortest X event: {"ph":"X","pid":1,"tid":1,"ts":0,"dur":1}
+
+
+def _check_target_room(output, events):
+    """Refuse, before writing, a plain output that cannot fit in its folder:
+    each kept event takes at least ``MIN_EVENT_BYTES`` (a compressed
+    output's size is not knowable in advance: not checked)."""
+    folder = os.path.dirname(os.path.abspath(output))
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return   # reported when the output is opened
+    needed = events * MIN_EVENT_BYTES
+    if needed > free:
+        raise StreamtraceError(f"{folder}: not enough free space for {output} ({events:,} events need at "
+                               f"least {needed >> 20} MiB, {free >> 20} MiB free)")
 
 
 def _flags_for(rk, opts):

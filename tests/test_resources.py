@@ -211,3 +211,24 @@ def test_fuse_spill_refuses_a_folder_without_room(bomb, tmp_path, monkeypatch):
         fuse([str(bomb)], str(tmp_path / "f.json"))
     assert str(spill) in str(err.value) and "free" in str(err.value)
     assert os.listdir(spill) == [] and not (tmp_path / "f.json").exists()
+
+
+def test_fuse_refuses_a_plain_output_that_cannot_fit(bomb, tmp_path, monkeypatch):
+    """600,000 kept events need at least 24 MB: a target folder with 1 MiB
+    free is refused after the scan, before anything is written."""
+    import shutil
+    from collections import namedtuple
+
+    from streamtrace.errors import StreamtraceError
+    from streamtrace.fuse import fuse
+
+    out = tmp_path / "out"
+    out.mkdir()
+    usage = namedtuple("usage", "total used free")
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage",
+                        lambda p: usage(100 << 20, 99 << 20, 1 << 20) if str(p) == str(out) else real(p))
+    with pytest.raises(StreamtraceError) as err:
+        fuse([str(bomb)], str(out / "f.json"))
+    assert str(out) in str(err.value) and "free" in str(err.value)
+    assert os.listdir(out) == []
