@@ -18,7 +18,7 @@ import functools
 import itertools
 import os
 
-from .errors import InvalidArgumentError, StreamtraceError
+from .errors import Interrupted, InvalidArgumentError, StreamtraceError
 from .parallel.cpus import available_cpus
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
@@ -190,8 +190,10 @@ class RankReading:
         input order) is raised; ranks not started by then are not read."""
         try:
             results = list(self._results)
-        finally:
-            self.close()
+        except BaseException as exc:
+            self.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
+            raise
+        self.close()
         _check_distinct_ranks(self.inputs, results)
         return results
 
@@ -203,11 +205,13 @@ class RankReading:
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
         return tables
 
-    def close(self):
-        """Stop: ranks not started are not read; waits for the running ones."""
-        self._results.close()
+    def close(self, wait=True):
+        """Stop: ranks not started are not read; waits for the running ones
+        (unless not ``wait``: after a signal they end with the process)."""
+        if wait:
+            self._results.close()
         if self._owns_executor:
-            self._executor.close()
+            self._executor.close(wait=wait)
 
 
 #: bytes per memory-mapped window of a plain trace read for the report.  A
@@ -275,14 +279,11 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .correlate.stage import ALIGN_COLUMNS_USED, TABLE_PREFIX, analyze_collected, compute_table
     from .stream.format import table_frame
 
-    executor_ = executor if executor is not None else local_executor(jobs, len(inputs))
-    try:
-        read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
-        summaries = list(executor_.map(read, list(zip(inputs, _summed_progress(progress, len(inputs)))),
-                                       finish=_finish_rank_for_blocking))
-    finally:
-        if executor is None:
-            executor_.close()
+    read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
+    items = list(zip(inputs, _summed_progress(progress, len(inputs))))
+    with contextlib.ExitStack() as owned:
+        executor_ = executor if executor is not None else owned.enter_context(local_executor(jobs, len(inputs)))
+        summaries = list(executor_.map(read, items, finish=_finish_rank_for_blocking))
     _check_distinct_ranks(inputs, [result for result, _ in summaries])
     summaries.sort(key=lambda s: s[0].rank)
     results = [result for result, _ in summaries]
@@ -396,8 +397,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         reading = RankReading(inputs, world_size, jobs, strict, progress)
         try:
             from .report import sheets as report  # pandas loads while the first ranks are tokenized
-        except BaseException:
-            reading.close()
+        except BaseException as exc:
+            reading.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
             raise
         tables = reading.tables(align_clocks, gpus_per_node)
     options = dict(detailed_analysis=detailed_analysis, agg_metrics=agg_metrics, gpus_per_node=gpus_per_node,

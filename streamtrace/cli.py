@@ -10,6 +10,7 @@ import functools
 import gc
 import logging
 import os
+import signal
 import sys
 
 import click
@@ -18,7 +19,7 @@ from .extract import VERSION
 from .extract import extract as extract_api
 from .io.outputs import atomic_file as atomic_output
 from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
-from .errors import StreamtraceError
+from .errors import Interrupted, StreamtraceError
 from .io.ranks import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
 from .stream.format import MAX_RANK
 
@@ -487,11 +488,17 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
 
 # ------------------------------------------------------------------ fuse (issue #5)
 
+#: ranks one --ranks may select: every one needs its own trace, so a range
+#: wider than this is a typo, and expanding it would take minutes and gigabytes
+MAX_SELECTED_RANKS = 1 << 20
+
+
 def _parse_ranks(ctx, param, value):
     """--ranks 0,8,16 or ranges 0-7,16 -> sorted list of ints."""
     if value is None:
         return None
     out = set()
+    ranges = []
     for part in value.split(","):
         part = part.strip()
         if not part:
@@ -502,11 +509,16 @@ def _parse_ranks(ctx, param, value):
                 lo, hi = int(a), int(b)
                 if hi < lo:
                     raise ValueError
-                out.update(range(lo, hi + 1))
+                ranges.append((lo, hi))
             else:
                 out.add(int(part))
         except (TypeError, ValueError):
             raise click.BadParameter(f"{part!r} is not a rank or a range such as 0-7") from None
+    selected = len(out) + sum(hi - lo + 1 for lo, hi in ranges)
+    if selected > MAX_SELECTED_RANKS:
+        raise click.BadParameter(f"selects {selected:,} ranks; at most {MAX_SELECTED_RANKS:,}")
+    for lo, hi in ranges:
+        out.update(range(lo, hi + 1))
     if not out or min(out) < 0:
         raise click.BadParameter("give ranks >= 0, e.g. 0,8,16 or 0-7")
     return sorted(out)
@@ -580,6 +592,20 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
         click.echo(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)", err=True)
 
 
+#: what ``timeout``, Slurm, systemd, Ctrl-C and a closed terminal send
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _raise_interrupted(signum, frame):
+    """The stop signals' handler: raise ``Interrupted`` in the main thread, so
+    every ``finally`` and context manager on the way out runs (workers ended,
+    temporary files removed, no partial output renamed into place).  Further
+    stop signals are ignored meanwhile, so the cleaning up is not cut short."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
 def run():
     """The ``streamtrace`` command: ``main``, then a fast exit.
 
@@ -596,10 +622,18 @@ def run():
     collection walks every live object (pandas' too): ~60 ms in all on a
     large report."""
     gc.set_threshold(100_000)
+    code = None
     try:
+        for s in STOP_SIGNALS:
+            if signal.getsignal(s) is not signal.SIG_IGN:   # e.g. SIGHUP under nohup stays ignored
+                signal.signal(s, _raise_interrupted)
         main()   # standalone mode: click ends every run, success or not, by raising SystemExit
     except SystemExit as exc:
         code = exc.code
+    except Interrupted as exc:   # after the cleanup: one line, and the shell's code for a signal
+        with contextlib.suppress(Exception):
+            print(str(exc), file=sys.stderr)
+        code = 128 + exc.signum
     if code is None:
         code = 0
     elif not isinstance(code, int):   # sys.exit("message"): Python prints it and exits 1

@@ -36,12 +36,13 @@ def _strings(rank):
 def _summary(rank):
     """One row per rank: what extract found."""
     e = rank.events
-    names = rank.names(e["name"])
     cats = rank.names(e["cat"])
     kernel = np.isin(cats, ["kernel", "Kernel"])
-    lowered = np.char.lower(names[kernel].astype(str)) if kernel.any() else np.array([], dtype=str)
-    nccl = np.char.find(lowered, "nccl") >= 0
-    nccl |= np.char.find(lowered, "rccl") >= 0
+    # each distinct kernel name is tested once, as a Python string: a numpy
+    # string array would be as wide as the longest name for every kernel
+    ids, counts = np.unique(e["name"][kernel], return_counts=True)
+    names = rank.names(ids)
+    nccl = np.array([isinstance(n, str) and ("nccl" in n.lower() or "rccl" in n.lower()) for n in names], dtype=bool)
     has_ts = (e["flags"] & FLAGS["has_ts"]) != 0
     x = (e["ph"] == ord("X")) & has_ts
     span_ms = float((e["ts"][x] + e["dur"][x]).max() - e["ts"][x].min()) / 1e6 if x.any() else 0.0
@@ -51,7 +52,7 @@ def _summary(rank):
         "world_size": m.get("world_size"),
         "events": len(e),
         "kernels": int(kernel.sum()),
-        "nccl_kernels": int(nccl.sum()),
+        "nccl_kernels": int(counts[nccl].sum()),
         "comm_records": len(rank.comms),
         "gpu_streams": int(len(np.unique(e["stream"][kernel]))),
         "span_ms": round(span_ms, 3),

@@ -58,3 +58,23 @@ class InputNotFoundError(StreamtraceError, FileNotFoundError):
 class MetadataMismatchError(StreamtraceError, ValueError):
     """Ranks disagree on a collective's metadata and ``strict`` is on
     (TraceLens: ValueError)."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM, SIGINT or SIGHUP arrived (raised in the main thread by the
+    CLI's handlers).  A BaseException, as KeyboardInterrupt is, so that no
+    ``except Exception`` swallows it and every ``finally`` and context
+    manager on the way out cleans up: workers ended, temporary files removed."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+    def __str__(self):
+        import signal
+
+        try:
+            name = signal.Signals(self.signum).name
+        except ValueError:
+            name = f"signal {self.signum}"
+        return f"interrupted by {name}"

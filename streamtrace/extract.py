@@ -5,6 +5,7 @@ fills record arrays from a bounded buffer, and each full batch becomes frames.
 Memory is the buffer (grown only for a single item larger than it) plus the
 rank's interned strings, whatever the size of the trace.
 """
+import contextlib
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ import tempfile
 from . import _native
 from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
+from .parallel.executor import Serial, local_executor
 from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
@@ -275,26 +277,32 @@ def _extract_to_file(args):
     return out_path, ranks
 
 
-def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=False, progress=None):
+def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=False, progress=None,
+            executor=None):
     """Extract every RankInput into one stream written to ``output`` (a binary
-    file object).  With ``jobs > 1`` ranks are extracted in parallel processes
-    into temporary files and copied out in rank order."""
+    file object).  The map extracts a rank into a stream file of its own; the
+    reduce copies those out in rank order.  ``jobs`` > 1 (or an
+    ``executor``): ranks in parallel worker processes (at most one per rank
+    and per CPU).  One worker: the ranks are extracted here, straight to the
+    output.  However this ends (an error, ``Interrupted`` from a signal), the
+    workers are gone and the temporary files removed when it returns."""
     writer = StreamWriter(output)
     claims = _RankClaims()
-    if jobs <= 1 or len(inputs) <= 1:
+    executor_ = executor if executor is not None else local_executor(jobs, len(inputs), kind="processes")
+    if isinstance(executor_, Serial):
         for i, inp in enumerate(inputs):
             writer.write_all(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
                                                         progress=progress, strict=strict), i, inp.path))
         writer.close()
         return
-    from concurrent.futures import ProcessPoolExecutor  # here: multiprocessing costs every command ~30 ms to import
-
     tmpdir = tempfile.mkdtemp(prefix="streamtrace-")
     try:
         jobs_args = [(inp, world_size, keep_pyfunc, strict, os.path.join(tmpdir, f"{i}.stev"))
                      for i, inp in enumerate(inputs)]
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for i, (out_path, ranks) in enumerate(pool.map(_extract_to_file, jobs_args)):
+        with contextlib.ExitStack() as owned:
+            if executor is None:
+                owned.enter_context(executor_)
+            for i, (out_path, ranks) in enumerate(executor_.map(_extract_to_file, jobs_args)):
                 for r in ranks:
                     claims.claim(r, i, inputs[i].path)
                 with open(out_path, "rb") as part:

@@ -35,6 +35,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import struct
 import sys
 import tempfile
@@ -48,7 +49,7 @@ import numpy as np
 
 from . import _native
 from .io.outputs import atomic_file, check_suffix, refuse_input_as_output, resolve_output, stdout_buffer
-from .errors import StreamtraceError, TraceError
+from .errors import Interrupted, StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
 from .io.reading import open_source
 from .io.ranks import RankInput
@@ -173,13 +174,17 @@ def _resolve_ranks(inputs, ranks):
         wanted = set(int(r) for r in ranks)
         missing = sorted(wanted - set(seen))
         if missing:
-            raise StreamtraceError(f"--ranks {','.join(map(str, missing))}: no input has "
+            shown = ",".join(map(str, missing[:10])) + (f",... ({len(missing)} in all)" if len(missing) > 10 else "")
+            raise StreamtraceError(f"--ranks {shown}: no input has "
                                    f"{'that rank' if len(missing) == 1 else 'those ranks'} "
                                    f"(ranks present: {','.join(map(str, sorted(seen)))})")
         out = [x for x in out if x.rank in wanted]
     if not out:
         raise StreamtraceError("no trace to fuse")
     return sorted(out, key=lambda x: x.rank)
+
+
+_WINDOW_LIMIT_NS = 1 << 63   # the C core's timestamps are int64 nanoseconds
 
 
 def parse_window(text):
@@ -201,6 +206,10 @@ def parse_window(text):
             raise StreamtraceError(f"--window {text!r}: {v!r} is not a number of microseconds") from None
         if not d.is_finite():
             raise StreamtraceError(f"--window {text!r}: {v!r} is not a finite number")
+        # checked before converting: 1e999999999 as an int would take minutes and gigabytes
+        if d.adjusted() > 18 or abs(d) * 1000 >= _WINDOW_LIMIT_NS:   # (the exponent first: no overflow)
+            raise StreamtraceError(f"--window {text!r}: {v!r} is out of range (at most "
+                                   f"{_WINDOW_LIMIT_NS // 1000:.3e} us either way)")
         return int((d * 1000).to_integral_value())
 
     lo_ns, hi_ns = ns(lo), ns(hi)
@@ -338,17 +347,73 @@ def _parse_meta(members):
     return out
 
 
+#: environment variable: the most bytes of sorted intervals one fuse run may
+#: spill to $TMPDIR, all ranks together (e.g. 500M, 2G; unset: no limit but
+#: the folder's free space)
+SPILL_LIMIT_ENV = "STREAMTRACE_SPILL_LIMIT"
+SPILL_RESERVE = 64 << 20   # bytes a spill always leaves free in its folder
+
+
+def _parse_bytes(text):
+    units = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    t = text.strip().upper().removesuffix("B")
+    unit = t[-1:] if t[-1:] in units else ""
+    try:
+        value = int(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise StreamtraceError(f"{SPILL_LIMIT_ENV}={text!r}: expected a size in bytes such as 500M or 2G")
+    return value
+
+
+class _SpillBudget:
+    """What the scans of one fuse run may spill, all ranks together: at most
+    ``$STREAMTRACE_SPILL_LIMIT`` bytes, and never so much that the spill
+    folder keeps less than ``SPILL_RESERVE`` free (checked before each run
+    is written, so a bomb fails early, naming the folder, instead of filling
+    the disk)."""
+
+    def __init__(self):
+        text = os.environ.get(SPILL_LIMIT_ENV)
+        self.limit = _parse_bytes(text) if text else None
+        self.folder = tempfile.gettempdir()
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def claim(self, nbytes):
+        with self._lock:
+            if self.limit is not None and self.used + nbytes > self.limit:
+                raise StreamtraceError(
+                    f"{self.folder}: the sorted intervals fuse spills there would exceed {SPILL_LIMIT_ENV}="
+                    f"{self.limit} bytes (the traces hold too many X events; select fewer with --ranks, "
+                    f"--cat, --window or --name, or raise the limit)")
+            free = shutil.disk_usage(self.folder).free
+            if free - nbytes < SPILL_RESERVE:
+                raise StreamtraceError(
+                    f"{self.folder}: not enough free space for fuse's sorted intervals ({nbytes >> 20} MiB "
+                    f"more needed, {free >> 20} MiB free; {self.used >> 20} MiB spilled so far): "
+                    f"point TMPDIR at a larger folder")
+            self.used += nbytes
+
+
 class _Runs:
     """Sorted runs of X intervals spilled by a scan (an external sort, so the
-    scan's memory does not grow with the trace), merged back in C."""
+    scan's memory does not grow with the trace), merged back in C.  A run
+    holds one fixed-size record per kept X event (each one also written to
+    the output), so the spill is at most about the output's size; the
+    ``budget`` bounds it further."""
 
     MERGE_RECORDS = 1 << 18  # records held while merging, all runs together
 
-    def __init__(self, fz):
+    def __init__(self, fz, budget=None):
         self.fz, self.file, self.runs, self.size = fz, None, [], 0
+        self.budget = budget
 
     def take(self):
         buf, n, size = self.fz.take_run()
+        if self.budget is not None:
+            self.budget.claim(len(buf))
         if self.file is None:
             self.file = tempfile.TemporaryFile(prefix="streamtrace-fuse-runs-")
         offset = self.file.seek(0, os.SEEK_END)
@@ -391,11 +456,11 @@ def _finish_scan(fz, runs):
         runs.merge()
 
 
-def _scan(rk, opts, progress=None):
+def _scan(rk, opts, progress=None, budget=None):
     fz = rk.fz = _new_fuser(rk, opts)
     fz.begin(fz.SCAN)
     decide = _name_decider(UserRegex(opts.name_regex, "--name")) if opts.name_regex is not None else None
-    runs = _Runs(fz)
+    runs = _Runs(fz, budget)
     try:
         status, rk.source_truncated = _feed_file(fz, rk.path, fz.SCAN, decide_name=decide, progress=progress,
                                                  on_run=runs.take)
@@ -474,8 +539,7 @@ def _clock_offsets(ranks, jobs):
     def collect(rk):
         return align.collect_rank(extract_rank(rk.path, rk.rank, None, False, rk.position), rk.rank)
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        results = list(pool.map(collect, ranks))
+    results = _pool_map(collect, ranks, max(1, jobs))
     tables = align.match_ranks(results, align_clocks=True)
     clocks = tables["align.clocks"]
     offsets = {int(r): int(o) for r, o in zip(clocks["rank"], clocks["offset_ns"])}
@@ -766,8 +830,21 @@ def _write_rank(rk, opts, f, compression, progress=None):
 def _run_parallel(fn, items, jobs):
     if jobs <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(fn, items))
+    return _pool_map(fn, items, jobs)
+
+
+def _pool_map(fn, items, jobs):
+    """``list(map(fn, items))`` in ``jobs`` threads.  An error waits for the
+    running items; a signal (``Interrupted``) does not: they end with the
+    process, which is on its way out."""
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        out = list(pool.map(fn, items))
+    except BaseException as exc:
+        pool.shutdown(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)), cancel_futures=True)
+        raise
+    pool.shutdown()
+    return out
 
 
 class _Progress:
@@ -815,6 +892,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
         check_suffix(output, allowed=(".gz", ".zst", ".zstd"))
     compression = compression or compression_for(output)
     jobs = max(1, int(jobs or 1))
+    budget = _SpillBudget()
     rank_inputs = _as_rank_inputs(inputs)
     refuse_input_as_output(output, [i.path for i in rank_inputs])
     ranks_ = _resolve_ranks(rank_inputs, ranks)
@@ -838,7 +916,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
             rk.shift_ns = bases[rk.rank] - common_base - (offsets.get(rk.rank, 0) if align_clocks else 0)
 
     # pass 1
-    _run_parallel(lambda rk: _scan(rk, opts, prog), ranks_, jobs)
+    _run_parallel(lambda rk: _scan(rk, opts, prog, budget), ranks_, jobs)
     if (time_base or align_clocks) and bases is None:
         common_base = _common_base(rk.base_ns for rk in ranks_)
         for rk in ranks_:
@@ -859,6 +937,9 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     if not labels:
         labels.append({"name": "process_name", "ph": "M", "pid": "streamtrace", "tid": 0,
                        "args": {"name": "streamtrace fuse: no events selected"}})
+
+    if output != "-" and compression == "none":
+        _check_target_room(output, sum(rk.stats["events_kept"] for rk in ranks_))
 
     # pass 2 + output
     with _atomic(output) as f:
@@ -896,6 +977,24 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
                       time_base_ns=common_base, lane_moves=sum(rk.stats["lane_moves"] for rk in ranks_))
 
 
+MIN_EVENT_BYTES = 41   # the shortest X event: {"ph":"X","pid":1,"tid":1,"ts":0,"dur":1}
+
+
+def _check_target_room(output, events):
+    """Refuse, before writing, a plain output that cannot fit in its folder:
+    each kept event takes at least ``MIN_EVENT_BYTES`` (a compressed
+    output's size is not knowable in advance: not checked)."""
+    folder = os.path.dirname(os.path.abspath(output))
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return   # reported when the output is opened
+    needed = events * MIN_EVENT_BYTES
+    if needed > free:
+        raise StreamtraceError(f"{folder}: not enough free space for {output} ({events:,} events need at "
+                               f"least {needed >> 20} MiB, {free >> 20} MiB free)")
+
+
 def _flags_for(rk, opts):
     if rk.mask is not None:
         return F["comma_first"] | F["keep_mask"]
@@ -921,8 +1020,7 @@ def _write_parallel(ranks_, opts, f, compression, jobs, output, prog):
             with os.fdopen(fd, "wb") as pf:
                 return _write_rank(rk, opts, pf, compression, prog)
 
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
-            segs = list(pool.map(work, ranks_))
+        segs = _pool_map(work, ranks_, jobs)
         for rk in ranks_:
             _copy(parts[rk.rank], f)
             os.unlink(parts.pop(rk.rank))

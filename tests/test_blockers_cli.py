@@ -94,3 +94,24 @@ def test_blockers_refuses_bad_input_in_one_line(slow_run, tmp_path):
         assert proc.stdout == ""
     res = invoke("blockers", traces[0], "--top", 0)
     assert res.exit_code == 2 and "--top" in res.output
+
+
+def test_blockers_on_stdin_leaves_no_spool_file(slow_run, tmp_path):
+    """stdin is spooled to a temporary file so it can be read twice; that
+    file goes away when the command ends, whether it succeeded or failed."""
+    _, _, _, streams = slow_run
+    spool_dir = tmp_path / "tmp"
+    spool_dir.mkdir()
+    env = dict(os.environ, TMPDIR=str(spool_dir))
+    with open(streams["aligned"], "rb") as stdin:
+        proc = subprocess.run([BIN, "blockers", "-q"], stdin=stdin, capture_output=True, env=env, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(b"Straggler: rank 2 ")
+    assert os.listdir(spool_dir) == []
+    # a stream cut short on stdin: an error, and still nothing left behind
+    cut = tmp_path / "cut.stev"
+    cut.write_bytes(open(streams["aligned"], "rb").read()[:5000])
+    with open(cut, "rb") as stdin:
+        proc = subprocess.run([BIN, "blockers", "-q"], stdin=stdin, capture_output=True, env=env, timeout=180)
+    assert proc.returncode == 1 and proc.stderr.count(b"\n") == 1, proc.stderr
+    assert os.listdir(spool_dir) == []

@@ -18,13 +18,21 @@ item, in the order of ``items``:
 * Work starts when ``map`` is called (pool executors submit every item at
   once), so the caller can do other work (import pandas) meanwhile.
 * The first failure, in item order, is raised; items not started by then
-  are not run, and the executor waits for those running.  Closing the
-  generator early does the same.
+  are not run.  Executors that share memory wait for those running (they
+  cannot be stopped from outside); those that ship work leave them to
+  ``close(wait=False)``, which ends their workers at once.  Closing the
+  generator early does the same.  After a signal (``Interrupted``,
+  ``KeyboardInterrupt``) nothing is waited for.
 """
 import abc
 import concurrent.futures as cf
+import os
 
+from ..errors import Interrupted
 from .cpus import available_cpus
+
+#: exceptions after which running work is not waited for
+_STOP_NOW = (Interrupted, KeyboardInterrupt)
 
 
 class Executor(abc.ABC):
@@ -46,25 +54,27 @@ class Executor(abc.ABC):
             post = None
         return self._results(futures, post)
 
-    @staticmethod
-    def _results(futures, post):
+    def _results(self, futures, post):
         try:
             for future in futures:
                 result = future.result()
                 yield post(result) if post is not None else result
-        finally:
+        except BaseException as exc:
             for future in futures:
                 future.cancel()
-            cf.wait(futures)
+            if self.shares_memory and not isinstance(exc, _STOP_NOW):
+                cf.wait(futures)
+            raise
 
-    def close(self):
-        """Release the workers (waits for running work)."""
+    def close(self, wait=True):
+        """Release the workers: after the running work ends, or (not
+        ``wait``) now, as far as this kind of executor can."""
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        self.close(wait=exc_type is None)
 
 
 class _Finished:
@@ -104,25 +114,47 @@ class Threads(Executor):
     def submit(self, fn, item):
         return self._pool.submit(fn, item)
 
-    def close(self):
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait=True):
+        # not waiting: threads cannot be stopped; those running end with the process
+        self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 class Processes(Executor):
     """A pool of worker processes: for maps that hold the GIL or write their
-    own files.  ``fn``, the items and the summaries are pickled."""
+    own files.  ``fn``, the items and the summaries are pickled.  The workers
+    die with this process however it ends (``parallel.fork.become_worker``)."""
 
     shares_memory = False
 
     def __init__(self, workers):
         self.workers = max(1, int(workers))
-        self._pool = cf.ProcessPoolExecutor(max_workers=self.workers)
+        self._pool = cf.ProcessPoolExecutor(max_workers=self.workers, initializer=_start_worker,
+                                            initargs=(os.getpid(),))
 
     def submit(self, fn, item):
         return self._pool.submit(fn, item)
 
-    def close(self):
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, wait=True):
+        if wait:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # the pool's own shutdown would wait for the running items; its worker
+        # processes are reachable only through ``_processes`` (no public way
+        # before Python 3.14)
+        processes = list((getattr(self._pool, "_processes", None) or {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for p in processes:
+            try:
+                p.kill()
+                p.join()
+            except (OSError, ValueError, AttributeError):
+                pass
+
+
+def _start_worker(parent_pid):
+    from .fork import become_worker
+
+    become_worker(parent_pid)
 
 
 def worker_count(jobs, items):

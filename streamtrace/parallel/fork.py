@@ -12,9 +12,45 @@ that does not exist in it).
 """
 import os
 import pickle
+import signal
+import sys
 import threading
 
 from ..errors import StreamtraceError
+
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def become_worker(parent_pid, keep_stdout=False):
+    """Set up a freshly forked worker process so that it never outlives its
+    parent nor holds the parent's pipes open.
+
+    * It is killed (SIGKILL) when the parent dies, however the parent dies
+      (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing).
+    * SIGTERM and SIGHUP get their default action back (the parent's Python
+      handlers were inherited with the fork), and SIGINT is ignored: a
+      Ctrl-C reaches the whole process group, and the parent ends its
+      workers itself.
+    * Its stdout is /dev/null (unless ``keep_stdout``): a worker holding the
+      write end of ``streamtrace extract | ...`` would keep the reader
+      waiting after the parent is gone."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no libc prctl
+            pass
+    if os.getppid() != parent_pid:   # the parent died before prctl took effect
+        os._exit(1)
+    if not keep_stdout:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.close(fd)
 
 
 def can_fork():
@@ -69,11 +105,13 @@ class Child:
     def __init__(self, tasks, send_result=False):
         self._send_result = send_result
         self._read, write_end = os.pipe()
+        parent = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:  # the child: its tasks, then exit without running any cleanup of the parent's
             os.close(self._read)
             status = 0
             try:
+                become_worker(parent)
                 result = None
                 for task in tasks:
                     result = task()
