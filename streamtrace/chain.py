@@ -15,6 +15,7 @@ import and the first ranks' tokenizing overlap.
 """
 import contextlib
 import functools
+import inspect
 import itertools
 import os
 
@@ -340,9 +341,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
                                agg_metrics=DEFAULT_AGG_METRICS, strict_world_size_check=True,
                                use_multiprocessing=False, max_workers=None, rank_regex=None, gpus_per_node=None,
                                all2allv_heatmap=False, *, align_clocks=None, allow_missing_ranks=False,
-                               strict=False, jobs=None, paths=(), write_files=True, default_output=False,
-                               progress=None, written=None, blocking_analysis=False, keep_sheets=True,
-                               output_html_path=None):
+                               strict=False, jobs=None, paths=(), write_files=True, progress=None,
+                               blocking_analysis=False, output_html_path=None, executor=None):
     """The whole chain (extract -> align -> report) in one process.
 
     TraceLens's ``generate_collective_report`` parameters in its order (a
@@ -352,77 +352,101 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     TraceLens (the align stage's None means "on across nodes").  ``jobs``
     None: ranks in parallel threads, one per rank up to the CPUs available
     (``use_multiprocessing`` with ``max_workers`` sets the count, as in
-    TraceLens); 1 reads the ranks one after another.
-    Returns ``{sheet name: DataFrame}``.  Unless
-    ``write_files`` is false it also writes the outputs asked for; with
-    neither output path given nothing is written (as TraceLens's function),
-    unless ``default_output`` (the command line): then
-    ``nccl_analysis_report.xlsx`` goes where TraceLens's command puts it (A1.5).
+    TraceLens); 1 reads the ranks one after another; ``executor`` runs the
+    per-rank map instead (``parallel.executor``).
+    Returns ``{sheet name: DataFrame}``.  Unless ``write_files`` is false it
+    also writes the outputs asked for; with no output path given nothing is
+    written, as TraceLens's function does.
     ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
-    labels never shift).  ``written``, a dict, receives ``{"paths": [...]}``.
-    ``blocking_analysis`` also runs ``correlate`` and adds its sheets.
-    ``output_html_path``: also write the HTML report (``html_report``; needs
-    plotly); given alone, it is the only output.
-    ``keep_sheets=False``, for a caller that needs only the files (the CLI):
-    with CSV output alone, sheets written by a forked child are returned as
-    None (see ``report.build_report``'s ``deliver``).
+    labels never shift).  ``blocking_analysis`` also runs ``correlate`` and
+    adds its sheets.  ``output_html_path``: also write the HTML report
+    (``html_report``; needs plotly); given alone, it is the only output.
     """
+    args = dict(locals())
+    return _collective_report(args, files_only=False)[0]
+
+
+def write_collective_report(**options):
+    """What ``streamtrace collective-report`` runs: the report's files, for
+    ``generate_collective_report``'s arguments (by keyword).  With no output
+    path, ``nccl_analysis_report.xlsx`` goes where TraceLens's command puts
+    it (A1.5).  Returns (the paths written, the sheet names).  The sheets are
+    not kept: with CSVs alone they are written by the forked processes that
+    build them (``report.build_report``'s ``deliver``)."""
+    bound = inspect.signature(generate_collective_report).bind(**options)
+    bound.apply_defaults()
+    sheets, paths_written = _collective_report(bound.arguments, files_only=True)
+    return paths_written, list(sheets)
+
+
+def _collective_report(a, files_only):
+    """``(sheets, paths written)`` for generate_collective_report's arguments
+    ``a``; ``files_only``: the command line's run (see write_collective_report)."""
+    inputs = _checked_report_inputs(a)
+    tables, report = _report_tables(inputs, a)
+    options = dict(detailed_analysis=a["detailed_analysis"], agg_metrics=a["agg_metrics"],
+                   gpus_per_node=a["gpus_per_node"], all2allv_heatmap=a["all2allv_heatmap"], strict=a["strict"],
+                   world_size=a["world_size"])
+    xlsx, csvs, page = a["output_xlsx_path"], a["output_csvs_dir"], a["output_html_path"]
+    if files_only and csvs and not xlsx and not page:
+        return _report_into_csvs(report, tables, csvs, options)
+    sheets = report.build_report(tables, **options)
+    if not a["write_files"] or not (xlsx or csvs or page or files_only):
+        return sheets, []
+    if not (xlsx or csvs or page):
+        xlsx = report.default_output_path([i.path for i in inputs], a["trace_dir"], a["trace_pattern"],
+                                          a["world_size"])
+    paths_written = report.write_report(sheets, xlsx, csvs) if xlsx or csvs else []
+    if page:
+        from .html_report import write_html
+
+        paths_written.append(write_html(sheets, page, sources=[i.path for i in inputs], world_size=a["world_size"]))
+    return sheets, paths_written
+
+
+def _checked_report_inputs(a):
+    """The RankInputs of a report's arguments, every argument and output
+    checked before any work."""
     from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
 
-    if gpus_per_node is not None and gpus_per_node <= 0:
-        raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {gpus_per_node})")
-    check_aggs(agg_metrics)
-    if output_html_path and write_files:
+    if a["gpus_per_node"] is not None and a["gpus_per_node"] <= 0:
+        raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {a['gpus_per_node']})")
+    check_aggs(a["agg_metrics"])
+    if a["output_html_path"] and a["write_files"]:
         from .html_report import check_output
 
-        check_output(output_html_path)   # before the work, not after it
-        keep_sheets = True
-    if align_clocks is None:
-        # TraceLens's columns mean the times as the traces recorded them; the
-        # offsets are still estimated, and data_quality says when they matter
-        align_clocks = False
-    inputs = resolve_inputs(paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
-                            rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
-                            allow_missing_ranks=allow_missing_ranks or not strict_world_size_check)
-    if write_files:
+        check_output(a["output_html_path"])
+    inputs = resolve_inputs(paths=a["paths"], trace_dir=a["trace_dir"], trace_pattern=a["trace_pattern"],
+                            trace_glob=a["trace_glob"], rank_regex=a["rank_regex"] or DEFAULT_RANK_REGEX,
+                            world_size=a["world_size"],
+                            allow_missing_ranks=a["allow_missing_ranks"] or not a["strict_world_size_check"])
+    if a["write_files"]:
         from .report.files import check_report_outputs
 
-        check_report_outputs(output_xlsx_path, output_csvs_dir, [i.path for i in inputs])
-    if jobs is None and use_multiprocessing:
-        jobs = max_workers   # None: the CPUs available (local_executor caps every count)
-    if blocking_analysis:
-        tables = _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress)
-        from .report import sheets as report
-    else:
-        reading = RankReading(inputs, world_size, jobs, strict, progress)
-        try:
-            from .report import sheets as report  # pandas loads while the first ranks are tokenized
-        except BaseException as exc:
-            reading.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
-            raise
-        tables = reading.tables(align_clocks, gpus_per_node)
-    options = dict(detailed_analysis=detailed_analysis, agg_metrics=agg_metrics, gpus_per_node=gpus_per_node,
-                   all2allv_heatmap=all2allv_heatmap, strict=strict, world_size=world_size)
-    if write_files and output_csvs_dir and not output_xlsx_path and not keep_sheets:
-        sheets, paths_written = _report_into_csvs(report, tables, output_csvs_dir, options)
-    else:
-        sheets = report.build_report(tables, **options)
-        if not write_files or not (output_xlsx_path or output_csvs_dir or output_html_path or default_output):
-            return sheets
-        if not output_xlsx_path and not output_csvs_dir and not output_html_path:
-            output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,
-                                                          world_size)
-        paths_written = []
-        if output_xlsx_path or output_csvs_dir:
-            paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
-        if output_html_path:
-            from .html_report import write_html
+        check_report_outputs(a["output_xlsx_path"], a["output_csvs_dir"], [i.path for i in inputs])
+    return inputs
 
-            paths_written.append(write_html(sheets, output_html_path, sources=[i.path for i in inputs],
-                                            world_size=world_size))
-    if written is not None:
-        written["paths"] = paths_written
-    return sheets
+
+def _report_tables(inputs, a):
+    """The align (and with ``blocking_analysis`` correlate) tables of the
+    ranks, and the report module (imported while the first ranks are read)."""
+    # TraceLens's columns mean the times as the traces recorded them; the
+    # offsets are still estimated, and data_quality says when they matter
+    align_clocks = bool(a["align_clocks"])
+    jobs = a["jobs"] if a["jobs"] is not None or not a["use_multiprocessing"] else a["max_workers"]
+    if a["blocking_analysis"]:
+        tables = _correlated_tables(inputs, a["world_size"], jobs, align_clocks, a["gpus_per_node"], a["strict"],
+                                    a["progress"], executor=a["executor"])
+        from .report import sheets as report
+
+        return tables, report
+    reading = RankReading(inputs, a["world_size"], jobs, a["strict"], a["progress"], executor=a["executor"])
+    try:
+        from .report import sheets as report  # pandas loads while the first ranks are tokenized
+    except BaseException as exc:
+        reading.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
+        raise
+    return reading.tables(align_clocks, a["gpus_per_node"]), report
 
 
 def _report_into_csvs(report, tables, directory, options):

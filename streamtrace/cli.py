@@ -83,26 +83,41 @@ def stream_output(path):
     out.flush()
 
 
-def _alias(*names, **kwargs):
-    """An option accepting TraceLens's underscore spelling and a dash alias."""
-    return click.option(*names, **kwargs)
+def output_option(required=False, help="Write the stream here (default: stdout if not a terminal)."):
+    """``-o/--output``: where a command writes its one output."""
+    return click.option("-o", "--output", required=required, type=click.Path(), help=help)
+
+
+def jobs_option(fn):
+    """``-j/--jobs``: how many ranks every rank-parallel command runs at once."""
+    return click.option("-j", "--jobs", type=click.IntRange(min=1),
+                        help="Ranks processed at once [default: the CPUs available, at most one per rank].")(fn)
+
+
+def align_clocks_option(default):
+    """``--align_clocks/--no-align_clocks``: whether to apply the per-rank
+    clock offsets estimated from collective ends; ``default`` says what
+    neither flag means for the command."""
+    return click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks",
+                        default=None, help=f"Apply the per-rank clock offsets estimated from collective ends "
+                                           f"[default: {default}].")
 
 
 def trace_input_options(fn):
     """Trace discovery flags, shared by every command that reads traces."""
     opts = [
         click.argument("paths", nargs=-1, type=click.Path()),
-        _alias("--trace_dir", "--trace-dir", "trace_dir", type=click.Path(),
+        click.option("--trace_dir", "--trace-dir", "trace_dir", type=click.Path(),
                help="Directory with rank{i}_trace.json[.gz|.zst] (else every trace in it, rank from distributedInfo)."),
-        _alias("--trace_pattern", "--trace-pattern", "trace_pattern",
+        click.option("--trace_pattern", "--trace-pattern", "trace_pattern",
                help="Path with one '*' replaced by the rank 0..world_size-1."),
-        _alias("--trace_glob", "--trace-glob", "trace_glob",
+        click.option("--trace_glob", "--trace-glob", "trace_glob",
                help="Glob (** allowed); the rank comes from --rank_regex."),
-        _alias("--rank_regex", "--rank-regex", "rank_regex", default=DEFAULT_RANK_REGEX, show_default=True,
+        click.option("--rank_regex", "--rank-regex", "rank_regex", default=DEFAULT_RANK_REGEX, show_default=True,
                help="Regex with a 'rank' group, searched in the file name then the path (with --trace_glob)."),
-        _alias("--world_size", "--world-size", "world_size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE),
+        click.option("--world_size", "--world-size", "world_size", type=click.IntRange(min=1, max=MAX_WORLD_SIZE),
                help="Number of ranks."),
-        _alias("--allow_missing_ranks", "--allow-missing-ranks", "allow_missing_ranks", is_flag=True,
+        click.option("--allow_missing_ranks", "--allow-missing-ranks", "allow_missing_ranks", is_flag=True,
                help="Analyse the ranks present when some rank files are missing."),
     ]
     for opt in reversed(opts):
@@ -157,11 +172,11 @@ def main():
 
 @main.command()
 @trace_input_options
-@click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
+@output_option()
 @click.option("--rank", type=click.IntRange(min=0, max=MAX_RANK),
               help="Rank of a single input path (else distributedInfo.rank).")
-@_alias("--keep_pyfunc", "--keep-pyfunc", "keep_pyfunc", is_flag=True, help="Keep python_function events (skipped by default).")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Ranks extracted in parallel.")
+@click.option("--keep_pyfunc", "--keep-pyfunc", "keep_pyfunc", is_flag=True, help="Keep python_function events (skipped by default).")
+@jobs_option
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1, no output).")
 @quiet_option
 @handle_errors
@@ -207,7 +222,7 @@ def dump(streams, what, fmt, ranks):
 
 @main.command()
 @click.argument("streams", nargs=-1, type=click.Path())
-@click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
+@output_option()
 @quiet_option
 @handle_errors
 def correlate(streams, output, quiet):
@@ -237,8 +252,7 @@ def correlate(streams, output, quiet):
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Rows per list.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write the self-contained HTML report (charts; needs plotly) here.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ranks extracted in parallel (trace inputs).")
+@jobs_option
 @quiet_option
 @handle_errors
 def blockers(inputs, top, html_path, jobs, quiet):
@@ -301,12 +315,12 @@ def _split_aggs(ctx, param, value):
 def report_options(fn):
     """Report flags shared by ``report`` and ``collective-report``."""
     opts = [
-        _alias("--output_xlsx_path", "--output-xlsx-path", "output_xlsx_path", type=click.Path(dir_okay=False),
+        click.option("--output_xlsx_path", "--output-xlsx-path", "output_xlsx_path", type=click.Path(dir_okay=False),
                help="Excel workbook to write (default: nccl_analysis_report.xlsx next to the traces, "
                     "when no --output_csvs_dir is given either)."),
-        _alias("--output_csvs_dir", "--output-csvs-dir", "output_csvs_dir", type=click.Path(file_okay=False),
+        click.option("--output_csvs_dir", "--output-csvs-dir", "output_csvs_dir", type=click.Path(file_okay=False),
                help="Directory for one <sheet>.csv per sheet (full tables, no index)."),
-        _alias("--output_html_path", "--output-html-path", "output_html_path", type=click.Path(dir_okay=False),
+        click.option("--output_html_path", "--output-html-path", "output_html_path", type=click.Path(dir_okay=False),
                help="Self-contained HTML report with charts (opens offline; needs plotly). "
                     "Given alone, the only output."),
         click.option("--detailed_analysis/--no-detailed_analysis", "--detailed-analysis/--no_detailed_analysis",
@@ -316,15 +330,13 @@ def report_options(fn):
                      callback=_split_aggs, metavar="AGG...",
                      help="pandas aggregations for the implicit-sync and all2allv summaries "
                           "[default: mean median min max]."),
-        _alias("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
+        click.option("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
                help="GPUs per node for node_id/node_span (default: the first rank's deviceProperties count)."),
-        _alias("--all2allv_heatmap", "--all2allv-heatmap", "all2allv_heatmap", is_flag=True,
+        click.option("--all2allv_heatmap", "--all2allv-heatmap", "all2allv_heatmap", is_flag=True,
                help="Add the nccl_all2allv_heatmap sheet."),
-        click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks",
-                     default=None, help="Apply per-rank clock offsets estimated from collective ends "
-                                        "[default: collective-report: off, times as recorded, as in TraceLens; "
-                                        "report on a stream not yet aligned: on when the ranks span more than one "
-                                        "node]. data_quality says when offsets not applied change the answers."),
+        align_clocks_option("collective-report: off, times as recorded, as in TraceLens; report on a stream "
+                            "not yet aligned: on when the ranks span more than one node; data_quality says when "
+                            "offsets not applied change the answers"),
         click.option("--strict", is_flag=True,
                      help="Abort on metadata disagreements between ranks (TraceLens behaviour) and on truncated traces."),
     ]
@@ -354,10 +366,9 @@ def _wrote(paths, sheets):
 
 @main.command()
 @click.argument("streams", nargs=-1, type=click.Path())
-@click.option("-o", "--output", type=click.Path(), help="Write the stream here (default: stdout if not a terminal).")
-@click.option("--align_clocks/--no-align_clocks", "--align-clocks/--no_align_clocks", "align_clocks", default=None,
-              help="Apply the estimated per-rank clock offsets [default: when the ranks span more than one node].")
-@_alias("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
+@output_option()
+@align_clocks_option("on when the ranks span more than one node")
+@click.option("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
         help="GPUs per node, to decide whether ranks span nodes (default: deviceProperties count).")
 @quiet_option
 @handle_errors
@@ -436,14 +447,12 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
 @main.command("collective-report")
 @trace_input_options
 @report_options
-@_alias("--use_multiprocessing", "--use-multiprocessing", "use_multiprocessing", is_flag=True,
+@click.option("--use_multiprocessing", "--use-multiprocessing", "use_multiprocessing", is_flag=True,
         help="Read rank files in parallel (as -j with --max_workers or the CPU count).")
-@_alias("--max_workers", "--max-workers", "max_workers", type=click.IntRange(min=1),
+@click.option("--max_workers", "--max-workers", "max_workers", type=click.IntRange(min=1),
         help="Pool size for --use_multiprocessing [default: CPU count].")
-@click.option("-j", "--jobs", type=click.IntRange(min=1),
-              help="Ranks read in parallel threads [default: one per rank, up to the CPUs available; "
-                   "-j 1: one rank at a time].")
-@_alias("--blocking_analysis/--no-blocking_analysis", "--blocking-analysis/--no-blocking-analysis",
+@jobs_option
+@click.option("--blocking_analysis/--no-blocking_analysis", "--blocking-analysis/--no-blocking-analysis",
         "blocking_analysis", default=False, show_default=True,
         help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
              "costs several times the report's time and memory.")
@@ -464,7 +473,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
       streamtrace collective-report --trace_glob 'logs/*.json.gz' --rank_regex 'worker(?P<rank>\\d+)' \\
           --world_size 8 --output_csvs_dir csvs/ -j 2
     """
-    from .chain import generate_collective_report
+    from .chain import write_collective_report
 
     if world_size is None and (trace_dir or trace_pattern or trace_glob):
         # TraceLens's command fails without it in every input mode; scanning
@@ -472,18 +481,17 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         raise click.UsageError("--world_size is required with --trace_dir, --trace_pattern and --trace_glob "
                                "(as in TraceLens)")
     _setup_logging(quiet)
-    written = {}
     progress = _progress_printer(quiet)
-    sheets = generate_collective_report(
+    written, sheets = write_collective_report(
         paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
         rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
-        output_csvs_dir=output_csvs_dir, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
-        gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, align_clocks=align_clocks,
-        allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs, use_multiprocessing=use_multiprocessing,
-        max_workers=max_workers, progress=progress, written=written, blocking_analysis=blocking_analysis,
-        keep_sheets=False, default_output=True, output_html_path=output_html_path)
+        output_csvs_dir=output_csvs_dir, output_html_path=output_html_path, detailed_analysis=detailed_analysis,
+        agg_metrics=agg_metrics, gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
+        align_clocks=align_clocks, allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs,
+        use_multiprocessing=use_multiprocessing, max_workers=max_workers, progress=progress,
+        blocking_analysis=blocking_analysis)
     _end_progress(progress)
-    _wrote(written.get("paths", []), sheets)
+    _wrote(written, sheets)
 
 
 # ------------------------------------------------------------------ fuse (issue #5)
@@ -540,25 +548,22 @@ def _fuse_progress(quiet):
 
 @main.command("fuse")
 @trace_input_options
-@click.option("-o", "--output", required=True, type=click.Path(),
-              help="merged.json, merged.json.gz (one gzip member), merged.json.zst, or - for stdout.")
+@output_option(required=True, help="merged.json, merged.json.gz (one gzip member), merged.json.zst, or - for stdout.")
 @click.option("--ranks", callback=_parse_ranks, help="Only these ranks: 0,8,16 or ranges such as 0-7.")
-@_alias("--include_pyfunc", "--include-pyfunc", "include_pyfunc", is_flag=True,
+@click.option("--include_pyfunc", "--include-pyfunc", "include_pyfunc", is_flag=True,
         help="Keep python_function events (dropped by default, as TraceFuse does).")
-@_alias("--keep_spans", "--keep-spans", "keep_spans", is_flag=True,
+@click.option("--keep_spans", "--keep-spans", "keep_spans", is_flag=True,
         help="Keep cat 'Trace' (the profiler-window span; dropped by default, as TraceFuse does).")
 @click.option("--cat", "cats", help="Only these categories, comma-separated (e.g. kernel,gpu_memcpy).")
 @click.option("--name", "name_regex", help="Only events whose name matches this regular expression (Python syntax; refused after 20 s of matching).")
 @click.option("--window", help="Only events meeting START:END, microseconds on the fused timeline (an end may be empty).")
-@_alias("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
+@click.option("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
         help="Only NCCL/RCCL kernels (kernel events whose name contains 'nccl', any case).")
-@_alias("--align_clocks", "--align-clocks", "align_clocks", is_flag=True,
-        help="Shift each rank by its clock offset estimated from collective ends (the report's "
-             "clock_alignment sheet); implies --time_base.")
-@_alias("--time_base", "--time-base", "time_base", is_flag=True,
+@align_clocks_option("off; on shifts each rank by its clock offset (the report's clock_alignment sheet) and "
+                     "implies --time_base")
+@click.option("--time_base", "--time-base", "time_base", is_flag=True,
         help="Put ranks whose ts are relative to baseTimeNanoseconds on one epoch.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Ranks processed in parallel.")
+@jobs_option
 @quiet_option
 @handle_errors
 def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
@@ -567,7 +572,7 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
     """Per-rank traces -> one Perfetto / chrome://tracing JSON file, streamed.
 
     Every rank gets its own pid, flow-id, correlation and External id range,
-    its processes are labelled RANK r - CPU / RANK r - GPU d, X events that
+    its processes are named RANK r - CPU / RANK r - GPU (as TraceLens does), X events that
     overlap without nesting move to sibling lanes, and each rank's metadata
     (deviceProperties, distributedInfo, ...) is kept under "streamtrace".
 
@@ -584,7 +589,7 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
     if cats is not None and not cat_list:
         raise click.BadParameter("give at least one category", param_hint="--cat")
     result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
-                      name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=align_clocks,
+                      name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
                       time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet))
     if not quiet and output != "-":
         if sys.stderr.isatty():

@@ -277,7 +277,7 @@ def _extract_to_file(args):
     return out_path, ranks
 
 
-def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=1, strict=False, progress=None,
+def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, strict=False, progress=None,
             executor=None):
     """Extract every RankInput into one stream written to ``output`` (a binary
     file object).  The map extracts a rank into a stream file of its own; the

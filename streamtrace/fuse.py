@@ -41,7 +41,6 @@ import sys
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
@@ -49,10 +48,11 @@ import numpy as np
 
 from . import _native
 from .io.outputs import atomic_file, check_suffix, refuse_input_as_output, resolve_output, stdout_buffer
-from .errors import Interrupted, StreamtraceError, TraceError
+from .errors import StreamtraceError, TraceError
 from .extract import VERSION, decode_raw_string, peek_metadata
 from .io.reading import open_source
 from .io.ranks import RankInput
+from .parallel.executor import Threads, worker_count
 from .userregex import UserRegex
 
 log = logging.getLogger("streamtrace")
@@ -539,7 +539,7 @@ def _clock_offsets(ranks, jobs):
     def collect(rk):
         return align.collect_rank(extract_rank(rk.path, rk.rank, None, False, rk.position), rk.rank)
 
-    results = _pool_map(collect, ranks, max(1, jobs))
+    results = _run_parallel(collect, ranks, max(1, jobs))
     tables = align.match_ranks(results, align_clocks=True)
     clocks = tables["align.clocks"]
     offsets = {int(r): int(o) for r, o in zip(clocks["rank"], clocks["offset_ns"])}
@@ -828,23 +828,14 @@ def _write_rank(rk, opts, f, compression, progress=None):
 
 
 def _run_parallel(fn, items, jobs):
+    """``[fn(rank) for rank in items]``: one per-rank pass, ``jobs`` ranks at
+    a time in threads (the C rewriter and the compressors release the GIL).
+    An error waits for the running ranks; a signal does not (the executor's
+    rules)."""
     if jobs <= 1 or len(items) <= 1:
         return [fn(x) for x in items]
-    return _pool_map(fn, items, jobs)
-
-
-def _pool_map(fn, items, jobs):
-    """``list(map(fn, items))`` in ``jobs`` threads.  An error waits for the
-    running items; a signal (``Interrupted``) does not: they end with the
-    process, which is on its way out."""
-    pool = ThreadPoolExecutor(max_workers=jobs)
-    try:
-        out = list(pool.map(fn, items))
-    except BaseException as exc:
-        pool.shutdown(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)), cancel_futures=True)
-        raise
-    pool.shutdown()
-    return out
+    with Threads(min(jobs, len(items)), name="streamtrace-fuse") as pool:
+        return list(pool.map(fn, items))
 
 
 class _Progress:
@@ -863,7 +854,7 @@ class _Progress:
 
 
 def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex=None, window=None,
-         nccl_only=False, align_clocks=False, time_base=False, jobs=1, *, keep_spans=False,
+         nccl_only=False, align_clocks=False, time_base=False, jobs=None, *, keep_spans=False,
          compression=None, progress=None, _masks=None):
     """Merge per-rank traces into one Chrome-trace JSON for Perfetto, streamed.
 
@@ -877,7 +868,8 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     kernels whose name contains "nccl".  ``align_clocks``: shift each rank by
     the align stage's clock offset (puts ranks on one epoch too).
     ``time_base``: put ``baseTimeNanoseconds``-relative ranks on one epoch.
-    ``jobs``: ranks processed in parallel.  Returns a FuseResult.
+    ``jobs``: ranks processed at once (None: the CPUs available; never more
+    than there are ranks).  Returns a FuseResult.
     """
     t_start = time.time()
     if isinstance(window, str):
@@ -891,9 +883,9 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     if compression is None and output != "-":
         check_suffix(output, allowed=(".gz", ".zst", ".zstd"))
     compression = compression or compression_for(output)
-    jobs = max(1, int(jobs or 1))
     budget = _SpillBudget()
     rank_inputs = _as_rank_inputs(inputs)
+    jobs = worker_count(jobs, len(rank_inputs) or 1)
     refuse_input_as_output(output, [i.path for i in rank_inputs])
     ranks_ = _resolve_ranks(rank_inputs, ranks)
     if _masks is not None:
@@ -1020,7 +1012,7 @@ def _write_parallel(ranks_, opts, f, compression, jobs, output, prog):
             with os.fdopen(fd, "wb") as pf:
                 return _write_rank(rk, opts, pf, compression, prog)
 
-        segs = _pool_map(work, ranks_, jobs)
+        segs = _run_parallel(work, ranks_, jobs)
         for rk in ranks_:
             _copy(parts[rk.rank], f)
             os.unlink(parts.pop(rk.rank))
