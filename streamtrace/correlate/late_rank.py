@@ -3,6 +3,7 @@ matched collective instance, the late rank's delay split into host launch
 lateness, GPU dependency wait and GPU backlog, the backlog attributed to
 compute kernels by their excess over the other ranks, the host lateness to
 CPU ops on the launching thread; summed up per kernel and per host op."""
+import collections
 import math
 
 import numpy as np
@@ -29,62 +30,131 @@ BLOCKING_HOST_COLUMNS = ["op", "total_blocking_us", "instances_delayed", "ranks"
 
 
 def _late_rank_analysis(inputs):
-    inst = inputs.instances
-    # every matched multi-rank collective makes ranks wait for the last one;
-    # point-to-point send/recv only pair two ranks and are left out
-    sync = inst[~inst["collective_name"].isin(P2P_NAMES)].sort_values(["instance", "start", "rank"], kind="stable")
-    comp, tls = inputs.compute, inputs.timelines
-    coll_ends = {int(r): np.sort(g["end"].to_numpy()) for r, g in inst.groupby("rank")}
+    """collective_blockers (one row per instance in ``_Waits``),
+    blocking_kernels and blocking_host_ops, as DataFrames."""
+    comp, timelines = inputs.compute, inputs.timelines
+    collective_ends = {int(r): np.sort(g["end"].to_numpy()) for r, g in inputs.instances.groupby("rank")}
+    waits = _Waits(inputs.instances, timelines, collective_ends)
+    blocking = _blocking_kernels(comp, timelines, waits, collective_ends)
+    late_tid = waits.launch_tid[waits.last]
+    has_tid = ~np.isnan(late_tid)
+    host_ops = _host_ops_in_gaps(timelines, waits.late_rank, np.where(has_tid, late_tid, -1).astype(np.int64),
+                                 waits.reference_arrival, waits.reference_arrival + waits.host,
+                                 (waits.host > 0) & has_tid)
 
-    inst_ids = sync["instance"].to_numpy()
-    ranks, starts = sync["rank"].to_numpy(np.int64), sync["start"].to_numpy(np.int64)
-    launch_end, launch_tid = sync["launch_end"].to_numpy(float), sync["launch_tid"].to_numpy(float)
-    pgs, names = sync["pg_name"].to_numpy(object), sync["collective_name"].to_numpy(object)
-    bounds = np.flatnonzero(np.r_[True, inst_ids[1:] != inst_ids[:-1], True])
-    lo_i, hi_i = bounds[:-1], bounds[1:]
-    # instances with at least two ranks whose late rank has a timeline
-    keep = hi_i - lo_i >= 2
-    lo_i, last = lo_i[keep], hi_i[keep] - 1
-    keep = np.isin(ranks[last], list(tls))
-    lo_i, last = lo_i[keep], last[keep]
-    n = len(lo_i)
-    L, R = ranks[last], ranks[lo_i]
-    a_L, a_R = starts[last], starts[lo_i]
-    delta = a_L - a_R
-    blame = a_L - starts[np.maximum(last - 1, 0)]
-    no_launch = np.isnan(launch_end[last])
-    le = np.where(no_launch, 0, launch_end[last]).astype(np.int64)
-    host = np.where(no_launch, 0, np.minimum(np.maximum(le - a_R, 0), delta))
-    g0 = a_R + host   # from here the kernel was launched and the GPU side waited
-    gap_busy = np.zeros(n, dtype=np.int64)
-    prev_L = np.zeros(n, dtype=np.int64)
-    for r in np.unique(L):
-        q = np.flatnonzero(L == r)
-        gap_busy[q] = _native.overlap_with_union(g0[q], a_L[q], *tls[int(r)].unions["compute"])
-        prev_L[q] = _previous_ends(coll_ends.get(int(r)), a_L[q])
-    backlog = np.minimum(gap_busy, delta - host)
-    dependency = delta - host - backlog
+    rows, kernel_hits, host_hits = [], [], []
+    for i in range(len(waits.first)):
+        cid = waits.instance[waits.first[i]]
+        late = int(waits.late_rank[i])
+        if waits.no_launch[i] and waits.delta[i] > 0:
+            inputs.quality.append(("no launch record", late, f"collective {cid}: the late rank's kernel has no "
+                                                             "launch record; host lateness counted as 0"))
+        top = []
+        for k in blocking.order[blocking.ptr[i]:blocking.ptr[i + 1]]:
+            j = blocking.kernel[k]
+            name, grid, block = comp.triples[comp.key[j]]
+            attributed, excess = int(blocking.attributed[k]), blocking.excess[k]
+            kernel_hits.append((name, grid, block, attributed, cid, late, excess, int(blocking.duration[k]),
+                                blocking.baseline[k]))
+            top.append((name, int(comp.column(late, "stream", j)), excess, attributed))
+        ops = host_ops.get(i, [])
+        host_hits.extend((name, t, cid, late) for name, t in ops)
+        rows.append(_blocker_row(waits, i, top, ops[:TOP_N]))
 
-    # kernels that ran on L between its previous collective's end and a_L,
-    # against the same kernels on the other ranks in their own windows
-    q_lo, q_hi = _windows(comp, L, prev_L, a_L)
-    others = np.concatenate([np.arange(a, b) for a, b in zip(lo_i, last)]) if n else np.zeros(0, dtype=np.int64)
-    owner = np.repeat(np.arange(n), last - lo_i)
-    present = np.isin(ranks[others], list(tls))
+    blockers_df = pd.DataFrame(rows).reindex(columns=BLOCKER_COLUMNS)
+    return blockers_df, _summarize_kernels(kernel_hits), _summarize_host(host_hits)
+
+
+class _Waits:
+    """The collective instances where ranks waited for the last one: every
+    matched instance but send/recv, with at least two ranks and a timeline
+    for its last arriver.
+
+    Arrival rows (``instance``, ``rank``, ``start``, ``launch_end``,
+    ``launch_tid``, ``pg_name``, ``collective_name``) are sorted by
+    (instance, start, rank); per instance, ``first`` and ``last`` are the rows
+    of its first (the reference) and its last (the late) arriver.  Per
+    instance, the late rank's delay behind the reference (``delta``) splits
+    into ``host`` launch lateness, GPU ``dependency`` wait and GPU
+    ``backlog``, which add up to it."""
+
+    def __init__(self, instances, timelines, collective_ends):
+        # every matched multi-rank collective makes ranks wait for the last one;
+        # point-to-point send/recv only pair two ranks and are left out
+        sync = instances[~instances["collective_name"].isin(P2P_NAMES)].sort_values(["instance", "start", "rank"],
+                                                                                     kind="stable")
+        self.instance = sync["instance"].to_numpy()
+        self.rank, self.start = sync["rank"].to_numpy(np.int64), sync["start"].to_numpy(np.int64)
+        self.launch_end, self.launch_tid = sync["launch_end"].to_numpy(float), sync["launch_tid"].to_numpy(float)
+        self.pg_name, self.collective_name = sync["pg_name"].to_numpy(object), sync["collective_name"].to_numpy(object)
+        self.first, self.last = self._first_and_last(timelines)
+        self._split_delays(timelines, collective_ends)
+
+    def _first_and_last(self, timelines):
+        """The first and last arrival rows of the instances with at least two
+        ranks whose late rank has a timeline."""
+        bounds = np.flatnonzero(np.r_[True, self.instance[1:] != self.instance[:-1], True])
+        first, end = bounds[:-1], bounds[1:]
+        keep = end - first >= 2
+        first, last = first[keep], end[keep] - 1
+        keep = np.isin(self.rank[last], list(timelines))
+        return first[keep], last[keep]
+
+    def _split_delays(self, timelines, collective_ends):
+        first, last = self.first, self.last
+        self.late_rank, self.reference_rank = self.rank[last], self.rank[first]
+        self.late_arrival, self.reference_arrival = self.start[last], self.start[first]
+        self.delta = self.late_arrival - self.reference_arrival
+        # what the late rank alone kept the others waiting: behind the rank that arrived just before it
+        self.blame = self.late_arrival - self.start[np.maximum(last - 1, 0)]
+        self.no_launch = np.isnan(self.launch_end[last])
+        launch_end = np.where(self.no_launch, 0, self.launch_end[last]).astype(np.int64)
+        self.host = np.where(self.no_launch, 0,
+                             np.minimum(np.maximum(launch_end - self.reference_arrival, 0), self.delta))
+        # from here the kernel was launched and the GPU side waited
+        self.gap_start = self.reference_arrival + self.host
+        gap_busy = np.zeros(len(first), dtype=np.int64)
+        for r in np.unique(self.late_rank):
+            q = np.flatnonzero(self.late_rank == r)
+            gap_busy[q] = _native.overlap_with_union(self.gap_start[q], self.late_arrival[q],
+                                                     *timelines[int(r)].unions["compute"])
+        self.late_previous_end = _previous_ends_by_rank(collective_ends, self.late_rank, self.late_arrival)
+        self.backlog = np.minimum(gap_busy, self.delta - self.host)
+        self.dependency = self.delta - self.host - self.backlog
+
+
+#: the compute kernels that blocked late ranks: ``kernel`` (indices into the
+#: _Compute table), with its ``duration``, the median ``baseline`` of the same
+#: kernel on the other ranks (NaN: unknown), the ``excess`` over it and the
+#: time ``attributed`` to it; ``order[ptr[i]:ptr[i + 1]]`` are the kernels that
+#: blocked instance i, largest first
+_Blocking = collections.namedtuple("_Blocking", "kernel duration baseline excess attributed order ptr")
+
+
+def _blocking_kernels(comp, timelines, waits, collective_ends):
+    """The kernels that ran on each late rank between its previous
+    collective's end and its arrival, against the same kernels on the other
+    ranks in their own windows (a ``_Blocking``)."""
+    n, first, last = len(waits.first), waits.first, waits.last
+    late_lo, late_hi = _windows(comp, waits.late_rank, waits.late_previous_end, waits.late_arrival)
+    # the other ranks' arrival rows of each instance (owner: the instance)
+    others = np.concatenate([np.arange(a, b) for a, b in zip(first, last)]) if n else np.zeros(0, dtype=np.int64)
+    owner = np.repeat(np.arange(n), last - first)
+    present = np.isin(waits.rank[others], list(timelines))
     others, owner = others[present], owner[present]
-    prev_o = np.zeros(len(others), dtype=np.int64)
-    for r in np.unique(ranks[others]):
-        q = np.flatnonzero(ranks[others] == r)
-        prev_o[q] = _previous_ends(coll_ends.get(int(r)), starts[others[q]])
-    r_lo, r_hi = _windows(comp, ranks[others], prev_o, starts[others])
-    ref_ptr = np.searchsorted(owner, np.arange(n + 1), side="left")
-    ptr, kern, baseline = _native.window_medians(comp.start, comp.end, comp.ident, comp.n_ident, q_lo, q_hi, prev_L,
-                                                 ref_ptr, r_lo, r_hi, prev_o)
-    q_of = np.repeat(np.arange(n), np.diff(ptr))
-    k_start, k_end = comp.start[kern], comp.end[kern]
-    dur = k_end - k_start
-    excess = dur - baseline
-    in_gap = np.clip(np.minimum(k_end, a_L[q_of]) - np.maximum(k_start, g0[q_of]), 0, None)
+    other_ranks, other_arrivals = waits.rank[others], waits.start[others]
+    other_previous_end = _previous_ends_by_rank(collective_ends, other_ranks, other_arrivals)
+    other_lo, other_hi = _windows(comp, other_ranks, other_previous_end, other_arrivals)
+    other_ptr = np.searchsorted(owner, np.arange(n + 1), side="left")
+    ptr, kernel, baseline = _native.window_medians(comp.start, comp.end, comp.ident, comp.n_ident, late_lo, late_hi,
+                                                   waits.late_previous_end, other_ptr, other_lo, other_hi,
+                                                   other_previous_end)
+    instance_of = np.repeat(np.arange(n), np.diff(ptr))
+    k_start, k_end = comp.start[kernel], comp.end[kernel]
+    duration = k_end - k_start
+    excess = duration - baseline
+    in_gap = np.clip(np.minimum(k_end, waits.late_arrival[instance_of])
+                     - np.maximum(k_start, waits.gap_start[instance_of]), 0, None)
     # a kernel blocks by at most its time in the gap, and only by what it
     # took beyond its usual duration elsewhere (when that is known);
     # an excess within timing noise is no excess
@@ -92,52 +162,46 @@ def _late_rank_analysis(inputs):
     attributed = np.where(np.isnan(excess), in_gap,
                           np.where(significant, np.minimum(in_gap, np.clip(np.nan_to_num(excess), 0, None)), 0))
     hit = np.flatnonzero(attributed > 0)
-    hit = hit[np.lexsort((-attributed[hit], q_of[hit]))]   # per instance, largest first (stable)
-    hit_ptr = np.searchsorted(q_of[hit], np.arange(n + 1), side="left")
+    hit = hit[np.lexsort((-attributed[hit], instance_of[hit]))]   # per instance, largest first (stable)
+    hit_ptr = np.searchsorted(instance_of[hit], np.arange(n + 1), side="left")
+    return _Blocking(kernel, duration, baseline, excess, attributed, hit, hit_ptr)
 
-    has_tid = ~np.isnan(launch_tid[last])
-    host_ops = _host_ops_in_gaps(tls, L, np.where(has_tid, launch_tid[last], -1).astype(np.int64),
-                                 a_R, a_R + host, (host > 0) & has_tid)
 
-    rows, kernel_hits, host_hits = [], [], []
-    for i in range(n):
-        cid = inst_ids[lo_i[i]]
-        Li = int(L[i])
-        d, h, bl, dep = int(delta[i]), int(host[i]), int(backlog[i]), int(dependency[i])
-        if no_launch[i] and d > 0:
-            inputs.quality.append(("no launch record", Li, f"collective {cid}: the late rank's kernel has no launch "
-                                                           "record; host lateness counted as 0"))
-        parts = {"host launch lateness": h, "GPU dependency wait": dep, "GPU backlog": bl}
-        cause = max(parts, key=parts.get) if d > 0 else "none"
-        top = []
-        for k in hit[hit_ptr[i]:hit_ptr[i + 1]]:
-            j = kern[k]
-            name, grid, block = comp.triples[comp.key[j]]
-            kernel_hits.append((name, grid, block, int(attributed[k]), cid, Li, excess[k], int(dur[k]), baseline[k]))
-            top.append((name, int(comp.column(Li, "stream", j)), excess[k], int(attributed[k])))
+def _blocker_row(waits, i, top, host_top):
+    """collective_blockers' row of instance i: the delay split and its
+    dominant cause; ``top``: the blocking kernels as (name, stream, excess,
+    attributed), largest first; ``host_top``: the top host ops as (name, self
+    ns), shown as the top blockers when host launch lateness dominates."""
+    d, h, bl, dep = int(waits.delta[i]), int(waits.host[i]), int(waits.backlog[i]), int(waits.dependency[i])
+    parts = {"host launch lateness": h, "GPU dependency wait": dep, "GPU backlog": bl}
+    cause = max(parts, key=parts.get) if d > 0 else "none"
+    last = waits.last[i]
+    row = {
+        "collective_id": waits.instance[waits.first[i]], "Process Group Name": waits.pg_name[last],
+        "Collective name": waits.collective_name[last], "late_rank": int(waits.late_rank[i]),
+        "reference_rank": int(waits.reference_rank[i]), "delta_us": d / NS_PER_US,
+        "blame_us": int(waits.blame[i]) / NS_PER_US, "host_launch_lateness_us": h / NS_PER_US,
+        "gpu_dependency_wait_us": dep / NS_PER_US, "gpu_backlog_us": bl / NS_PER_US, "dominant_cause": cause,
+    }
+    if cause == "host launch lateness" and host_top:
+        row["top_blockers"] = "; ".join(f"{name} ({t / NS_PER_US:.1f} us)" for name, t in host_top)
+    else:
+        row["top_blockers"] = "; ".join(f"{name} ({a / NS_PER_US:.1f} us)" for name, _, _, a in top[:TOP_N])
+    for b, (name, stream, exc, _) in enumerate(top[:TOP_N], 1):
+        row[f"blocker_{b}"] = name
+        row[f"blocker_{b}_stream"] = stream
+        row[f"blocker_{b}_excess_us"] = None if np.isnan(exc) else exc / NS_PER_US
+    return row
 
-        ops = host_ops.get(i, [])
-        host_hits.extend((name, t, cid, Li) for name, t in ops)
-        host_top = ops[:TOP_N]
 
-        row = {
-            "collective_id": cid, "Process Group Name": pgs[last[i]], "Collective name": names[last[i]],
-            "late_rank": Li, "reference_rank": int(R[i]), "delta_us": d / NS_PER_US, "blame_us": int(blame[i]) / NS_PER_US,
-            "host_launch_lateness_us": h / NS_PER_US, "gpu_dependency_wait_us": dep / NS_PER_US,
-            "gpu_backlog_us": bl / NS_PER_US, "dominant_cause": cause,
-        }
-        if cause == "host launch lateness" and host_top:
-            row["top_blockers"] = "; ".join(f"{name} ({t / NS_PER_US:.1f} us)" for name, t in host_top)
-        else:
-            row["top_blockers"] = "; ".join(f"{name} ({a / NS_PER_US:.1f} us)" for name, _, _, a in top[:TOP_N])
-        for b, (name, stream, exc, _) in enumerate(top[:TOP_N], 1):
-            row[f"blocker_{b}"] = name
-            row[f"blocker_{b}_stream"] = stream
-            row[f"blocker_{b}_excess_us"] = None if np.isnan(exc) else exc / NS_PER_US
-        rows.append(row)
-
-    blockers_df = pd.DataFrame(rows).reindex(columns=BLOCKER_COLUMNS)
-    return blockers_df, _summarize_kernels(kernel_hits), _summarize_host(host_hits)
+def _previous_ends_by_rank(collective_ends, ranks, t):
+    """``_previous_ends`` of times t on their ranks (``collective_ends``:
+    {rank: its collectives' sorted ends})."""
+    out = np.zeros(len(ranks), dtype=np.int64)
+    for r in np.unique(ranks):
+        q = np.flatnonzero(ranks == r)
+        out[q] = _previous_ends(collective_ends.get(int(r)), t[q])
+    return out
 
 
 def _previous_ends(ends, t):
