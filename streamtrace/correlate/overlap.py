@@ -78,73 +78,16 @@ def _overlap_analysis(inputs):
     """collective_overlap (per NCCL kernel per rank) and contention_pairs;
     vectorised per rank into plain arrays (one DataFrame at the end: pandas
     assignments cost more than the work), Python only per output row."""
-    inst = inputs.instances
-    comp = inputs.compute
+    inst, comp = inputs.instances, inputs.compute
     sig_cache = {}
     parts, pair_parts = {c: [] for c in OVERLAP_COLUMNS + ["has_top"]}, []
     # over lists: iterating the Series themselves costs several times more
     sig_fields = [inst[c].to_numpy(object) for c in ("collective_name", "pg_name", "dtype", "nbytes", "group_size",
                                                      "kernel_name")]
     for r, mine in _rows_by_rank(inputs):
-        tl, m = inputs.timelines[r], len(mine)
-        props = tl.device_props()
-        num_sms = props.get("numSms") if props else None
-        if props is None:
-            inputs.quality.append(("no deviceProperties", r, "SM share and wave risk left empty"))
-        starts, ends = inst["start"].to_numpy(np.int64)[mine], inst["end"].to_numpy(np.int64)[mine]
-        dur = ends - starts
-        overlap = _native.overlap_with_union(starts, ends, *tl.unions["compute"])
-        ctas = tl.ctas_of_events(inst["event"].to_numpy()[mine])   # the NCCL kernels' CTAs
-        sig = np.array([_cached_signature(sig_cache, row) for row in zip(*(f[mine].tolist() for f in sig_fields))],
-                       dtype=object)
-        col = {
-            "collective_id": inst["instance"].to_numpy(object)[mine], "rank": np.full(m, r, dtype=np.int64),
-            "Collective name": sig_fields[0][mine], "Process Group Name": sig_fields[1][mine], "signature": sig,
-            "stream": inst["stream"].to_numpy()[mine],
-            "ts_us": starts / NS_PER_US, "dur_us": dur / NS_PER_US, "overlap_us": overlap / NS_PER_US,
-            "overlap_frac": np.divide(overlap, dur, out=np.zeros(m), where=dur > 0),
-            "overlapping_kernels": np.zeros(m, dtype=np.int64), "nccl_ctas": ctas,
-            "sm_share": ctas / num_sms if num_sms else np.full(m, np.nan),
-            "top_kernel_overlap_us": np.full(m, np.nan), "top_kernel_stream": np.zeros(m, dtype=np.int64),
-            "has_top": np.zeros(m, dtype=bool),
-        }
-        for c in ("top_overlapping", "top_kernel", "top_kernel_grid"):
-            col[c] = np.full(m, np.nan, dtype=object)
-        for c in ("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk"):
-            col[c] = np.full(m, None, dtype=object)
-        cs = comp.rank_slice(r)
-        ia, jb, il = _native.intersecting_pairs(starts, ends, comp.start[cs], comp.end[cs])
-        if len(ia):
-            jb = jb + cs.start    # into comp
-            col["overlapping_kernels"] = np.bincount(ia, minlength=m)
-            i_top, text = _top_overlapping(ia, comp.ident[jb], il, comp.texts)
-            col["top_overlapping"][i_top] = text
-            # the pair of largest overlap per NCCL kernel (the first on ties)
-            seg = np.flatnonzero(np.r_[True, ia[1:] != ia[:-1]])
-            is_max = il == np.repeat(np.maximum.reduceat(il, seg), np.diff(np.r_[seg, len(ia)]))
-            best = np.flatnonzero(is_max)
-            best = best[np.r_[True, ia[best][1:] != ia[best][:-1]]]
-            rows_i, bj = ia[best], jb[best]
-            triples = [comp.triples[k] for k in comp.key[bj].tolist()]
-            col["top_kernel"][rows_i] = [t[0] for t in triples]
-            col["top_kernel_overlap_us"][rows_i] = il[best] / NS_PER_US
-            col["top_kernel_stream"][rows_i] = comp.column(r, "stream", bj)
-            col["has_top"][rows_i] = True
-            col["top_kernel_grid"][rows_i] = [t[1] for t in triples]
-            # few distinct launch shapes: each worked out once (a NaN, never
-            # equal to itself, just misses the cache)
-            waves, shapes = [], {}
-            geo = [comp.column(r, c, bj).tolist() for c in ("threads", "regs", "smem", "ctas")]
-            for shape in zip(*geo, ctas[rows_i].tolist()):
-                w = shapes.get(shape)
-                if w is None:
-                    th, rg, sm, ct, nccl = shape
-                    bpsm = resident_blocks_per_sm(th, rg, sm, props)
-                    w = shapes[shape] = (bpsm, *wave_risk(ct, bpsm, num_sms, None if nccl != nccl else nccl))
-                waves.append(w)
-            for k, c in enumerate(("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk")):
-                col[c][rows_i] = [w[k] for w in waves]
-            pair_parts.append((comp.key[jb], sig[ia], il, r, jb, ctas[ia], num_sms, props))
+        col, pairs = _overlap_of_rank(inputs, r, mine, sig_fields, sig_cache)
+        if pairs is not None:
+            pair_parts.append(pairs)
         for c in parts:
             parts[c].append(col[c])
     if not parts["rank"]:
@@ -155,6 +98,92 @@ def _overlap_analysis(inputs):
     # a stream id: an integer, empty when no compute kernel overlapped
     data["top_kernel_stream"] = pd.arrays.IntegerArray(data["top_kernel_stream"], ~data.pop("has_top"))
     return pd.DataFrame(data), _pairs(comp, pair_parts)
+
+
+#: collective_overlap's columns from the top kernel's launch shape
+_WAVE_COLUMNS = ("top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk")
+
+
+def _overlap_of_rank(inputs, r, mine, sig_fields, sig_cache):
+    """collective_overlap's columns (and ``has_top``) of rank r's NCCL
+    kernels, ``mine`` their instance rows; with the rank's part of the
+    contention pairs (None when no compute kernel overlaps them)."""
+    inst, comp = inputs.instances, inputs.compute
+    tl, m = inputs.timelines[r], len(mine)
+    props = tl.device_props()
+    num_sms = props.get("numSms") if props else None
+    if props is None:
+        inputs.quality.append(("no deviceProperties", r, "SM share and wave risk left empty"))
+    starts, ends = inst["start"].to_numpy(np.int64)[mine], inst["end"].to_numpy(np.int64)[mine]
+    dur = ends - starts
+    overlap = _native.overlap_with_union(starts, ends, *tl.unions["compute"])
+    ctas = tl.ctas_of_events(inst["event"].to_numpy()[mine])   # the NCCL kernels' CTAs
+    sig = np.array([_cached_signature(sig_cache, row) for row in zip(*(f[mine].tolist() for f in sig_fields))],
+                   dtype=object)
+    col = {
+        "collective_id": inst["instance"].to_numpy(object)[mine], "rank": np.full(m, r, dtype=np.int64),
+        "Collective name": sig_fields[0][mine], "Process Group Name": sig_fields[1][mine], "signature": sig,
+        "stream": inst["stream"].to_numpy()[mine],
+        "ts_us": starts / NS_PER_US, "dur_us": dur / NS_PER_US, "overlap_us": overlap / NS_PER_US,
+        "overlap_frac": np.divide(overlap, dur, out=np.zeros(m), where=dur > 0),
+        "overlapping_kernels": np.zeros(m, dtype=np.int64), "nccl_ctas": ctas,
+        "sm_share": ctas / num_sms if num_sms else np.full(m, np.nan),
+        "top_kernel_overlap_us": np.full(m, np.nan), "top_kernel_stream": np.zeros(m, dtype=np.int64),
+        "has_top": np.zeros(m, dtype=bool),
+    }
+    for c in ("top_overlapping", "top_kernel", "top_kernel_grid"):
+        col[c] = np.full(m, np.nan, dtype=object)
+    for c in _WAVE_COLUMNS:
+        col[c] = np.full(m, None, dtype=object)
+    # every (NCCL kernel, compute kernel) pair that intersects, by NCCL kernel
+    rank_rows = comp.rank_slice(r)
+    pair_nccl, pair_kernel, pair_length = _native.intersecting_pairs(starts, ends, comp.start[rank_rows],
+                                                                     comp.end[rank_rows])
+    if not len(pair_nccl):
+        return col, None
+    pair_kernel = pair_kernel + rank_rows.start    # into comp
+    col["overlapping_kernels"] = np.bincount(pair_nccl, minlength=m)
+    i_top, text = _top_overlapping(pair_nccl, comp.ident[pair_kernel], pair_length, comp.texts)
+    col["top_overlapping"][i_top] = text
+    _fill_top_kernel(col, comp, r, pair_nccl, pair_kernel, pair_length, ctas, props, num_sms)
+    return col, (comp.key[pair_kernel], sig[pair_nccl], pair_length, r, pair_kernel, ctas[pair_nccl], num_sms, props)
+
+
+def _fill_top_kernel(col, comp, r, pair_nccl, pair_kernel, pair_length, ctas, props, num_sms):
+    """Per NCCL kernel of rank r, the compute kernel of the pair of largest
+    overlap (the first on ties) into the top_kernel columns of ``col``, with
+    its wave risk beside the NCCL kernel's ``ctas``."""
+    seg = np.flatnonzero(np.r_[True, pair_nccl[1:] != pair_nccl[:-1]])
+    is_max = pair_length == np.repeat(np.maximum.reduceat(pair_length, seg), np.diff(np.r_[seg, len(pair_nccl)]))
+    best = np.flatnonzero(is_max)
+    best = best[np.r_[True, pair_nccl[best][1:] != pair_nccl[best][:-1]]]
+    rows, kernels = pair_nccl[best], pair_kernel[best]
+    triples = [comp.triples[k] for k in comp.key[kernels].tolist()]
+    col["top_kernel"][rows] = [t[0] for t in triples]
+    col["top_kernel_overlap_us"][rows] = pair_length[best] / NS_PER_US
+    col["top_kernel_stream"][rows] = comp.column(r, "stream", kernels)
+    col["has_top"][rows] = True
+    col["top_kernel_grid"][rows] = [t[1] for t in triples]
+    waves = _waves_of_kernels(comp, r, kernels, ctas[rows], props, num_sms)
+    for k, c in enumerate(_WAVE_COLUMNS):
+        col[c][rows] = [w[k] for w in waves]
+
+
+def _waves_of_kernels(comp, r, kernels, nccl_ctas, props, num_sms):
+    """(blocks per SM, waves alone, waves with the NCCL kernel, risk) of
+    compute kernels ``kernels`` of rank r, each beside an NCCL kernel of
+    ``nccl_ctas`` CTAs (NaN: unknown).  Few distinct launch shapes: each
+    worked out once (a NaN, never equal to itself, just misses the cache)."""
+    waves, shapes = [], {}
+    geometry = [comp.column(r, c, kernels).tolist() for c in ("threads", "regs", "smem", "ctas")]
+    for shape in zip(*geometry, nccl_ctas.tolist()):
+        w = shapes.get(shape)
+        if w is None:
+            threads, regs, smem, blocks, nccl = shape
+            bpsm = resident_blocks_per_sm(threads, regs, smem, props)
+            w = shapes[shape] = (bpsm, *wave_risk(blocks, bpsm, num_sms, None if nccl != nccl else nccl))
+        waves.append(w)
+    return waves
 
 
 def _cached_signature(cache, values):
