@@ -1,7 +1,14 @@
 """Per-rank collection as frames stream past: ``RankTimeline`` keeps what
 correlate needs of one rank's frames and finishes it into a ``Timeline`` at
 the rank's end; ``StreamCollector`` does so for every rank of a stream and
-keeps align's collectives table."""
+keeps align's collectives table.
+
+Memory: per rank, the GPU activities (about 100 bytes each with launch
+geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
+thread, name), picked out of each EVENTS frame by a C pass as it streams
+past, with launch geometry joined per KERNELS frame; a rank is compacted at
+its META frame.  Nothing else of the trace is kept.
+"""
 import numpy as np
 import pandas as pd
 

@@ -6,7 +6,7 @@ from .growing import _Growing
 
 
 class _Compute:
-    """Every rank's compute kernels K, concatenated in rank order, each rank's
+    """Every rank's compute kernels, concatenated in rank order, each rank's
     block sorted by start, with identity codes shared by all ranks:
     ``ident`` by identity text (name grid block) and ``key`` by the
     (name, grid, block) triple, both numbered in order of first appearance.

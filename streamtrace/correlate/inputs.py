@@ -81,7 +81,7 @@ class Inputs:
             tl.shift_by(tl.base_ns + int(offsets.get(r, 0)) - tl.shift)
             linked = inst_event[inst_rank == r]
             # the rank was classified by kernel name at its end: linking only
-            # adds events to C, so it changes nothing when all are in C already
+            # adds events to comm, so it changes nothing when all are in comm already
             if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
                 _classify(tl, linked)
         self._compute = compute if compute is not None and compute.holds(timelines) else None

@@ -1,31 +1,7 @@
-"""``correlate``: which kernels block or contend with NCCL collectives.
-
-The contract is spec blocking-analysis.md.  Three analyses, over GPU and CPU
-activity collected from the stream plus align's matched collectives:
-
-1. *Why was the late rank late?*  For every matched collective instance
-   (send/recv excepted), the delay Δ of the last arriver L behind the first
-   arriver R is split on L into host launch lateness, GPU dependency wait and
-   GPU backlog (they add up to Δ);
-   backlog is attributed to the compute kernels that ran in the window, by
-   their excess over the same kernel on the other ranks, and host lateness to
-   the CPU ops on the launching thread by self time.
-2. *What ran alongside each collective?*  Per NCCL kernel, its overlap with
-   compute kernels on other streams; contention pairs; NCCL and compute
-   inflation under overlap; SM share and wave (tail-effect) risk.
-3. *How much communication was exposed?*  Per rank (and profiler step): comm
-   time hidden under compute vs exposed, split into waiting and transfer, and
-   an HTA-style temporal breakdown.
-
-All interval arithmetic runs in the C sweeps (``_native``) over numpy arrays;
-Python loops run per collective instance or output row, never per kernel.
-Times are integer ns on the aligned timeline; sheets show µs.
-
-Memory: per rank, the GPU activities (about 100 bytes each with launch
-geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
-thread, name), picked out of each EVENTS frame by a C pass as it streams
-past, with launch geometry joined per KERNELS frame; a rank is compacted at
-its META frame.  Nothing else of the trace is kept.
+"""``correlate`` as a stage: frames in, every frame passed on plus the
+``correlate.*`` tables (``correlate_frames``); ``analyze`` runs the three
+analyses (see the package docstring) in turn; ``blockers_text`` is the short
+answer a user reads first.
 """
 import pandas as pd
 
@@ -83,10 +59,8 @@ def analyze(inputs):
     """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
 
     The analyses run one after another, each adding its data-quality notes
-    to ``inputs.quality`` in turn.  (They once ran in two groups, the second
-    in a forked child: on this 2-vCPU machine the first group then ran ~2.5x
-    slower, and the analysis of 4 x 500 MB took 0.25-0.31 s instead of
-    0.17-0.24 s.)"""
+    to ``inputs.quality`` in turn (so the notes come in the same order every
+    run)."""
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(inputs)
     sheets = {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
               "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(inputs)}

@@ -145,12 +145,14 @@ def _in_order_of_appearance(codes, n_codes, chunk=1 << 12):
 
 
 def _classify(tl, linked):
-    """Comm activities C (collective kernels: by name or ``linked`` by align
-    to a collective, and memcpy on their streams) and compute kernels K of one
-    rank, with what the analyses need of each that does not depend on other
-    ranks: K's rows, times and identities (``compute_*``), the unions of C,
-    K, copies and all GPU activity (on the timeline's clock), K's duration
-    buckets for compute_inflation and the window lengths for exposed_comm."""
+    """Comm activities (``gpu["comm"]``: collective kernels, by name or
+    ``linked`` by align to a collective, and memcpy on their streams) and
+    compute kernels (``gpu["compute"]``: the other kernels) of one rank, with
+    what the analyses need of each that does not depend on other ranks: the
+    compute kernels' rows, times and identities (``compute_*``), the unions
+    of comm, compute, copies and all GPU activity (on the timeline's clock),
+    the compute kernels' duration buckets for compute_inflation and the
+    window lengths for exposed_comm."""
     g = tl.gpu
     # a lookup table over the events' range, not a pass per collective
     is_linked = np.isin(g["event"], linked, kind="table") if len(linked) else np.zeros(len(g["event"]), bool)
