@@ -59,8 +59,7 @@ def analyze(inputs):
     """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
 
     The analyses run one after another, each adding its data-quality notes
-    to ``inputs.quality`` in turn (so the notes come in the same order every
-    run)."""
+    to ``inputs.quality`` in turn."""
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(inputs)
     sheets = {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
               "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(inputs)}
