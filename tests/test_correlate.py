@@ -301,6 +301,33 @@ def test_missing_geometry_device_props_and_cpu_side(tmp_path):
     assert "no deviceProperties" in notes
 
 
+def test_late_rank_without_launch_records_is_noted(tmp_path):
+    """The straggler's kernel launches stripped: where it is the late rank,
+    host launch lateness counts 0, the delay is all GPU-side, and each such
+    collective gets one 'no launch record' note naming the rank."""
+    truth = generate_fixture.generate(str(tmp_path), ranks=4, steps=2, straggler_rank=2, straggler_us=300)
+    late = truth["straggler"]["rank"]
+    paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
+    with open(paths[late]) as f:
+        doc = json.load(f)
+    kept = [e for e in doc["traceEvents"] if not (e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""))]
+    assert len(kept) < len(doc["traceEvents"])
+    doc["traceEvents"] = kept
+    with open(paths[late], "w") as f:
+        json.dump(doc, f)
+    sheets = run_chain(paths)
+    b = sheets["collective_blockers"]
+    waited = b[(b["late_rank"] == late) & (b["delta_us"] > 0)]
+    assert len(waited)
+    assert (waited["host_launch_lateness_us"] == 0).all()
+    assert np.allclose(waited["gpu_dependency_wait_us"] + waited["gpu_backlog_us"], waited["delta_us"])
+    q = sheets["correlate_quality"]
+    notes = q[q["check"] == "no launch record"]
+    assert set(notes["rank"]) == {late}
+    assert sorted(notes["detail"]) == sorted(f"collective {cid}: the late rank's kernel has no launch record; "
+                                             "host lateness counted as 0" for cid in waited["collective_id"])
+
+
 def test_without_align_tables_says_so(tmp_path):
     truth = generate_fixture.generate(str(tmp_path), ranks=2)
     frames = itertools.chain.from_iterable(extract_rank(str(tmp_path / f), int(r)) for r, f in truth["files"].items())
