@@ -58,8 +58,10 @@ SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "
 def analyze(inputs):
     """All correlate sheets as ``{name: DataFrame}`` plus ``data_quality`` rows.
 
-    The analyses run one after another, each adding its data-quality notes
-    to ``inputs.quality`` in turn."""
+    The analyses run one after another in this process, each adding its
+    data-quality notes to ``inputs.quality`` in turn: splitting them with a
+    forked child made the whole slower on two cores (see
+    docs/performance.md)."""
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(inputs)
     sheets = {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
               "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(inputs)}
