@@ -277,7 +277,9 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     and what correlate keeps (its Timeline); the reduce matches the ranks'
     collectives and runs the cross-rank analyses over the timelines."""
     from .align.stage import TABLE_NAMES, align_options_table, match_ranks
-    from .correlate.stage import ALIGN_COLUMNS_USED, TABLE_PREFIX, analyze_collected, compute_table
+    from .correlate.compute import compute_table
+    from .correlate.inputs import ALIGN_COLUMNS_USED
+    from .correlate.stage import TABLE_PREFIX, analyze_collected
     from .stream.format import table_frame
 
     read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
@@ -305,7 +307,7 @@ def _read_rank_for_blocking(item, world_size, strict):
     """The blocking analysis' map: one rank's trace read once, into align's
     RankCollector and correlate's RankTimeline (flows left out: neither reads them)."""
     from .align.collect import RankCollector
-    from .correlate.stage import RankTimeline
+    from .correlate.collect import RankTimeline
     from .extract import extract_rank
 
     inp, progress = item

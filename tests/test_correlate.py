@@ -13,7 +13,8 @@ import generate_fixture
 from conftest import needs_real
 from streamtrace import _native
 from streamtrace.align.stage import align_frames
-from streamtrace.correlate.stage import TABLE_PREFIX, correlate_frames, resident_blocks_per_sm, wave_risk
+from streamtrace.correlate.overlap import resident_blocks_per_sm, wave_risk
+from streamtrace.correlate.stage import TABLE_PREFIX, correlate_frames
 from streamtrace.extract import extract_rank
 from streamtrace.io.ranks import resolve_inputs
 from streamtrace.stream.format import Kind
@@ -300,6 +301,33 @@ def test_missing_geometry_device_props_and_cpu_side(tmp_path):
     assert "no deviceProperties" in notes
 
 
+def test_late_rank_without_launch_records_is_noted(tmp_path):
+    """The straggler's kernel launches stripped: where it is the late rank,
+    host launch lateness counts 0, the delay is all GPU-side, and each such
+    collective gets one 'no launch record' note naming the rank."""
+    truth = generate_fixture.generate(str(tmp_path), ranks=4, steps=2, straggler_rank=2, straggler_us=300)
+    late = truth["straggler"]["rank"]
+    paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
+    with open(paths[late]) as f:
+        doc = json.load(f)
+    kept = [e for e in doc["traceEvents"] if not (e.get("cat") == "cuda_runtime" and "Launch" in e.get("name", ""))]
+    assert len(kept) < len(doc["traceEvents"])
+    doc["traceEvents"] = kept
+    with open(paths[late], "w") as f:
+        json.dump(doc, f)
+    sheets = run_chain(paths)
+    b = sheets["collective_blockers"]
+    waited = b[(b["late_rank"] == late) & (b["delta_us"] > 0)]
+    assert len(waited)
+    assert (waited["host_launch_lateness_us"] == 0).all()
+    assert np.allclose(waited["gpu_dependency_wait_us"] + waited["gpu_backlog_us"], waited["delta_us"])
+    q = sheets["correlate_quality"]
+    notes = q[q["check"] == "no launch record"]
+    assert set(notes["rank"]) == {late}
+    assert sorted(notes["detail"]) == sorted(f"collective {cid}: the late rank's kernel has no launch record; "
+                                             "host lateness counted as 0" for cid in waited["collective_id"])
+
+
 def test_without_align_tables_says_so(tmp_path):
     truth = generate_fixture.generate(str(tmp_path), ranks=2)
     frames = itertools.chain.from_iterable(extract_rank(str(tmp_path / f), int(r)) for r, f in truth["files"].items())
@@ -419,7 +447,7 @@ def test_blocking_summaries_are_the_pandas_groupbys(kernel_hits, host_hits):
     """blocking_kernels and blocking_host_ops, aggregated mostly in plain
     Python, equal pandas' groupby aggregates exactly (NaN skipped, medians
     of the middle pair, means of extreme floats), order and dtypes included."""
-    from streamtrace.correlate.stage import _summarize_host, _summarize_kernels
+    from streamtrace.correlate.late_rank import _summarize_host, _summarize_kernels
 
     kernels = [(n, g, "[128,1,1]", a, i, r, np.float64(e), d, np.float64(b)) for n, g, a, i, r, e, d, b in kernel_hits]
     pd.testing.assert_frame_equal(_summarize_kernels(kernels), _pandas_kernel_summary(kernels), check_exact=True)
@@ -429,7 +457,8 @@ def test_blocking_summaries_are_the_pandas_groupbys(kernel_hits, host_hits):
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 10**6), st.floats(0, 1)), max_size=60))
 def test_buckets_by_identity_agree_with_brute_force(kernels):
-    from streamtrace.correlate.stage import HIGH_OVERLAP, LOW_OVERLAP, _buckets_by_identity
+    from streamtrace.correlate.constants import HIGH_OVERLAP, LOW_OVERLAP
+    from streamtrace.correlate.timeline import _buckets_by_identity
 
     lcode = np.array([k[0] for k in kernels], dtype=np.int64)
     dur = np.array([k[1] for k in kernels], dtype=np.int64)
@@ -447,7 +476,7 @@ def test_buckets_by_identity_agree_with_brute_force(kernels):
 def test_in_row_order_interleaves_identities_sharing_a_kernel_key():
     """Two identities of one rank with the same (name, grid, block) text are
     one compute_inflation row: their durations summed in row order."""
-    from streamtrace.correlate.stage import _in_row_order
+    from streamtrace.correlate.inflation import _in_row_order
 
     pieces = [(np.array([0, 3, 4]), np.array([10, 13, 14])), (np.array([1, 2, 5]), np.array([11, 12, 15]))]
     assert _in_row_order(pieces).tolist() == [10, 11, 12, 13, 14, 15]
@@ -480,15 +509,15 @@ def test_compute_table_made_as_ranks_end_equals_one_made_at_the_end(small_set, m
     """The table of compute kernels is made a rank at a time as ranks end
     (in ascending order); when ranks come out of order it is made at the end
     instead.  Either way the sheets are those of a table made at the end."""
-    from streamtrace.correlate import stage as correlate
+    from streamtrace.correlate.compute import _Compute
 
     used = []
-    holds = correlate._Compute.holds
-    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
+    holds = _Compute.holds
+    monkeypatch.setattr(_Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
     streamed = _tables(_rank_frames(small_set, [0, 1, 2]))
     shuffled = _tables(_rank_frames(small_set, [2, 0, 1]))
     assert used == [True]          # in order: used; out of order: none was made
-    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: False)
+    monkeypatch.setattr(_Compute, "holds", lambda self, t: False)
     at_end = _tables(_rank_frames(small_set, [0, 1, 2]))
     _assert_same_tables(streamed, at_end)
     _assert_same_tables(shuffled, at_end)
@@ -498,14 +527,14 @@ def test_compute_table_grown_rank_by_rank_is_the_one_made_at_once(small_set, mon
     """With no room made ahead (``room_for=1``) the table grows at every
     rank; the earlier ranks' compute times follow it onto the new arrays,
     and the sheets are those of a table made at the end."""
-    from streamtrace.correlate import stage as correlate
+    from streamtrace.correlate.compute import _Compute
 
-    add, holds, used = correlate._Compute.add, correlate._Compute.holds, []
-    monkeypatch.setattr(correlate._Compute, "add", lambda self, r, tl, room_for=1: add(self, r, tl, 1))
-    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
+    add, holds, used = _Compute.add, _Compute.holds, []
+    monkeypatch.setattr(_Compute, "add", lambda self, r, tl, room_for=1: add(self, r, tl, 1))
+    monkeypatch.setattr(_Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
     grown = _tables(_rank_frames(small_set, [0, 1, 2]))
     assert used == [True]          # the grown table was used
-    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: False)
+    monkeypatch.setattr(_Compute, "holds", lambda self, t: False)
     _assert_same_tables(grown, _tables(_rank_frames(small_set, [0, 1, 2])))
 
 
@@ -513,7 +542,8 @@ def test_kernels_linked_by_align_only_are_taken_out_of_compute(tmp_path, monkeyp
     """A collective kernel with a name no pattern knows is linked to its
     collective op by align; correlate then classifies that rank again, and
     the table made as ranks ended (with that kernel as compute) is not used."""
-    from streamtrace.correlate import stage as correlate
+    from streamtrace.correlate import inputs
+    from streamtrace.correlate.compute import _Compute
 
     truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=3)
     paths = {int(r): str(tmp_path / f) for r, f in truth["files"].items()}
@@ -528,9 +558,9 @@ def test_kernels_linked_by_align_only_are_taken_out_of_compute(tmp_path, monkeyp
     with open(paths[1], "w") as f:
         json.dump(doc, f)
     relinked, used = [], []
-    classify, holds = correlate._classify, correlate._Compute.holds
-    monkeypatch.setattr(correlate, "_classify", lambda tl, linked: relinked.append(len(linked)) or classify(tl, linked))
-    monkeypatch.setattr(correlate._Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
+    classify, holds = inputs._classify, _Compute.holds
+    monkeypatch.setattr(inputs, "_classify", lambda tl, linked: relinked.append(len(linked)) or classify(tl, linked))
+    monkeypatch.setattr(_Compute, "holds", lambda self, t: used.append(holds(self, t)) or used[-1])
     tables = _tables(_rank_frames(paths, [0, 1]))
     assert any(relinked) and used == [False]   # rank 1 classified again: the table is made anew
     overlap = tables["correlate.collective_overlap"]

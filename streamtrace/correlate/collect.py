@@ -1,0 +1,276 @@
+"""Per-rank collection as frames stream past: ``RankTimeline`` keeps what
+correlate needs of one rank's frames and finishes it into a ``Timeline`` at
+the rank's end; ``StreamCollector`` does so for every rank of a stream and
+keeps align's collectives table.
+
+Memory: per rank, the GPU activities (about 100 bytes each with launch
+geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
+thread, name), picked out of each EVENTS frame by a C pass as it streams
+past, with launch geometry joined per KERNELS frame; a rank is compacted at
+its META frame.  Nothing else of the trace is kept.
+"""
+import numpy as np
+import pandas as pd
+
+from .. import _native
+from ..collectives import is_collective_kernel_name
+from ..errors import StreamtraceError
+from .compute import _Compute
+from .growing import _Growing
+from .inputs import ALIGN_COLUMNS_USED
+from .timeline import Timeline, _cat_kind, _classify
+
+
+# per-string classes, computed once per string of a rank's table
+S_NCCL, S_STEP = 1, 2   # collective kernel name; ProfilerStep#N annotation
+# string classes as bits, for the C row selection: categories of GPU
+# activity and of host ops, and ProfilerStep#N names
+SEL_GPU, SEL_HOST, SEL_STEP_NAME = 1, 2, 4
+_SEL_OF_KIND = np.array([0, SEL_GPU, SEL_GPU, SEL_GPU, SEL_HOST, SEL_HOST], dtype=np.uint16)
+
+
+# per GPU row: kernel identity (name, grid x y z, block x y z, 0) as int32,
+# so that 4 int64 hold one row; launch geometry; CTAs and threads (NaN: unknown)
+_GPU_SPEC = {"event": (np.int64, ()), "start": (np.int64, ()), "end": (np.int64, ()), "device": (np.int64, ()),
+             "name": (np.int64, ()), "stream": (np.int64, ()), "kind": (np.uint8, ()), "keys": (np.int32, (8,)),
+             "regs": (np.float64, ()), "smem": (np.float64, ()), "ctas": (np.float64, ()),
+             "threads": (np.float64, ())}
+
+
+class RankTimeline:
+    """Keeps, per rank, the X events correlate needs, as compact numpy arrays,
+    while frames stream past: one vectorised filter per EVENTS frame, with
+    category and name classes looked up once per string.  What can be
+    worked out a part at a time is done as the parts arrive (it runs while
+    the extractor reads on), so a rank's end is left with what needs the
+    whole rank."""
+
+    def __init__(self, rank, capacity=4096):
+        """``capacity``: GPU rows to make room for at first (more as needed)."""
+        self.rank = rank
+        self.strings = []
+        # slot len(strings) is always 0: NOSTR and ids not yet defined
+        self._kind = np.zeros(1024, dtype=np.uint8)
+        self._name = np.zeros(1024, dtype=np.uint8)
+        self._sel = np.zeros(1024, dtype=np.uint16)   # SEL_* bits of each category
+        self.gpu = _Growing(_GPU_SPEC, max(1, capacity))
+        self.cpu_parts, self.step_parts = [], []
+        # launch geometry is joined as each KERNELS frame arrives, into the
+        # rows of the latest EVENTS frame (``last_part``); records matching
+        # none of them wait in ``pending`` and are joined at the rank's end.
+        # A row's CTAs and threads are worked out where its geometry is joined.
+        self.last_part, self.pending = slice(0, 0), []
+        self.n_events = 0
+        self.meta = {}
+
+    def add(self, frame):
+        """Take one of the rank's frames (kinds correlate does not read are ignored)."""
+        from ..stream.format import Kind
+
+        kind = frame.kind
+        if kind == Kind.STRINGS:
+            self.add_strings(frame.strings()[1])
+        elif kind == Kind.EVENTS:
+            self.add_events(frame.records())
+        elif kind == Kind.KERNELS:
+            self.add_kernels(frame.records())
+        elif kind == Kind.META:
+            self.meta = frame.json()
+
+    def add_strings(self, strings):
+        n0 = len(self.strings)
+        need = n0 + len(strings) + 1
+        if need > len(self._kind):
+            size = max(need, 2 * len(self._kind))
+            self._kind = np.concatenate([self._kind[:n0], np.zeros(size - n0, dtype=np.uint8)])
+            self._name = np.concatenate([self._name[:n0], np.zeros(size - n0, dtype=np.uint8)])
+            self._sel = np.concatenate([self._sel[:n0], np.zeros(size - n0, dtype=np.uint16)])
+        new = slice(n0, n0 + len(strings))
+        self._kind[new] = [_cat_kind(s) for s in strings]
+        self._name[new] = [(S_NCCL if is_collective_kernel_name(s) else 0)
+                           | (S_STEP if s.startswith("ProfilerStep#") else 0) for s in strings]
+        self._sel[new] = _SEL_OF_KIND[self._kind[new]] | np.where(self._name[new] & S_STEP, SEL_STEP_NAME, 0)
+        self.strings.extend(strings)
+
+    def add_events(self, records):
+        base = self.n_events
+        self.n_events += len(records)
+        if not len(records):
+            return
+        # rows picked by C passes (complete events with a timestamp, by
+        # category class), then the kept rows' fields copied in one C pass
+        # (a numpy gather passes over the frame once per field)
+        n_cls, has_ts = len(self.strings), _native.FLAGS["has_ts"]
+        # GPU rows and the ProfilerStep#N host ops in one pass
+        g, steps = _native.select_many(records, self._sel, n_cls, (
+            dict(cat_any=SEL_GPU, flags_all=has_ts, ph=b"X"),
+            dict(cat_any=SEL_HOST, name_any=SEL_STEP_NAME, flags_all=has_ts, ph=b"X")))
+        if len(steps):
+            ts = records["ts"][steps]
+            self.step_parts.append((ts, ts + records["dur"][steps], records["name"][steps]))
+        # CPU ops are most events: kept as spans, 28 bytes each (an event record is 96)
+        spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
+        if len(spans[0]):
+            self.cpu_parts.append(spans)
+        rows = self.gpu.extend(len(g))
+        self.last_part = rows
+        if len(g):
+            c = self.gpu.cols
+            device, pid = np.empty(len(g), np.int64), np.empty(len(g), np.int64)
+            flags, cat = np.empty(len(g), np.uint16), np.empty(len(g), np.uint32)
+            _native.gather(records, g, [("ts", c["start"][rows]), ("dur", c["end"][rows]), ("name", c["name"][rows]),
+                                        ("stream", c["stream"][rows]), ("device", device), ("pid", pid),
+                                        ("flags", flags), ("cat", cat)])
+            c["end"][rows] += c["start"][rows]
+            c["event"][rows] = g + base
+            c["device"][rows] = np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, pid))
+            c["kind"][rows] = self._kind[cat]
+            keys = c["keys"][rows]
+            keys[:, 1:7] = -1
+            keys[:, 0], keys[:, 7] = c["name"][rows], 0
+            c["regs"][rows] = c["smem"][rows] = c["ctas"][rows] = c["threads"][rows] = np.nan
+
+    def add_kernels(self, records):
+        """Join a KERNELS frame's geometry to the latest GPU part (extract
+        writes it right after the EVENTS frame of the same batch)."""
+        rows = self.last_part
+        if rows.stop == rows.start:
+            self.pending.append(records)
+            return
+        c = self.gpu.cols
+        rest = _join_geometry(c["event"][rows], records, *_geometry_columns(c, rows))
+        if len(rest):
+            self.pending.append(rest)
+
+    def finish(self):
+        for records in self.pending:   # none when the stream comes from extract
+            rows = slice(0, self.gpu.n)
+            _join_geometry(self.gpu.cols["event"][rows], records, *_geometry_columns(self.gpu.cols, rows))
+        gpu = self.gpu.take()
+        cpu_parts, step_parts = self.cpu_parts, self.step_parts
+        self.gpu = self.cpu_parts = self.step_parts = self.pending = None
+        n_str = len(self.strings)
+        names = np.array(self.strings + [""], dtype=object)
+        nostr = gpu["name"] == _native.NOSTR
+        gpu["name"][nostr] = n_str     # the "" slot
+        keys = gpu.pop("keys")
+        keys[nostr, 0] = n_str
+        for part in cpu_parts:
+            part[3][part[3] == _native.NOSTR] = n_str
+        by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
+        start = gpu["start"]
+        order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
+
+        def sort(a):
+            return a if order is None else a[order]
+
+        keys = sort(keys)
+        cols = {c: sort(gpu[c]) for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas",
+                                          "threads", "regs", "smem")}
+        s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_parts)) if step_parts else \
+            (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
+        o = np.argsort(s_start, kind="stable")
+        steps = (names[s_name[o]], s_start[o], s_end[o])
+        cols["lcode"], first = _native.factorize_rows(keys.view(np.int64))
+        tl = Timeline(self.rank, self.meta, names, cols, by_event, cpu_parts, steps)
+        tl.lkeys = keys[first]
+        tl.nccl_name = (self._name.take(cols["name"], mode="clip") & S_NCCL) != 0
+        # here, overlapped with the next rank's extraction; Inputs redoes it
+        # only when align links an event this left out
+        _classify(tl, np.zeros(0, dtype=np.int64))
+        # onto the aligned clock as far as this rank alone says (its base
+        # time); Inputs adds align's clock offset, when there is one
+        tl.shift_by(tl.base_ns)
+        return tl
+
+
+def _geometry_columns(cols, rows):
+    """The GPU columns _join_geometry writes, for ``rows`` (a slice: views)."""
+    return cols["keys"][rows, 1:7], cols["regs"][rows], cols["smem"][rows], cols["ctas"][rows], cols["threads"][rows]
+
+
+def _join_geometry(events, records, dims, regs, smem, ctas, threads):
+    """Write the geometry of KERNELS ``records`` into the rows of the GPU
+    rows whose (increasing) event indices are ``events``, with the CTAs and
+    threads it makes (NaN without a grid and a block); returns the records
+    that match no row.  Fields are taken one at a time: a gather of whole
+    structured records is several times slower."""
+    n = len(events)
+    if not n:
+        return records
+    k_event = records["event"].astype(np.int64)
+    at = np.minimum(np.searchsorted(events, k_event), n - 1)
+    hit = events[at] == k_event
+    everything = bool(hit.all())
+
+    def hits(values):
+        return values if everything else values[hit]
+
+    rows = hits(at)
+    grid, block = hits(records["grid"]), hits(records["block"])
+    dims[rows, 0:3] = grid
+    dims[rows, 3:6] = block
+    has = (grid[:, 0] >= 0) & (block[:, 0] >= 0)
+    for out, d in ((ctas, grid), (threads, block)):   # as int64: never an int32 overflow
+        out[rows] = np.where(has, d[:, 0].astype(np.int64) * d[:, 1] * d[:, 2], np.nan)
+    r, m = hits(records["registers_per_thread"]), hits(records["shared_memory"])
+    regs[rows] = np.where(r >= 0, r, np.nan)
+    smem[rows] = np.where(m >= 0, m, np.nan)
+    return records[:0] if everything else records[~hit]
+
+
+class StreamCollector:
+    """Feeds frames to per-rank collectors and keeps align's collectives
+    table (the columns correlate reads).  A rank is finished (compacted into its Timeline) at its META frame, which
+    extract writes after the rank's events."""
+
+    def __init__(self):
+        self.collectors, self.done, self.tables = {}, {}, {}
+        # ranks are alike: a rank starts with room for as many GPU rows as
+        # the largest one so far (no doubling copies; room never written to
+        # costs no memory)
+        self.gpu_rows = 4096
+        # the analysis' table of compute kernels, a rank added at its end
+        # while ranks come in ascending order (else made when first used)
+        self.compute = _Compute()
+
+    def _finished(self, r, tl):
+        self.done[r] = tl
+        self.gpu_rows = max(self.gpu_rows, len(tl.gpu["start"]))
+        if self.compute is not None and self.compute.timelines and r < max(self.compute.timelines):
+            self.compute = None
+        if self.compute is not None:
+            ws = tl.meta.get("world_size")
+            self.compute.add(r, tl, room_for=ws if isinstance(ws, int) and ws > 0 else 2 * (len(self.done) + 1))
+
+    def add(self, frame):
+        from ..stream.format import Kind
+
+        kind = frame.kind
+        if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META):
+            if frame.rank in self.done:
+                raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
+            c = self.collectors.get(frame.rank)
+            if c is None:
+                c = self.collectors[frame.rank] = RankTimeline(frame.rank, self.gpu_rows)
+            c.add(frame)
+            if kind == Kind.META:
+                self._finished(frame.rank, self.collectors.pop(frame.rank).finish())
+        elif kind == Kind.TABLE and frame.table_name() == "align.collectives":   # the only table used
+            name, df = frame.table(ALIGN_COLUMNS_USED)
+            self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
+
+    def finish(self):
+        """({rank: Timeline}, {table name: DataFrame})"""
+        for r, c in self.collectors.items():   # ranks whose section has no META frame
+            self._finished(r, c.finish())
+        self.collectors = {}
+        return dict(sorted(self.done.items())), self.tables
+
+
+def collect(frames):
+    """Consume frames; return ``({rank: Timeline}, {table name: DataFrame})``."""
+    sc = StreamCollector()
+    for frame in frames:
+        sc.add(frame)
+    return sc.finish()

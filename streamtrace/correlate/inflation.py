@@ -1,0 +1,83 @@
+"""How much slower under overlap (spec blocking-analysis.md, part 2): NCCL
+transfer time and compute kernel durations with much vs little overlap."""
+import numpy as np
+import pandas as pd
+
+from .constants import HIGH_OVERLAP, LOW_OVERLAP, MIN_SAMPLES, NS_PER_US
+from .overlap import _overlap_rows
+
+
+NCCL_INFLATION_COLUMNS = ["signature", "instances", "overlapped_n", "isolated_n", "median_transfer_overlapped_us",
+                          "median_transfer_isolated_us", "inflation", "total_excess_us", "note"]
+COMPUTE_INFLATION_COLUMNS = ["kernel", "grid", "block", "occurrences", "overlapped_n", "isolated_n",
+                             "median_overlapped_us", "median_isolated_us", "inflation", "time_lost_us", "note"]
+
+
+def _nccl_inflation(inputs, overlap):
+    """Transfer time (end − last arrival) with ≥ 50 % vs < 5 % compute overlap."""
+    inst = inputs.instances
+    if not len(inst) or not len(overlap):
+        return pd.DataFrame(columns=NCCL_INFLATION_COLUMNS)
+    start, end = inst["start"].to_numpy(np.int64), inst["end"].to_numpy(np.int64)
+    last_arrival = inst.groupby("instance")["start"].transform("max").to_numpy(np.int64)
+    # in overlap's row order (collective_overlap's rows are the instance rows, rank by rank)
+    transfer = np.clip(end - np.maximum(start, last_arrival), 0, None)[_overlap_rows(inputs)]
+    frac = overlap["overlap_frac"].to_numpy(np.float64)
+    codes, sigs = pd.factorize(overlap["signature"].to_numpy(object))
+    rows = []
+    for c in sorted(range(len(sigs)), key=lambda c: sigs[c]):   # by signature, as a sorted groupby
+        members = np.flatnonzero(codes == c)
+        f, t = frac[members], transfer[members]
+        hi, lo = t[f >= HIGH_OVERLAP], t[f < LOW_OVERLAP]
+        row = {"signature": sigs[c], "instances": len(members), "overlapped_n": len(hi), "isolated_n": len(lo)}
+        if len(hi) >= MIN_SAMPLES and len(lo) >= MIN_SAMPLES:
+            mh, ml = float(np.median(hi)), float(np.median(lo))
+            row.update({"median_transfer_overlapped_us": mh / NS_PER_US, "median_transfer_isolated_us": ml / NS_PER_US,
+                        "inflation": (mh / ml - 1.0) if ml > 0 else None,
+                        "total_excess_us": float(np.clip(hi - ml, 0, None).sum()) / NS_PER_US, "note": ""})
+        else:
+            row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
+        rows.append(row)
+    return pd.DataFrame(rows).reindex(columns=NCCL_INFLATION_COLUMNS)
+
+
+def _compute_inflation(inputs):
+    """Per compute kernel identity: median duration when ≥ 50 % of it overlaps
+    comm vs when < 5 % does.  From each rank's buckets (made at its end, while
+    the next rank streams in), gathered by the identity shared by all ranks."""
+    comp = inputs.compute
+    if not len(comp.start):
+        return pd.DataFrame(columns=COMPUTE_INFLATION_COLUMNS)
+    by_key = {}   # {key: {rank: [bucket, ...]}}, ranks in comp's order
+    for r, tl in inputs.timelines.items():
+        for lcode, bucket in tl.compute_buckets.items():
+            by_key.setdefault(int(comp.l_key[r][lcode]), {}).setdefault(r, []).append(bucket)
+    rows = []
+    for key in sorted(by_key):   # in order of first appearance, as a groupby
+        per_rank = by_key[key].values()
+        d_hi = np.concatenate([_in_row_order([b[1] for b in buckets]) for buckets in per_rank])
+        if not len(d_hi):   # never overlapped: nothing to say
+            continue
+        d_lo = np.concatenate([_in_row_order([b[2] for b in buckets]) for buckets in per_rank])
+        name, grid, block = comp.triples[key]
+        row = {"kernel": name, "grid": grid, "block": block, "occurrences": sum(b[0] for bs in per_rank for b in bs),
+               "overlapped_n": len(d_hi), "isolated_n": len(d_lo)}
+        if row["overlapped_n"] >= MIN_SAMPLES and row["isolated_n"] >= MIN_SAMPLES:
+            mh, ml = float(np.median(d_hi)), float(np.median(d_lo))
+            row.update({"median_overlapped_us": mh / NS_PER_US, "median_isolated_us": ml / NS_PER_US,
+                        "inflation": (mh / ml - 1.0) if ml > 0 else None,
+                        "time_lost_us": float(np.clip(d_hi - ml, 0, None).sum()) / NS_PER_US, "note": ""})
+        else:
+            row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
+        rows.append(row)
+    out = pd.DataFrame(rows).reindex(columns=COMPUTE_INFLATION_COLUMNS)
+    return out.sort_values(["time_lost_us", "kernel"], ascending=[False, True], na_position="last").reset_index(drop=True)
+
+
+def _in_row_order(pieces):
+    """The durations of (rows, durations) pieces of one rank, by row (the
+    order of a sum that rounds)."""
+    if len(pieces) == 1:
+        return pieces[0][1]
+    rows, durations = (np.concatenate(c) for c in zip(*pieces))
+    return durations[np.argsort(rows, kind="stable")]

@@ -1,0 +1,217 @@
+"""One rank's ``Timeline`` and what the analyses need of it that no other
+rank changes: ``_classify`` splits its GPU activity into communication and
+compute and works out their unions, the compute kernels' overlap buckets and
+exposed_comm's window lengths.  Also the interval helpers on unions."""
+import numpy as np
+
+from .. import _native
+from .constants import HIGH_OVERLAP, LOW_OVERLAP
+
+
+# cat spellings, old and new (trace-format.md §4)
+KERNEL_CATS = {"kernel", "Kernel"}
+MEMCPY_CATS = {"gpu_memcpy", "Memcpy"}
+MEMSET_CATS = {"gpu_memset", "Memset"}
+CPU_CATS = {"cpu_op", "user_annotation", "Operator"}
+RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "Runtime"}
+
+KIND_NONE, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET, KIND_CPU, KIND_RUNTIME = range(6)
+
+
+def _cat_kind(cat):
+    if cat in KERNEL_CATS:
+        return KIND_KERNEL
+    if cat in MEMCPY_CATS:
+        return KIND_MEMCPY
+    if cat in MEMSET_CATS:
+        return KIND_MEMSET
+    if cat in CPU_CATS:
+        return KIND_CPU
+    if cat in RUNTIME_CATS:
+        return KIND_RUNTIME
+    return KIND_NONE
+
+
+class Timeline:
+    """What correlate keeps of one rank, as numpy arrays.
+
+    ``gpu``: GPU activities (kernels, memcpy, memset) sorted by start, raw ns
+    until Inputs shifts them to the aligned clock: columns start, end, stream,
+    kind, name (string id), event, ctas, threads, regs, smem and lcode,
+    the rank's kernel identity code (``lkeys[lcode]``: name id, grid x, y,
+    z, block x, y, z with -1 when absent, 0).  ``cpu_parts``: the CPU ops and
+    runtime calls, per EVENTS frame in stream order, as (start, end, tid,
+    name id) arrays, raw ns.  ``steps``: ProfilerStep#N ops as (names,
+    starts, ends), sorted by start.
+    """
+
+    def __init__(self, rank, meta, names, gpu, by_event, cpu_parts, steps):
+        self.rank, self.meta, self.names = rank, meta, names
+        self.gpu, self.by_event, self.cpu_parts, self.steps = gpu, by_event, cpu_parts, steps
+        self.shift = 0          # ns to the aligned clock (base time at the rank's end, offset by Inputs)
+        device = gpu.pop("device")
+        self.device = _mode(device[device >= 0])   # the rank's GPU
+
+    def shift_by(self, ns):
+        """Move every time this timeline holds (but the CPU ops, read in raw
+        ns) by ns, in place: a fresh copy of each column costs more than the add."""
+        if not ns:
+            return
+        self.shift += ns
+        g = self.gpu
+        g["start"] += ns
+        g["end"] += ns
+        self.steps = (self.steps[0], self.steps[1] + ns, self.steps[2] + ns)
+        self.compute_start += ns
+        self.compute_end += ns
+        for u in self.unions.values():
+            u[0][:] += ns
+            u[1][:] += ns
+
+    @property
+    def base_ns(self):
+        return int(self.meta.get("trace", {}).get("baseTimeNanoseconds") or 0)
+
+    def device_props(self):
+        props = self.meta.get("trace", {}).get("deviceProperties")
+        if not isinstance(props, list) or not props:
+            return None
+        want = self.device
+        for p in props:
+            if isinstance(p, dict) and p.get("id") == want:
+                return p
+        return props[0] if isinstance(props[0], dict) else None
+
+    def ctas_of_events(self, events):
+        """NCCL-kernel CTAs (float, NaN when unknown) for event indices."""
+        ev, ctas = self.by_event
+        events = np.asarray(events, dtype=np.int64)
+        if not len(ev):
+            return np.full(len(events), np.nan)
+        at = np.clip(np.searchsorted(ev, events), 0, len(ev) - 1)
+        return np.where(ev[at] == events, ctas[at], np.nan)
+
+
+def _mode(values):
+    """The most frequent value, the lowest on ties; None for no values."""
+    if not len(values):
+        return None
+    if (values == values[0]).all():   # the usual case: one device per rank
+        return int(values[0])
+    uniq, counts = np.unique(values, return_counts=True)
+    return int(uniq[np.argmax(counts)])
+
+
+def _dims_text(d):
+    return "[" + ",".join(str(int(x)) for x in d) + "]" if d[0] >= 0 else ""
+
+
+# ---------------------------------------------------------------------- unions of intervals
+
+
+def _union(starts, ends):
+    order = np.argsort(starts, kind="stable")
+    return _native.interval_union(np.asarray(starts)[order], np.asarray(ends)[order])
+
+
+def _intersect(a, b):
+    """A ∩ B of two disjoint sorted unions, as a union."""
+    if not len(a[0]) or not len(b[0]):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ia, ib, _ = _native.intersecting_pairs(a[0], a[1], b[0], b[1])
+    s = np.maximum(a[0][ia], b[0][ib])
+    e = np.minimum(a[1][ia], b[1][ib])
+    return _union(s, e)
+
+
+# ---------------------------------------------------------------------- a rank alone
+
+
+def _in_order_of_appearance(codes, n_codes, chunk=1 << 12):
+    """The distinct values of codes (ints in [0, n_codes)) in order of first
+    appearance.  A chunk at a time, stopping once every value present was
+    seen (all are, usually, in the first chunk): cheaper than factorizing."""
+    present = int(np.count_nonzero(np.bincount(codes, minlength=n_codes)))
+    order, seen = [], set()
+    for lo in range(0, len(codes), chunk):
+        values, first = np.unique(codes[lo:lo + chunk], return_index=True)
+        for c in values[np.argsort(first)].tolist():
+            if c not in seen:
+                seen.add(c)
+                order.append(c)
+        if len(order) == present:
+            break
+    return np.array(order, dtype=np.int64)
+
+
+def _classify(tl, linked):
+    """Comm activities (``gpu["comm"]``: collective kernels, by name or
+    ``linked`` by align to a collective, and memcpy on their streams) and
+    compute kernels (``gpu["compute"]``: the other kernels) of one rank, with
+    what the analyses need of each that does not depend on other ranks: the
+    compute kernels' rows, times and identities (``compute_*``), the unions
+    of comm, compute, copies and all GPU activity (on the timeline's clock),
+    the compute kernels' duration buckets for compute_inflation and the
+    window lengths for exposed_comm."""
+    g = tl.gpu
+    # a lookup table over the events' range, not a pass per collective
+    is_linked = np.isin(g["event"], linked, kind="table") if len(linked) else np.zeros(len(g["event"]), bool)
+    is_coll = is_linked | ((g["kind"] == KIND_KERNEL) & tl.nccl_name)
+    coll_streams = np.unique(g["stream"][is_coll])
+    comm = is_coll | ((g["kind"] == KIND_MEMCPY) & np.isin(g["stream"], coll_streams))
+    g["comm"] = comm
+    g["compute"] = (g["kind"] == KIND_KERNEL) & ~comm
+    rows = tl.compute_rows = np.flatnonzero(g["compute"])   # already sorted by start
+    tl.compute_start, tl.compute_end = g["start"][rows], g["end"][rows]
+    tl.compute_lcode = g["lcode"][rows]
+    # the rank's identities in order of first appearance among its compute kernels
+    tl.compute_lcodes = _in_order_of_appearance(tl.compute_lcode, len(tl.lkeys))
+    tl.compute_triples = [(tl.names[d[0]], _dims_text(d[1:4]), _dims_text(d[4:7])) for d in tl.lkeys[tl.compute_lcodes]]
+    copy = g["kind"] != KIND_KERNEL
+    tl.unions = {"compute": _native.interval_union(tl.compute_start, tl.compute_end),
+                 "comm": _native.interval_union(g["start"][comm], g["end"][comm]),
+                 "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
+                 "busy": _native.interval_union(g["start"], g["end"])}
+    # per compute kernel, the share of it under comm (for compute_inflation)
+    u = tl.unions["comm"]
+    ov = _native.overlap_with_union(tl.compute_start, tl.compute_end, *u) if len(u[0]) else \
+        np.zeros(len(rows), dtype=np.int64)
+    dur = tl.compute_end - tl.compute_start
+    tl.compute_max_dur = int(dur.max()) if len(dur) else 0
+    tl.compute_comm_frac = np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)
+    tl.compute_buckets = _buckets_by_identity(tl.compute_lcode, dur, tl.compute_comm_frac)
+    # exposed_comm's lengths that need no other rank: |W ∩ U| per window W
+    u = dict(tl.unions, hidden=_intersect(tl.unions["comm"], tl.unions["compute"]))
+    lo, hi = _exposed_windows(tl)
+    tl.window_lengths = {k: _native.overlap_with_union(lo, hi, *u[k]).tolist() if len(u[k][0]) else [0] * len(lo)
+                         for k in ("comm", "hidden", "compute", "copy", "busy")}
+
+
+def _exposed_windows(tl):
+    """exposed_comm's windows of a rank, (starts, ends): its whole GPU span,
+    then each ProfilerStep#N."""
+    g = tl.gpu
+    lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
+    hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
+    return lo, hi
+
+
+def _buckets_by_identity(lcode, dur, frac):
+    """{lcode: (kernels, overlapped, isolated)} of one rank's compute kernels
+    (in start order), for compute_inflation: per identity, its kernel count
+    and the (rows, durations) of its kernels with >= HIGH_OVERLAP and with
+    < LOW_OVERLAP of their time under comm, rows ascending."""
+    if not len(lcode):
+        return {}
+    top = int(lcode.max()) + 1
+    # one stable sort by (identity, bucket: 0 overlapped, 1 isolated, 2 neither);
+    # numpy sorts 16-bit ints by radix
+    group = lcode * 3 + np.where(frac >= HIGH_OVERLAP, 0, np.where(frac < LOW_OVERLAP, 1, 2))
+    order = np.argsort(group.astype(np.uint16) if 3 * top <= 1 << 16 else group, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(group, minlength=3 * top))]
+    d = dur[order]
+    out = {}
+    for c in np.flatnonzero(bounds[3::3] > bounds[:-1:3]).tolist():
+        h0, h1, i1 = bounds[3 * c], bounds[3 * c + 1], bounds[3 * c + 2]
+        out[c] = (int(bounds[3 * c + 3] - h0), (order[h0:h1], d[h0:h1]), (order[h1:i1], d[h1:i1]))
+    return out
