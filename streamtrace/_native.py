@@ -8,6 +8,7 @@ record layouts are defined once, in ``csrc/st_records.h``.
 import numpy as np
 
 from ._core import ffi, lib
+from .errors import TraceError
 
 FORMAT_VERSION = lib.ST_FORMAT_VERSION
 NONE = np.iinfo(np.int64).min  # absent integer field
@@ -46,13 +47,22 @@ COMM_DTYPE = _dtype_of("st_comm")
 FLAGS = {name[len("ST_F_"):].lower(): getattr(lib, name) for name in dir(lib) if name.startswith("ST_F_")}
 
 
-class NativeError(Exception):
-    """A C function failed; ``offset`` is the input byte offset when known."""
+class NativeError(TraceError):
+    """The C core refused its input: a TraceError naming the input (the
+    ``source`` its tokenizer, inflater or rewriter was made for) and the byte
+    offset where known.  Raised by ``_input_error``, the one place that turns
+    a C error message into an exception."""
 
-    def __init__(self, message, offset=None, code=None):
-        super().__init__(message)
-        self.offset = offset
+    def __init__(self, source, problem, offset=None, code=None):
+        super().__init__(source, problem, offset)
         self.code = code
+
+
+def _input_error(source, message, offset=None, code=None):
+    """The exception for a C call that refused its input (``message`` from C)."""
+    if isinstance(message, bytes):
+        message = message.decode("utf-8", "replace")
+    return NativeError(source or "<input>", message, offset, code)
 
 
 #: arrays the tokenizer fills from the start: zeroing them first would only
@@ -68,7 +78,9 @@ _OUTPUTS = (("events", "st_event[]", EVENT_DTYPE.itemsize),
 class Tokenizer:
     """One rank's incremental tokenizer with its output arrays."""
 
-    def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0, drop_flows=False, align_only=False):
+    def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0, drop_flows=False, align_only=False,
+                 source=None):
+        self.source = source   # named in errors
         opts = ffi.new("st_tok_options *")
         opts.keep_pyfunc = int(bool(keep_pyfunc))
         opts.drop_flows = int(bool(drop_flows))
@@ -102,8 +114,8 @@ class Tokenizer:
         rc = lib.st_tok_feed(self._tok, buf + start, length, int(eof), self._out, self._consumed)
         del buf
         if rc < 0:
-            raise NativeError(ffi.string(lib.st_tok_error(self._tok)).decode("utf-8", "replace"),
-                              lib.st_tok_error_offset(self._tok), rc)
+            raise _input_error(self.source, ffi.string(lib.st_tok_error(self._tok)),
+                               lib.st_tok_error_offset(self._tok), rc)
         return rc, self._consumed[0]
 
     @property
@@ -181,7 +193,8 @@ class Tokenizer:
 class Inflater:
     """Streaming gzip inflate (zlib), multi-member."""
 
-    def __init__(self):
+    def __init__(self, source=None):
+        self.source = source   # named in errors
         ptr = ffi.new("st_inflate **")
         if lib.st_inflate_create(ptr) != OK:
             raise MemoryError("cannot allocate an inflater")
@@ -203,7 +216,7 @@ class Inflater:
                                 self._used, self._made)
         del src, dst
         if rc < 0:
-            raise NativeError(ffi.string(lib.st_inflate_error(self._inf)).decode(), code=rc)
+            raise _input_error(self.source, ffi.string(lib.st_inflate_error(self._inf)), code=rc)
         return self._used[0], self._made[0]
 
     @property
@@ -397,7 +410,8 @@ class Fuser:
                                 "ST_FUSE_T_TID_STR", "ST_FUSE_T_GPU", "ST_FUSE_T_NAMED", "ST_FUSE_T_SORTED")}
 
     def __init__(self, rank=0, flags=0, id_offset=0, pid_offset=0, ts_shift_ns=0, window=None,
-                 max_depth=0, span_capacity=4096, interval_budget=0):
+                 max_depth=0, span_capacity=4096, interval_budget=0, source=None):
+        self.source = source   # named in errors
         self._cfg = ffi.new("st_fuse_config *")
         self._cfg.interval_budget = interval_budget
         self._set_cfg(rank, flags, id_offset, pid_offset, ts_shift_ns, window, max_depth)
@@ -429,7 +443,7 @@ class Fuser:
         if rc == lib.ST_FUSE_ERR_NOMEM:
             raise MemoryError(self.error or "out of memory in the fuse scanner")
         if rc < 0:
-            raise NativeError(self.error, lib.st_fuse_error_offset(self._f), rc)
+            raise _input_error(self.source, self.error, lib.st_fuse_error_offset(self._f), rc)
         return rc
 
     @property

@@ -19,7 +19,7 @@ import inspect
 import itertools
 import os
 
-from .errors import Interrupted, InvalidArgumentError, StreamtraceError
+from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_error
 from .parallel.cpus import available_cpus
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
@@ -35,7 +35,7 @@ def is_stream(path):
         with open(path, "rb") as f:
             return f.read(len(MAGIC)) == MAGIC
     except OSError as exc:
-        raise StreamtraceError(f"{path}: {exc.strerror or exc}") from None
+        raise os_error(path, exc) from None
 
 
 #: records per frame in the in-process chains: 4x the stream's frames.  The

@@ -19,7 +19,7 @@ from .extract import VERSION
 from .extract import extract as extract_api
 from .io.outputs import atomic_file as atomic_output
 from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
-from .errors import Interrupted, StreamtraceError
+from .errors import Interrupted, StreamtraceError, os_reason
 from .io.ranks import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
 from .stream.format import MAX_RANK
 
@@ -57,7 +57,7 @@ def handle_errors(fn):
             raise click.Abort() from None
         except OSError as exc:   # the machine's, not ours (a full disk, an I/O error): one line too
             where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(f"{where}{exc.strerror or exc}") from None
+            raise click.ClickException(f"{where}{os_reason(exc)}") from None
 
     return wrapper
 

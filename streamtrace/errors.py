@@ -78,3 +78,15 @@ class Interrupted(BaseException):
         except ValueError:
             name = f"signal {self.signum}"
         return f"interrupted by {name}"
+
+
+def os_reason(exc):
+    """What went wrong, in the operating system's words (``No space left on
+    device``), for an OSError."""
+    return exc.strerror or str(exc)
+
+
+def os_error(path, exc, doing=None, cls=StreamtraceError):
+    """The one-line error for an OSError met on ``path``:
+    ``PATH: DOING: REASON`` (``cls`` may be any class taking one message)."""
+    return cls(f"{path}: {doing}: {os_reason(exc)}" if doing else f"{path}: {os_reason(exc)}")

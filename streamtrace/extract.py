@@ -81,7 +81,7 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
 def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows,
              align_only, batch_events, map_window):
     tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=batch_events, drop_flows=drop_flows,
-                            align_only=align_only)
+                            align_only=align_only, source=path)
     trace_meta = {}
     warnings = []
     resolved_rank = None
@@ -121,10 +121,7 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
         input, draining full record arrays; returns (status, bytes consumed)."""
         total = 0
         while True:
-            try:
-                status, consumed = tok.feed(data, length - total, eof=at_eof, start=start + total)
-            except _native.NativeError as exc:
-                raise TraceError(path, exc.args[0], exc.offset) from None
+            status, consumed = tok.feed(data, length - total, eof=at_eof, start=start + total)
             total += consumed
             for key, raw in tok.take_meta():
                 k = decode_raw_string(key)
@@ -322,7 +319,7 @@ def peek_metadata(path, limit=16 << 20):
     """
     source, close = open_source(path)
     try:
-        tok = _native.Tokenizer(capacity=1)
+        tok = _native.Tokenizer(capacity=1, source=path)
         meta, buf, filled = {}, bytearray(1 << 16), 0
         while filled < limit:
             n = source.read_into(buf, filled)
@@ -337,7 +334,5 @@ def peek_metadata(path, limit=16 << 20):
             if filled == len(buf):
                 buf.extend(bytes(len(buf)))
         return meta
-    except _native.NativeError as exc:
-        raise TraceError(path, exc.args[0], exc.offset) from None
     finally:
         close()

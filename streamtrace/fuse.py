@@ -226,6 +226,7 @@ def _feed_file(fz, path, mode, on_output=None, on_spans=None, decide_name=None, 
     Returns ``(status, source_truncated)`` with status DONE or TRUNCATED.
     """
     Fz = _native.Fuser
+    fz.source = path   # named in its errors
     source, close = open_source(path)
     try:
         buf = bytearray(CHUNK_SIZE)
@@ -238,10 +239,7 @@ def _feed_file(fz, path, mode, on_output=None, on_spans=None, decide_name=None, 
                 if n == 0:
                     eof = True
                 filled += n
-            try:
-                status, consumed, out_len = fz.feed(memoryview(buf)[:filled], eof, out)
-            except _native.NativeError as exc:
-                raise TraceError(path, exc.args[0], exc.offset) from None
+            status, consumed, out_len = fz.feed(memoryview(buf)[:filled], eof, out)
             if out_len:
                 on_output(memoryview(out)[:out_len])
             if on_spans is not None:

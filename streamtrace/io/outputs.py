@@ -20,7 +20,7 @@ import stat
 import sys
 import tempfile
 
-from ..errors import StreamtraceError
+from ..errors import StreamtraceError, os_error
 
 #: compression suffixes an output path could ask for that no writer honours
 #: (fuse writes .gz and .zst; every other output is uncompressed by design)
@@ -64,7 +64,7 @@ def resolve_output(path):
         except FileNotFoundError:
             return target, False   # a new file (or a dangling link's target): created atomically
         except OSError as exc:
-            raise StreamtraceError(f"{path}: cannot use it as an output: {exc.strerror or exc}") from None
+            raise os_error(path, exc, "cannot use it as an output") from None
         if stat.S_ISLNK(st.st_mode):
             target = os.path.join(head, os.readlink(target))
             continue
@@ -152,7 +152,7 @@ def _open_direct(path, target):
             return os.fdopen(os.dup(int(os.path.basename(target))), "wb")
         return open(target, "wb")   # O_TRUNC means nothing to a device or a FIFO
     except OSError as exc:
-        raise StreamtraceError(f"{path}: cannot write to it: {exc.strerror or exc}") from None
+        raise os_error(path, exc, "cannot write to it") from None
 
 
 @contextlib.contextmanager
@@ -168,7 +168,7 @@ def atomic_file(path, suffix=""):
             f.flush()
         except OSError as exc:
             if exc.filename is None and exc.errno in _WRITE_ERRNOS:
-                raise StreamtraceError(f"{path}: cannot write to it: {exc.strerror or exc}") from None
+                raise os_error(path, exc, "cannot write to it") from None
             raise
         finally:
             with contextlib.suppress(OSError):
@@ -187,14 +187,14 @@ def _atomic_target(path, target, suffix):
     try:
         fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=suffix, dir=directory)
     except OSError as exc:   # read-only, no permission
-        raise StreamtraceError(f"{path}: cannot write in its directory: {exc.strerror or exc}") from None
+        raise os_error(path, exc, "cannot write in its directory") from None
     os.close(fd)
     try:
         try:
             yield tmp
         except OSError as exc:   # a full disk, an I/O error: the user's path, never the hidden one
             if exc.filename == tmp or (exc.filename is None and exc.errno in _WRITE_ERRNOS):
-                raise StreamtraceError(f"{path}: cannot write it: {exc.strerror or exc}") from None
+                raise os_error(path, exc, "cannot write it") from None
             raise
         os.chmod(tmp, 0o666 & ~umask())
         try:
@@ -204,7 +204,7 @@ def _atomic_target(path, target, suffix):
                 raise StreamtraceError(f"{path}: cannot replace it: it is no longer a regular file")
             os.replace(tmp, target)
         except OSError as exc:   # e.g. a directory put in its place during the run
-            raise StreamtraceError(f"{path}: cannot replace it: {exc.strerror or exc}") from None
+            raise os_error(path, exc, "cannot replace it") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -14,7 +14,7 @@ import stat
 import sys
 
 from .. import _native
-from ..errors import TraceError, TraceNotFoundError
+from ..errors import TraceError, TraceNotFoundError, os_reason
 from ..parallel.threads import prefetched
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -68,7 +68,7 @@ class ZlibGzipSource:
 
     def __init__(self, f, path):
         self._f, self._path = f, path
-        self._inf = _native.Inflater()
+        self._inf = _native.Inflater(source=path)
         self._in = b""
         self._eof = False
         self.truncated = False
@@ -82,10 +82,7 @@ class ZlibGzipSource:
             if not self._in and self._eof:
                 self.truncated = not self._inf.at_member_end
                 break
-            try:
-                used, n = self._inf.run(self._in, buf, made)
-            except _native.NativeError as exc:
-                raise TraceError(self._path, str(exc)) from None
+            used, n = self._inf.run(self._in, buf, made)
             self._in = self._in[used:]
             made += n
             if used == 0 and n == 0:  # needs more input than the partial buffer has
@@ -192,7 +189,7 @@ def open_source(path, gzip_backend=None):
         except PermissionError:
             raise TraceError(path, "permission denied") from None
         except OSError as exc:
-            raise TraceError(path, exc.strerror or str(exc)) from None
+            raise TraceError(path, os_reason(exc)) from None
         closer = f.close
     head = f.peek(4)[:4]
     kind = sniff(head)

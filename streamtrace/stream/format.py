@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
-from ..errors import StreamFormatError
+from ..errors import StreamFormatError, os_reason
 
 MAGIC = b"\x89STEV\r\n\x1a"
 _HEADER = struct.Struct("<8sII")
@@ -390,7 +390,7 @@ def iter_frames(source, name=None):
         try:
             f = open(source, "rb")
         except OSError as exc:   # missing, a directory, unreadable: one line naming the file
-            raise StreamFormatError(str(source), f"cannot open: {exc.strerror or exc}") from None
+            raise StreamFormatError(str(source), f"cannot open: {os_reason(exc)}") from None
         with f:
             yield from iter_frames(f, name=str(source))
         return
