@@ -45,3 +45,18 @@ def _streamtrace_logger_restored():
     saved = (list(log.handlers), log.level, log.propagate)
     yield
     log.handlers[:], log.level, log.propagate = saved[0], saved[1], saved[2]
+
+
+#: every way the C tokenizer is fed a file: gzip inflated by the C core's zlib
+#: or by ISA-L, read and decompressed ahead in a thread or on one thread
+READING_BACKENDS = [(gz, ahead) for gz in ("zlib", "isal") for ahead in ("1", "0")]
+
+
+@pytest.fixture(params=READING_BACKENDS, ids=lambda b: f"{b[0]}-read_ahead{b[1]}")
+def reading_backend(request, monkeypatch):
+    """Run a test once per reading backend (STREAMTRACE_GZIP x STREAMTRACE_READ_AHEAD):
+    the tokenizer's records must not depend on how its bytes arrived."""
+    gzip_backend, read_ahead = request.param
+    monkeypatch.setenv("STREAMTRACE_GZIP", gzip_backend)
+    monkeypatch.setenv("STREAMTRACE_READ_AHEAD", read_ahead)
+    return request.param

@@ -1,4 +1,5 @@
-"""extract == the pure-Python reference, on every real trace and on fixtures."""
+"""extract == the pure-Python reference, on every real trace and on fixtures,
+whichever way the bytes reach the tokenizer (``reading_backend``)."""
 import pytest
 
 from conftest import real_id, real_traces
@@ -7,7 +8,7 @@ from reference import reference_extract
 
 
 @pytest.mark.parametrize("path", real_traces(), ids=real_id)
-def test_real_trace_matches_reference(path):
+def test_real_trace_matches_reference(path, reading_backend):
     data = assert_matches_reference(path)
     doc, _ = reference_extract(path)
     if isinstance(doc, dict):
@@ -56,7 +57,7 @@ def fixture_sets(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["new_json", "new_gz_tp", "old_zst"])
-def test_fixture_matches_reference_and_truth(fixture_sets, name):
+def test_fixture_matches_reference_and_truth(fixture_sets, name, reading_backend):
     out, truth = fixture_sets[name]
     for rank, filename in truth["files"].items():
         path = out / filename

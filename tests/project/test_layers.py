@@ -9,7 +9,9 @@ import os
 
 import pytest
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "streamtrace")
+from conftest import ROOT
+
+PACKAGE = os.path.join(ROOT, "streamtrace")
 
 #: lowest first; a unit may import itself and the units before it
 LAYERS = [

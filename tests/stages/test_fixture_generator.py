@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-_GEN_PATH = Path(__file__).resolve().parents[1] / "fixtures" / "generate_fixture.py"
+_GEN_PATH = Path(__file__).resolve().parents[2] / "fixtures" / "generate_fixture.py"
 _spec = importlib.util.spec_from_file_location("_streamtrace_generate_fixture", _GEN_PATH)
 gen = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gen)

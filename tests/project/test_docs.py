@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from streamtrace._native import COMM_DTYPE, EVENT_DTYPE, KERNEL_DTYPE
 from streamtrace.cli import main
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # the checkout
 
 
 def _doc_table(struct):
