@@ -546,13 +546,13 @@ def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeyp
     """Unless applied, the clock offsets are estimated in a forked child while
     the rows are built (large sets): every table, and the data-quality rows
     in their order, are those of doing both here."""
-    import streamtrace.align.stage as align_mod
+    import streamtrace.align.match as match_mod
     from helpers import serial_and_forked
     from streamtrace.chain import RankReading
 
     results = RankReading(resolve_inputs(trace_dir=fx_new[0], world_size=4), 4).results()
     serial, parallel, forks = serial_and_forked(
-        monkeypatch, align_mod, lambda: align_mod.match_ranks(results, align_clocks=align_clocks))
+        monkeypatch, match_mod, lambda: match_mod.match_ranks(results, align_clocks=align_clocks))
     assert forks == ([] if align_clocks else [True])   # applied offsets change the rows: estimated first, here
     assert serial["align.clocks"]["offset_ns"].abs().sum() > 0   # random offsets were found
     for name in serial:
@@ -578,7 +578,7 @@ def test_medians_by_one_wide_group_among_small_ones():
 
 
 def _same_as_pandas_medians(group, values):
-    from streamtrace.align.stage import _medians_by
+    from streamtrace.align.clocks import _medians_by
 
     ids, medians, counts = _medians_by(group, values)
     want = pd.Series(values).groupby(group).agg(["median", "size"])
@@ -636,7 +636,7 @@ def test_concat_joins_records_in_their_own_layout(n, seed):
     records to 92 bytes, which sends every later _take to numpy's
     field-by-field gather), for empty, contiguous and strided parts."""
     from streamtrace._native import COMM_DTYPE
-    from streamtrace.align.stage import _concat
+    from streamtrace.align.describe import _concat
     from streamtrace.align.collect import _K_DTYPE, _L_DTYPE, _O_DTYPE
 
     rng = np.random.default_rng(seed)
@@ -658,7 +658,7 @@ def test_take_is_numpy_fancy_indexing_of_records(n, seed):
     ``records[index]`` gives, for the record layouts align uses, a packed
     layout and a strided (non-contiguous) array that it hands to numpy."""
     from streamtrace._native import COMM_DTYPE
-    from streamtrace.align.stage import _take
+    from streamtrace.align.describe import _take
     from streamtrace.align.collect import _K_DTYPE, _L_DTYPE, _O_DTYPE
 
     rng = np.random.default_rng(seed)
