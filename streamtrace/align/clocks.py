@@ -1,6 +1,11 @@
 """Per-rank clock offsets estimated from the ends of collectives that end
-together on every rank (spec B4)."""
+together on every rank (spec B4), and the ``align.clocks`` table."""
+import math
+
 import numpy as np
+import pandas as pd
+
+from .tables import CLOCK_COLUMNS
 
 
 def estimate_clock_offsets(inst, rank, end):
@@ -114,3 +119,31 @@ def _medians_by(group, values):
         lower, upper = v[starts + (counts - 1) // 2], v[starts + counts // 2]
     return g[starts], (upper + lower) / 2, counts
 
+
+def _clocks_table(est, present, apply, clock_method):
+    """align.clocks: a row per rank present, from ``estimate_clock_offsets``'
+    result (a rank it has no estimate of gets offset 0, method "none")."""
+    clock_rows = []
+    for r in present:
+        e = est.get(r)
+        if e is None:
+            clock_rows.append({"rank": r, "offset_ns": 0, "residual_ns": math.nan, "max_residual_ns": math.nan,
+                               "collectives": 0, "reference_rank": r, "applied": apply, "method": "none"})
+        else:
+            clock_rows.append({"rank": r, **e, "applied": apply, "method": clock_method})
+    values = {c: [row[c] for row in clock_rows] for c in CLOCK_COLUMNS}
+    dtypes = {"rank": np.int64, "offset_ns": np.int64, "collectives": np.int64, "reference_rank": np.int64,
+              "applied": bool, "residual_ns": np.float64, "max_residual_ns": np.float64}
+    return pd.DataFrame({c: np.array(v, dtype=dtypes[c]) if c in dtypes else pd.Series(v)
+                         for c, v in values.items()})
+
+
+def _unestimated_clocks_table(present, apply):
+    """align.clocks when there are no collectives: offset 0, method "none"."""
+    return pd.DataFrame({"rank": pd.Series(present, dtype="int64"),
+                         "offset_ns": np.zeros(len(present), dtype=np.int64),
+                         "residual_ns": np.full(len(present), np.nan),
+                         "max_residual_ns": np.full(len(present), np.nan),
+                         "collectives": np.zeros(len(present), dtype=np.int64),
+                         "reference_rank": pd.Series(present, dtype="int64"),
+                         "applied": np.full(len(present), apply), "method": ["none"] * len(present)})

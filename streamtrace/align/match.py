@@ -3,7 +3,7 @@ by process group, gives each row its collective instance (see ``sequences``),
 checks that an instance's participants agree, estimates clock offsets (see
 ``clocks``) and builds the ``align.*`` tables."""
 import functools
-import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -13,11 +13,11 @@ from .._native import NONE
 from ..codes import Text, dense_rank, group_ids, joined_labels
 from ..parallel.cpus import available_cpus
 from ..parallel.fork import both
-from .clocks import estimate_clock_offsets
+from .clocks import _clocks_table, _unestimated_clocks_table, estimate_clock_offsets
 from .describe import rank_row_count
 from .quality import _clock_findings, _finding, _rank_findings, _world_size
 from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots
-from .tables import CLOCK_COLUMNS, COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
+from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
 
 
 def _rank_key(text, cache):
@@ -142,7 +142,6 @@ def _disagree(values, inst, n_inst):
     return (lo != hi)[inst]
 
 
-
 #: collective rows from which match_ranks estimates clock offsets in a forked
 #: child while it builds the rows (forking a process that holds every row
 #: costs ~20 ms)
@@ -166,42 +165,97 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     present = [res.rank for res in results]
     quality += _rank_findings(results)
     ranks_table = _ranks_table(results)
-    G = _nodes(results, gpus_per_node)
-    multi_node = G is not None and len({r // G for r in present}) > 1
+    node_gpus = _nodes(results, gpus_per_node)
+    multi_node = node_gpus is not None and len({r // node_gpus for r in present}) > 1
     apply = bool(align_clocks) if align_clocks is not None else multi_node
     if not any(rank_row_count(res.rows) for res in results):
-        quality.append(_finding("warning", "no_collectives",
-                                f"no collective kernels in {len(results)} rank(s): the report is empty"))
-        clocks = pd.DataFrame({"rank": pd.Series(present, dtype="int64"),
-                               "offset_ns": np.zeros(len(present), dtype=np.int64),
-                               "residual_ns": np.full(len(present), np.nan),
-                               "max_residual_ns": np.full(len(present), np.nan),
-                               "collectives": np.zeros(len(present), dtype=np.int64),
-                               "reference_rank": pd.Series(present, dtype="int64"),
-                               "applied": np.full(len(present), apply), "method": ["none"] * len(present)})
-        return {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
-                "align.clocks": clocks, "align.quality": quality_table(quality)}
-    d = _combined_rows(results)
-    n = len(d["rank"])
-    rank = d["rank"]
-    abs_ts = d["base_ns"] + d["ts"].astype(np.int64, copy=False)
-    abs_end = abs_ts + d["dur"].astype(np.int64, copy=False)
-    text = {col: Text.of(v) for col, v in d.items() if v.dtype.kind not in "iufb"}
+        return _tables_without_collectives(ranks_table, present, apply, quality)
+    rows = _combined_rows(results)
+    n = len(rows["rank"])
+    rank = rows["rank"]
+    abs_ts = rows["base_ns"] + rows["ts"].astype(np.int64, copy=False)
+    abs_end = abs_ts + rows["dur"].astype(np.int64, copy=False)
+    text = {col: Text.of(v) for col, v in rows.items() if v.dtype.kind not in "iufb"}
     cname, dtype = text["collective_name"], text["dtype"]
 
-    # ---- process groups
-    pg, pg_key, simplified = _process_groups(d, quality)
+    # ---- process groups, then the collective instance of each row
+    pg, pg_key, simplified = _process_groups(rows, quality)
     category = cname.recode(coll.CATEGORY.get, coll.CATEGORY.get(None))
     a2av = category.lookup(lambda u: u == "alltoallv", False, bool)
-    sig = _signatures(cname, text["kernel_kind"], dtype, a2av, d["in_nelems"].astype(np.int64, copy=False),
-                      d["out_nelems"].astype(np.int64, copy=False))
+    sig = _signatures(cname, text["kernel_kind"], dtype, a2av, rows["in_nelems"].astype(np.int64, copy=False),
+                      rows["out_nelems"].astype(np.int64, copy=False))
+    slot, position, method, mkey = _slots(pg_key, rank, rows["seq"].astype(np.int64, copy=False), sig, abs_end,
+                                          tolerance_ns, quality)
+    instances = _instances(pg_key, simplified, rank, slot, position, method, mkey)
+    inst, participants = instances.inst, instances.participants
 
-    # ---- slots within each process group
+    # ---- names, categories, sizes
+    kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
+    implicit_sync = category.isin(coll.IMPLICIT_SYNC)
+    bytes_per_elem = dtype.lookup(lambda u: float(coll.DTYPE_BYTES[u]) if u in coll.DTYPE_BYTES else np.nan,
+                                  np.nan, np.float64)
+    gs, gsrc, inn, out = _group_sizes(rows, text["group_size_source"], pg, kind, participants, _world_size(results))
+
+    # ---- checks per instance
+    values = {"pg": pg.codes, "pg_ranks": text["pg_ranks"].codes, "collective_name": cname.codes, "group_size": gs,
+              "dtype": dtype.codes, "in_nelems": inn, "out_nelems": out}
+    mismatch_fields = _mismatch_fields(values, instances, a2av)
+    metadata_mismatch = mismatch_fields.lookup(lambda u: u != "", False, bool)
+    stream_mismatch = _disagree(rows["stream"].astype(np.int64, copy=False), inst, instances.count)
+
+    # ---- the rows (without the clock offsets) and the clocks
+    columns = {"index_in_group": instances.index_in_group, "pg": pg, "pg_key": pg_key, "match_key": mkey,
+               "dur_aligned_ns": rows["dur"], "ts_ns": rows["ts"], "dur_ns": rows["dur"],
+               "launch_ts_ns": rows["launch_ts"], "launch_dur_ns": rows["launch_dur"],
+               "category": category, "kind": kind, "implicit_sync": implicit_sync,
+               "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
+               "participants": participants, "metadata_mismatch": metadata_mismatch,
+               "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
+    for col in COLLECTIVE_COLUMNS:   # the others as they are
+        if col not in columns and col not in _COMPUTED_PER_OFFSETS:
+            columns[col] = text.get(col, rows[col])
+    columns["no_ids"] = rows["no_ids"]
+    collectives = functools.partial(_collectives_table, columns, instances, abs_ts, method, cname.missing(), present)
+    sample, clock_method = _clock_sample(implicit_sync, participants, inst, rank, abs_end)
+    if apply:
+        clocks = _clocks_table(estimate_clock_offsets(*sample), present, apply, clock_method)
+        offs = dict(zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist()))
+        ranks_u, rank_inv = np.unique(rank, return_inverse=True)
+        out_df, row_findings = collectives(np.array([offs[r] for r in ranks_u.tolist()], dtype=np.int64)[rank_inv])
+    else:
+        # the offsets change no row, only align.clocks: on two cores (large
+        # sets) they are estimated in a forked child while the rows are built
+        (out_df, row_findings), est = both(functools.partial(collectives, np.zeros(n, dtype=np.int64)),
+                                           functools.partial(estimate_clock_offsets, *sample),
+                                           fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
+        clocks = _clocks_table(est, present, apply, clock_method)
+    quality += _clock_findings(clocks, apply, multi_node, node_gpus) + row_findings
+    return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
+            "align.quality": quality_table(quality)}
+
+
+def _tables_without_collectives(ranks_table, present, apply, quality):
+    quality.append(_finding("warning", "no_collectives",
+                            f"no collective kernels in {len(present)} rank(s): the report is empty"))
+    return {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
+            "align.clocks": _unestimated_clocks_table(present, apply), "align.quality": quality_table(quality)}
+
+
+#: align.collectives columns that _collectives_table adds: those that depend
+#: on the clock offsets, the match method, and those made from other columns
+_COMPUTED_PER_OFFSETS = ("instance", "collective_id", "clock_offset_ns", "ts_aligned_ns", "match_method",
+                         "in_bytes", "out_bytes", "flags")
+
+
+def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality):
+    """Per row (rows sorted by rank, time and event): its slot within its
+    process group, the time-order position of that slot, its match method
+    (M_*) and, for rows matched by Seq, its match key."""
+    n = len(rank)
     slot = np.full(n, -1, dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
     method = np.full(n, M_ORDINAL, dtype=np.int8)
     mkey = np.empty(n, dtype=object)
-    seq = d["seq"].astype(np.int64, copy=False)
     by_key = np.argsort(pg_key.codes, kind="stable")
     bounds = np.r_[0, np.cumsum(np.bincount(pg_key.codes, minlength=len(pg_key.uniques)))]
     for c in sorted(range(len(pg_key.uniques)), key=lambda c: pg_key.uniques[c]):
@@ -228,6 +282,26 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                                         "starts or ends at another collective, or one is missing); aligned by "
                                         f"signature and end time, {unmatched} without a counterpart",
                                         rank=r, pg=key, count=unmatched))
+    return slot, position, method, mkey
+
+
+@dataclass
+class _Instances:
+    """Which rows are one collective instance."""
+
+    inst: np.ndarray            # per row: its instance's code, 0..count-1
+    count: int
+    participants: np.ndarray    # per row: the rows of its instance
+    index_in_group: np.ndarray  # per row: its instance's ordinal index in its process group
+    pg_key: Text
+    simplified: bool            # no process group names: collective ids are the bare index
+
+
+def _instances(pg_key, simplified, rank, slot, position, method, mkey):
+    """The rows' collective instances (a process group's slot).  Also marks,
+    in ``method``, the rows alone in their instance while other ranks take
+    part in their group (M_UNMATCHED), and gives the rows not matched by Seq
+    their match key (``mkey``, in place)."""
     # ordinal index per pg: the positions compacted to 0..n-1
     dense = dense_rank(pg_key.codes, position)
     group_first = np.full(len(pg_key.uniques), np.iinfo(np.int64).max, dtype=np.int64)
@@ -246,152 +320,125 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     ranks_per_group = np.bincount(pg_key.codes[first_of_pair], minlength=len(pg_key.uniques))
     single = (participants == 1) & ~is_seq
     method[single & (ranks_per_group[pg_key.codes] > 1)] = M_UNMATCHED
+    return _Instances(inst, n_inst, participants, index_in_group, pg_key, simplified)
 
-    # ---- names, categories, sizes
-    kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
-    implicit_sync = category.isin(coll.IMPLICIT_SYNC)
-    bytes_per_elem = dtype.lookup(lambda u: float(coll.DTYPE_BYTES[u]) if u in coll.DTYPE_BYTES else np.nan,
-                                  np.nan, np.float64)
-    # group size from the instance when no arg or pg_config gives it
-    world = _world_size(results)
-    gs = d["group_size"].astype(np.int64, copy=False).copy()
-    gsrc = text["group_size_source"]
+
+def _group_sizes(rows, gsrc, pg, kind, participants, world):
+    """(group size, its source, in and out element counts) per row: the group
+    size from the instance when no arg or pg_config gives it, and the output
+    sizes of all-gather / reduce-scatter that needed the group size."""
+    gs = rows["group_size"].astype(np.int64, copy=False).copy()
     infer = (gs == NONE) & pg.isin(("Unknown_Group", "all"))
     if infer.any() and world:
         full = infer & (participants == world)
         gs[full] = world
         gsrc = gsrc.assign(full, "world_size")
-    # output sizes of all-gather / reduce-scatter that needed the group size
-    inn, out = d["in_nelems"].astype(np.int64, copy=False), d["out_nelems"].astype(np.int64, copy=False).copy()
+    inn, out = rows["in_nelems"].astype(np.int64, copy=False), rows["out_nelems"].astype(np.int64, copy=False).copy()
     fix = (out == NONE) & (inn != NONE) & (gs != NONE) & (gs > 0)
     ag, rs = fix & kind.isin(("allgather",)), fix & kind.isin(("reducescatter",))
     out[ag] = inn[ag] * gs[ag]
     out[rs] = inn[rs] // np.maximum(gs[rs], 1)
+    return gs, gsrc, inn, out
 
-    # ---- checks per instance
+
+def _mismatch_fields(values, instances, a2av):
+    """Per row: the labels of the MISMATCH_FIELDS (``values``: integers per
+    row) on which its instance's participants disagree, joined by ","; sizes
+    of all_to_allv are allowed to differ."""
+    inst, n_inst = instances.inst, instances.count
     a2av_inst = np.zeros(n_inst, dtype=bool)
     a2av_inst[inst[a2av]] = True
     a2av_row = a2av_inst[inst]
-    values = {"pg": pg.codes, "pg_ranks": text["pg_ranks"].codes, "collective_name": cname.codes, "group_size": gs,
-              "dtype": dtype.codes, "in_nelems": inn, "out_nelems": out}
     checks = []
     for col, label in MISMATCH_FIELDS:
         bad = _disagree(values[col], inst, n_inst)
         if col in ("in_nelems", "out_nelems"):
             bad &= ~a2av_row
         checks.append((label, bad))
-    mismatch_fields = joined_labels(checks, ",")
-    metadata_mismatch = mismatch_fields.lookup(lambda u: u != "", False, bool)
-    stream_mismatch = _disagree(d["stream"].astype(np.int64, copy=False), inst, n_inst)
+    return joined_labels(checks, ",")
 
-    # ---- clocks
+
+def _clock_sample(implicit_sync, participants, inst, rank, abs_end):
+    """The (instance, rank, end) of the rows the clock offsets are estimated
+    from, and the method's name: the ends of implicit-sync collectives with
+    more than one participant, else of every such collective."""
     sync = implicit_sync & (participants > 1)
     if not sync.any():
         sync = participants > 1
         clock_method = "all_collectives"
     else:
         clock_method = "implicit_sync_ends"
-    est_args = (inst[sync], rank[sync], abs_end[sync])
+    return (inst[sync], rank[sync], abs_end[sync]), clock_method
 
-    def clocks_table(est):
-        clock_rows = []
-        for r in present:
-            e = est.get(r)
-            if e is None:
-                clock_rows.append({"rank": r, "offset_ns": 0, "residual_ns": math.nan, "max_residual_ns": math.nan,
-                                   "collectives": 0, "reference_rank": r, "applied": apply, "method": "none"})
-            else:
-                clock_rows.append({"rank": r, **e, "applied": apply, "method": clock_method})
-        values = {c: [row[c] for row in clock_rows] for c in CLOCK_COLUMNS}
-        dtypes = {"rank": np.int64, "offset_ns": np.int64, "collectives": np.int64, "reference_rank": np.int64,
-                  "applied": bool, "residual_ns": np.float64, "max_residual_ns": np.float64}
-        return pd.DataFrame({c: np.array(v, dtype=dtypes[c]) if c in dtypes else pd.Series(v)
-                             for c, v in values.items()})
 
-    def rows_table(applied_off):
-        """align.collectives with these clock offsets, and its findings."""
-        ts_aligned = abs_ts - applied_off
-        # ---- instance order (by first start, process group, index), ids, collective_id
-        first_ts = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
-        np.minimum.at(first_ts, inst, ts_aligned)
-        inst_pg = np.empty(n_inst, dtype=np.int64)
-        inst_pg[inst] = pg_key.codes
-        inst_ix = np.empty(n_inst, dtype=np.int64)
-        inst_ix[inst] = index_in_group
-        by_time = np.lexsort((inst_ix, pg_key.sort_rank()[inst_pg], first_ts))
-        new_id = np.empty(n_inst, dtype=np.int64)
-        new_id[by_time] = np.arange(n_inst)
-        instance = new_id[inst]
-        inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code: "<pg>_<index>"
-        for p, prefix in enumerate([""] * len(pg_key.uniques) if simplified else
-                                   [f"{u}_" for u in pg_key.uniques.tolist()]):
-            of_pg = np.flatnonzero(inst_pg == p)   # a few groups: one string join per instance
-            inst_ids[of_pg] = [prefix + ix for ix in map(str, inst_ix[of_pg].tolist())]
-        collective_id = Text(inst, inst_ids)
+def _instance_ids(instances, ts_aligned):
+    """Per row: its instance's number in the order of first start (then
+    process group, then index), and its collective_id "<pg>_<index>"."""
+    inst, n_inst, pg_key = instances.inst, instances.count, instances.pg_key
+    first_ts = np.full(n_inst, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_ts, inst, ts_aligned)
+    inst_pg = np.empty(n_inst, dtype=np.int64)
+    inst_pg[inst] = pg_key.codes
+    inst_ix = np.empty(n_inst, dtype=np.int64)
+    inst_ix[inst] = instances.index_in_group
+    by_time = np.lexsort((inst_ix, pg_key.sort_rank()[inst_pg], first_ts))
+    new_id = np.empty(n_inst, dtype=np.int64)
+    new_id[by_time] = np.arange(n_inst)
+    instance = new_id[inst]
+    inst_ids = np.empty(n_inst, dtype=object)  # collective_id per instance code: "<pg>_<index>"
+    for p, prefix in enumerate([""] * len(pg_key.uniques) if instances.simplified else
+                               [f"{u}_" for u in pg_key.uniques.tolist()]):
+        of_pg = np.flatnonzero(inst_pg == p)   # a few groups: one string join per instance
+        inst_ids[of_pg] = [prefix + ix for ix in map(str, inst_ix[of_pg].tolist())]
+    return instance, Text(inst, inst_ids)
 
-        # ---- rows in (instance, rank) order: one take per column (text columns
-        # as codes: the objects are looked up after the take, from a few values)
-        order = np.lexsort((rank, instance))
-        cols = {"instance": instance, "collective_id": collective_id, "index_in_group": index_in_group,
-                "pg": pg, "pg_key": pg_key, "match_key": mkey,
-                "clock_offset_ns": applied_off, "ts_aligned_ns": ts_aligned, "dur_aligned_ns": d["dur"],
-                "ts_ns": d["ts"], "dur_ns": d["dur"], "launch_ts_ns": d["launch_ts"], "launch_dur_ns": d["launch_dur"],
-                "category": category, "kind": kind, "implicit_sync": implicit_sync,
-                "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
-                "participants": participants, "metadata_mismatch": metadata_mismatch,
-                "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
-        for col in COLLECTIVE_COLUMNS:
-            if col not in cols and col not in ("match_method", "in_bytes", "out_bytes", "flags"):  # those come below
-                cols[col] = text.get(col, d[col])
-        cols["no_ids"] = d["no_ids"]
-        cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
-        row_method = method[order]
-        cols["match_method"] = Text(row_method.astype(np.int64, copy=False), METHODS)
 
-        # ---- flags and findings
-        cols["flags"] = _flags(cols, row_method, cname.missing()[order])
-        findings = _instance_findings(cols, row_method, present)
-        bpe = cols["bytes_per_elem"]
-        for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
-            v = cols[src]
-            ok = (v != NONE) & ~np.isnan(bpe)
-            vals = np.zeros(n, dtype=np.int64)
-            vals[ok] = v[ok] * bpe[ok].astype(np.int64, copy=False)
-            cols[dst] = pd.arrays.IntegerArray(vals, ~ok)
-        # nullable integers (the arrays are this function's own: no copy needed)
-        for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
-                    "correlation", "external_id"):
-            v = cols[col].astype(np.int64, copy=False)
-            cols[col] = pd.arrays.IntegerArray(v, v == NONE)
-        for col in ("stream", "device"):
-            v = cols[col].astype(np.int64, copy=False)
-            cols[col] = pd.arrays.IntegerArray(v, v == -1)
-        columns = {}
-        for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
-            v = cols[col]
-            if isinstance(v, Text):
-                v = v.objects()
-            columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
-        # copy=False: one block per column instead of copying them into 2-D blocks
-        out_df = pd.DataFrame(columns, copy=False)
-        return out_df, findings
+def _collectives_table(columns, instances, abs_ts, method, name_missing, present, applied_off):
+    """align.collectives with these clock offsets (per row), and its findings.
+    ``columns``: the columns that do not depend on the offsets, per row in
+    match_ranks' order."""
+    ts_aligned = abs_ts - applied_off
+    instance, collective_id = _instance_ids(instances, ts_aligned)
+    # rows in (instance, rank) order: one take per column (text columns as
+    # codes: the objects are looked up after the take, from a few values)
+    order = np.lexsort((columns["rank"], instance))
+    cols = dict(columns, instance=instance, collective_id=collective_id, clock_offset_ns=applied_off,
+                ts_aligned_ns=ts_aligned)
+    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
+    row_method = method[order]
+    cols["match_method"] = Text(row_method.astype(np.int64, copy=False), METHODS)
+    cols["flags"] = _flags(cols, row_method, name_missing[order])
+    findings = _instance_findings(cols, row_method, present)
+    return _collectives_frame(cols), findings
 
-    if apply:
-        clocks = clocks_table(estimate_clock_offsets(*est_args))
-        offs = dict(zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist()))
-        ranks_u, rank_inv = np.unique(rank, return_inverse=True)
-        out_df, row_findings = rows_table(np.array([offs[r] for r in ranks_u.tolist()], dtype=np.int64)[rank_inv])
-    else:
-        # the offsets change no row, only align.clocks: on two cores (large
-        # sets) they are estimated in a forked child while the rows are built
-        (out_df, row_findings), est = both(functools.partial(rows_table, np.zeros(n, dtype=np.int64)),
-                                           functools.partial(estimate_clock_offsets, *est_args),
-                                           fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
-        clocks = clocks_table(est)
-    quality += _clock_findings(clocks, apply, multi_node, G) + row_findings
-    return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
-            "align.quality": quality_table(quality)}
 
+def _collectives_frame(cols):
+    """The align.collectives DataFrame of the output-ordered ``cols``: byte
+    counts added, sizes and ids as nullable integers, text as objects."""
+    bpe = cols["bytes_per_elem"]
+    n = len(bpe)
+    for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
+        v = cols[src]
+        ok = (v != NONE) & ~np.isnan(bpe)
+        vals = np.zeros(n, dtype=np.int64)
+        vals[ok] = v[ok] * bpe[ok].astype(np.int64, copy=False)
+        cols[dst] = pd.arrays.IntegerArray(vals, ~ok)
+    # nullable integers (the arrays are this function's own: no copy needed)
+    for col in ("in_nelems", "out_nelems", "group_size", "seq", "launch_ts_ns", "launch_dur_ns", "launch_tid",
+                "correlation", "external_id"):
+        v = cols[col].astype(np.int64, copy=False)
+        cols[col] = pd.arrays.IntegerArray(v, v == NONE)
+    for col in ("stream", "device"):
+        v = cols[col].astype(np.int64, copy=False)
+        cols[col] = pd.arrays.IntegerArray(v, v == -1)
+    columns = {}
+    for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
+        v = cols[col]
+        if isinstance(v, Text):
+            v = v.objects()
+        columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
+    # copy=False: one block per column instead of copying them into 2-D blocks
+    return pd.DataFrame(columns, copy=False)
 
 
 def _flags(cols, method, name_missing):
