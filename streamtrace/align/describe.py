@@ -10,7 +10,7 @@ import numpy as np
 from .. import collectives as coll
 from .._native import COMM_DTYPE, NONE, NOSTR
 from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE, collected_rank
-from .quality import _finding
+from .quality import _described_findings, _finding
 
 
 @dataclass
@@ -24,19 +24,20 @@ class RankResult:
     events: int = 0
 
 
-def finish_rank(c):
+def finish_rank(collector):
     """A RankCollector's RankResult: link, select and describe the rank's
     collective kernels (its per-frame arrays are dropped)."""
-    meta = _meta_summary(c.meta or {}, c.rank)
-    O = _concat(c.ops, _O_DTYPE)
-    C = _concat(c.comms, COMM_DTYPE)
-    K, L = _candidates(c.kernels, c.launches, O, C, c.lookup)
-    c.kernels = c.launches = c.ops = c.comms = None
-    rows, quality = _describe_rank(c.rank, K, L, O, C, c.strings, c.lookup, meta)
-    if c.meta is None:
-        quality.append(_finding("warning", "incomplete_rank", f"rank {c.rank}: no metadata frame "
-                                "(the stream section of this rank is incomplete)", rank=c.rank))
-    return RankResult(c.rank, meta, rows, quality, c.n_events)
+    meta = _meta_summary(collector.meta or {}, collector.rank)
+    ops = _concat(collector.ops, _O_DTYPE)
+    comms = _concat(collector.comms, COMM_DTYPE)
+    kernels, launches = _candidates(collector.kernels, collector.launches, ops, comms, collector.lookup)
+    collector.kernels = collector.launches = collector.ops = collector.comms = None
+    rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
+                                   collector.lookup, meta)
+    if collector.meta is None:
+        quality.append(_finding("warning", "incomplete_rank", f"rank {collector.rank}: no metadata frame "
+                                "(the stream section of this rank is incomplete)", rank=collector.rank))
+    return RankResult(collector.rank, meta, rows, quality, collector.n_events)
 
 
 def collect_rank(frames, rank=None):
@@ -85,7 +86,7 @@ def _concat(parts, dtype):
     return np.concatenate(words).view(dtype).reshape(-1)
 
 
-def _candidates(kernel_parts, launch_parts, O, C, lookup):
+def _candidates(kernel_parts, launch_parts, ops, comms, lookup):
     """The kernels of a rank that can be collective kernels, and their
     launches, from the per-frame parts: NCCL/RCCL names, kernels with comm
     args of their own, kernels whose External id names a collective op (new
@@ -93,21 +94,23 @@ def _candidates(kernel_parts, launch_parts, O, C, lookup):
     time-containment test can tell).  The others could never be selected, so
     every join after this is proportional to the collectives rather than to
     the trace; filtering part by part never builds the whole kernel table."""
-    comm_events = C["event"].astype(np.int64)
+    comm_events = comms["event"].astype(np.int64)
     if (comm_events[1:] < comm_events[:-1]).any():  # records come in event order: usually sorted already
         comm_events = np.sort(comm_events)
-    op_ext = np.sort(O["ext"])
+    op_ext = np.sort(ops["ext"])
+    kernels = _concat([_take(part, np.flatnonzero(_maybe_collective(part, lookup, comm_events, op_ext)))
+                       for part in kernel_parts], _K_DTYPE)
+    corr = np.sort(kernels["corr"])
+    launches = _concat([_take(part, np.flatnonzero(_in_sorted(part["corr"], corr))) for part in launch_parts],
+                       _L_DTYPE)
+    return kernels, launches
 
-    def maybe(k):
-        new_regime = (k["ext"] != NONE) & (k["ext"] != k["corr"])
-        return (((lookup(k["name"]) & S_NCCL_NAME) != 0) | ~new_regime | _in_sorted(k["event"], comm_events)
-                | (new_regime & _in_sorted(k["ext"], op_ext)))
 
-    K = _concat([_take(k, np.flatnonzero(maybe(k))) for k in kernel_parts], _K_DTYPE)
-    corr = np.sort(K["corr"])
-    L = _concat([_take(launch, np.flatnonzero(_in_sorted(launch["corr"], corr))) for launch in launch_parts],
-                _L_DTYPE)
-    return K, L
+def _maybe_collective(kernels, lookup, comm_events, op_ext):
+    """Which of ``kernels`` can be collective kernels (see _candidates)."""
+    new_regime = (kernels["ext"] != NONE) & (kernels["ext"] != kernels["corr"])
+    return (((lookup(kernels["name"]) & S_NCCL_NAME) != 0) | ~new_regime | _in_sorted(kernels["event"], comm_events)
+            | (new_regime & _in_sorted(kernels["ext"], op_ext)))
 
 
 def _int_or_none(v):
@@ -161,14 +164,14 @@ def _join_sorted(keys, queries, valid=None):
     return out
 
 
-def _containing(O, sel, pid, tid, t):
-    """Per query (pid, tid, t): index into O of the innermost op among
-    ``O[sel]`` (the ops of one kind) on that thread whose [ts, ts+dur]
+def _containing(ops, sel, pid, tid, t):
+    """Per query (pid, tid, t): index into ops of the innermost op among
+    ``ops[sel]`` (the ops of one kind) on that thread whose [ts, ts+dur]
     covers t, else -1."""
     out = np.full(len(t), -1, dtype=np.int64)
     if not len(sel) or not len(t):
         return out
-    ts, dur, opid, otid = (O[f][sel] for f in ("ts", "dur", "pid", "tid"))
+    ts, dur, opid, otid = (ops[f][sel] for f in ("ts", "dur", "pid", "tid"))
     # group by thread; within a thread by start, outer (longer) first at equal
     # starts, so the last start <= t is the innermost candidate.  Sort keys
     # that cannot change the order are left out: ops are often in start
@@ -222,13 +225,13 @@ class _Parsed:
 
 
 class _CommRecords:
-    """The comm-args record of each row (``ci``: index into ``C``, -1 for
-    none), gathered once as whole records: each field read after it is a
+    """The comm-args record of each row (``index``: into ``comms``, -1
+    for none), gathered once as whole records: each field read after it is a
     cheap strided pass instead of a gather of its own."""
 
-    def __init__(self, C, ci):
-        self.missing = ci < 0
-        self.records = _take(C, np.maximum(ci, 0)) if len(C) else None
+    def __init__(self, comms, index):
+        self.missing = index < 0
+        self.records = _take(comms, np.maximum(index, 0)) if len(comms) else None
 
     def field(self, name, missing_value):
         """One field per row as int64, ``missing_value`` where a row has no record."""
@@ -239,146 +242,226 @@ class _CommRecords:
         return out
 
 
-def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
+def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta):
     """Select the collective kernels of one rank and describe them (one row each)."""
-    quality = []
-    nK = len(K)
-    if not nK:
-        return _empty_rank_rows(), quality
-    name_match = (lookup(K["name"]) & S_NCCL_NAME) != 0
-    new_regime = (K["ext"] != NONE) & (K["ext"] != K["corr"])
-
+    if not len(kernels):
+        return _empty_rank_rows(), []
+    name_match = (lookup(kernels["name"]) & S_NCCL_NAME) != 0
+    new_regime = (kernels["ext"] != NONE) & (kernels["ext"] != kernels["corr"])
     # kernel -> launch, by correlation
-    launch = _join_sorted(L["corr"], K["corr"], valid=K["corr"] != NONE)
-    has_launch = launch >= 0
-    lpid = np.where(has_launch, L["pid"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
-    ltid = np.where(has_launch, L["tid"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
-    lts = np.where(has_launch, L["ts"][np.maximum(launch, 0)], NONE) if len(L) else np.full(nK, NONE)
+    launch = _join_sorted(launches["corr"], kernels["corr"], valid=kernels["corr"] != NONE)
+    op_of_kind, link = _link_ops(kernels, launches, ops, launch, name_match, new_regime)
+    # comm-argument records by event
+    comm_events = comms["event"].astype(np.int64)
+    kernel_comm = _join_sorted(comm_events, kernels["event"])
+    has_kernel_comm = kernel_comm >= 0
+    sel = np.flatnonzero(_collective_kernels(op_of_kind, name_match, has_kernel_comm))
+    if not len(sel):
+        return _empty_rank_rows(), []
 
-    # kernel -> CPU ops: External id (new traces), else containment of the launch
-    ops = {}
-    any_ext = np.zeros(nK, dtype=bool)
-    any_time = np.zeros(nK, dtype=bool)
+    chosen = _take(kernels, sel)
+    n = len(sel)
+    sel_by = _labels(("name", "comm_args", "cpu_op"),
+                     np.where(name_match[sel], 0, np.where(has_kernel_comm[sel], 1, 2)))
+    launch_s = launch[sel]
+    ann, rpc, c10 = op_of_kind[OP_ANNOT][sel], op_of_kind[OP_RPC][sel], op_of_kind[OP_C10D][sel]
+    rpc_ev, ann_ev, c10_ev = _op_events(ops, rpc, n), _op_events(ops, ann, n), _op_events(ops, c10, n)
+    rpc_comm = _join_sorted(comm_events, rpc_ev, valid=rpc >= 0)
+    ann_comm = _join_sorted(comm_events, ann_ev, valid=ann >= 0)
+    c10_comm = _join_sorted(comm_events, c10_ev, valid=c10 >= 0)
+
+    texts = _Texts(strings)
+    uniq, inv = np.unique(chosen["name"], return_inverse=True)
+    uniq_names = texts.of(uniq)
+    kernel_names = uniq_names[inv]
+    kinds_tok = np.array([coll.kernel_kind(s) for s in uniq_names] + [None], dtype=object)[:-1][inv]
+    ann_name, c10_name, rpc_name = _op_names(ops, ann, n, texts), _op_names(ops, c10, n, texts), \
+        _op_names(ops, rpc, n, texts)
+
+    pg_conf = _pg_config_by_name(meta)
+    args = _ArgSources(_CommRecords(comms, kernel_comm[sel]), _CommRecords(comms, rpc_comm))
+    described, pg_id, need = _described_by_args(args, texts, pg_conf)
+    _fill_from_fallbacks(described, pg_id, need, ann_name, c10_name, kinds_tok, _CommRecords(comms, ann_comm),
+                         _CommRecords(comms, c10_comm), _Parsed(strings), pg_conf)
+
+    no_ids = (chosen["corr"] == NONE) & (chosen["ext"] == NONE)
+    columns = {
+        "event": chosen["event"], "ts": chosen["ts"], "dur": chosen["dur"], "pid": chosen["pid"],
+        "stream": chosen["stream"].astype(np.int64), "device": chosen["device"].astype(np.int64),
+        "correlation": chosen["corr"], "external_id": chosen["ext"],
+        "kernel_name": kernel_names, "kernel_kind": kinds_tok, "selected_by": sel_by,
+        "launch_event": np.where(launch_s >= 0, launches["event"][np.maximum(launch_s, 0)] if len(launches) else -1,
+                                 -1),
+        "launch_ts": np.where(launch_s >= 0, launches["ts"][np.maximum(launch_s, 0)] if len(launches) else NONE,
+                              NONE),
+        "launch_dur": np.where(launch_s >= 0, launches["dur"][np.maximum(launch_s, 0)] if len(launches) else NONE,
+                               NONE),
+        "launch_tid": np.where(launch_s >= 0, launches["tid"][np.maximum(launch_s, 0)] if len(launches) else NONE,
+                               NONE),
+        "rpc_event": rpc_ev, "annotation_event": ann_ev, "c10d_event": c10_ev,
+        "rpc_name": rpc_name, "annotation_name": ann_name, "c10d_name": c10_name,
+        "link": np.array(["none", "external_id", "containment"], dtype=object)[link[sel]],
+        **described, "no_ids": no_ids,
+    }
+    columns["cpu_op_event"] = np.where(rpc_ev >= 0, rpc_ev, np.where(ann_ev >= 0, ann_ev, columns["c10d_event"]))
+    columns["cpu_op_name"] = np.where(rpc_ev >= 0, columns.pop("rpc_name"),
+                                      np.where(ann_ev >= 0, columns.pop("annotation_name"), columns.pop("c10d_name")))
+    rows = _in_time_order(columns, n)
+    return rows, _described_findings(rank, rows, no_ids, sel_by)
+
+
+def _launch_field(launches, launch, has_launch, name):
+    """Per kernel: ``name`` of its launch (``launch``: index into launches),
+    NONE when it has none."""
+    if not len(launches):
+        return np.full(len(launch), NONE)
+    return np.where(has_launch, launches[name][np.maximum(launch, 0)], NONE)
+
+
+def _link_ops(kernels, launches, ops, launch, name_match, new_regime):
+    """Kernel -> CPU ops: External id (new traces), else containment of the
+    launch.  Returns ``{op kind: index into ops per kernel (-1: none)}`` and
+    per kernel how it was linked (0 none, 1 External id, 2 containment)."""
+    n = len(kernels)
+    has_launch = launch >= 0
+    launch_pid, launch_tid, launch_ts = (_launch_field(launches, launch, has_launch, name)
+                                         for name in ("pid", "tid", "ts"))
+    op_of_kind = {}
+    any_ext = np.zeros(n, dtype=bool)
+    any_time = np.zeros(n, dtype=bool)
     by_ext = {}
-    of_kind = {kind: np.flatnonzero(O["kind"] == kind) for kind in (OP_ANNOT, OP_RPC, OP_C10D)}
+    of_kind = {kind: np.flatnonzero(ops["kind"] == kind) for kind in (OP_ANNOT, OP_RPC, OP_C10D)}
     for kind in (OP_ANNOT, OP_RPC, OP_C10D):
-        by_ext[kind] = np.full(nK, -1, dtype=np.int64)
+        by_ext[kind] = np.full(n, -1, dtype=np.int64)
         sel = of_kind[kind]
         if len(sel):
-            j = _join_sorted(O["ext"][sel], K["ext"], valid=new_regime)
-            by_ext[kind][j >= 0] = sel[j[j >= 0]]
+            found = _join_sorted(ops["ext"][sel], kernels["ext"], valid=new_regime)
+            by_ext[kind][found >= 0] = sel[found[found >= 0]]
         any_ext |= by_ext[kind] >= 0
     # time containment: every launched kernel in old traces; in new traces the
     # External id already says which op launched a kernel, so only NCCL kernels
     # (for their annotation and c10d op) and linked ones need it
     probe = has_launch & (name_match | ~new_regime | any_ext)
     for kind in (OP_ANNOT, OP_RPC, OP_C10D):
-        by_time = np.full(nK, -1, dtype=np.int64)
+        by_time = np.full(n, -1, dtype=np.int64)
         if probe.any():
-            q = np.flatnonzero(probe)
-            by_time[q] = _containing(O, of_kind[kind], lpid[q], ltid[q], lts[q])
-        ops[kind] = np.where(by_ext[kind] >= 0, by_ext[kind], by_time)
+            probed = np.flatnonzero(probe)
+            by_time[probed] = _containing(ops, of_kind[kind], launch_pid[probed], launch_tid[probed],
+                                          launch_ts[probed])
+        op_of_kind[kind] = np.where(by_ext[kind] >= 0, by_ext[kind], by_time)
         any_time |= by_time >= 0
     link = np.where(any_ext, 1, np.where(any_time, 2, 0)).astype(np.int8)  # none / external id / containment
+    return op_of_kind, link
 
-    # comm-argument records by event
-    cev = C["event"].astype(np.int64)
-    kcomm = _join_sorted(cev, K["event"])
-    has_kcomm = kcomm >= 0
 
-    # which kernels are collective kernels (B2)
-    op_key = np.where(ops[OP_RPC] >= 0, ops[OP_RPC], ops[OP_ANNOT])
+def _collective_kernels(op_of_kind, name_match, has_kernel_comm):
+    """Which kernels are collective kernels (B2): NCCL/RCCL names, kernels
+    with comm args of their own, and kernels linked to a collective op that
+    no NCCL-named kernel is linked to (a helper kernel inside the same op as
+    an NCCL kernel is not one)."""
+    op_key = np.where(op_of_kind[OP_RPC] >= 0, op_of_kind[OP_RPC], op_of_kind[OP_ANNOT])
     linked = op_key >= 0
     named_ops = np.unique(op_key[name_match & linked])
     linked_free = linked & ~np.isin(op_key, named_ops)
-    selected = name_match | has_kcomm | linked_free
-    # a kernel with comm args of its own but without the NCCL name is kept; a
-    # helper kernel inside the same op as an NCCL kernel is not
-    sel = np.flatnonzero(selected)
-    if not len(sel):
-        return _empty_rank_rows(), quality
+    return name_match | has_kernel_comm | linked_free
 
-    Ks = _take(K, sel)
-    n = len(sel)
-    sel_by = _labels(("name", "comm_args", "cpu_op"), np.where(name_match[sel], 0, np.where(has_kcomm[sel], 1, 2)))
-    launch_s = launch[sel]
-    ann, rpc, c10 = ops[OP_ANNOT][sel], ops[OP_RPC][sel], ops[OP_C10D][sel]
-    link_s = link[sel]
-    kc = kcomm[sel]
 
-    def op_events(op):  # the event of each row's op (-1: none)
-        return np.where(op >= 0, O["event"][np.maximum(op, 0)], -1) if len(O) else np.full(n, -1, dtype=np.int64)
+def _op_events(ops, op, n):
+    """The event of each row's op (``op``: index into ops, -1: none)."""
+    return np.where(op >= 0, ops["event"][np.maximum(op, 0)], -1) if len(ops) else np.full(n, -1, dtype=np.int64)
 
-    rpc_ev, ann_ev, c10_ev = op_events(rpc), op_events(ann), op_events(c10)
-    rc = _join_sorted(cev, rpc_ev, valid=rpc >= 0)
-    ac = _join_sorted(cev, ann_ev, valid=ann >= 0)
-    cc = _join_sorted(cev, c10_ev, valid=c10 >= 0)
 
-    k_recs, r_recs = _CommRecords(C, kc), _CommRecords(C, rc)
+def _op_names(ops, op, n, texts):
+    """The name of each row's op (None: none)."""
+    if not len(ops):
+        return np.full(n, None, object)
+    return texts.of(np.where(op >= 0, ops["name"][np.maximum(op, 0)].astype(np.int64), -1))
 
-    def coalesce_s(name):
-        a, b = k_recs.field(name, NOSTR), r_recs.field(name, NOSTR)
+
+class _Texts:
+    """A rank's string table: ids to str objects (None for ids that stand for
+    no string)."""
+
+    def __init__(self, strings):
+        self.count = len(strings)
+        self.table = np.array(strings + [None], dtype=object)
+
+    def absent(self, ids):
+        return (ids < 0) | (ids >= self.count)
+
+    def of(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        return self.table[np.where(self.absent(ids), self.count, ids)]
+
+
+class _ArgSources:
+    """A field of each row's comm args: the kernel's own record, else its
+    record_param_comms op's."""
+
+    def __init__(self, kernel_records, rpc_records):
+        self.kernel, self.rpc = kernel_records, rpc_records
+
+    def string_ids(self, name):
+        """(string id per row, from the kernel's record, from the rpc's)."""
+        a, b = self.kernel.field(name, NOSTR), self.rpc.field(name, NOSTR)
         return np.where(a != NOSTR, a, b), a != NOSTR, b != NOSTR
 
-    def coalesce_i(name):
-        a, b = k_recs.field(name, NONE), r_recs.field(name, NONE)
+    def ints(self, name):
+        """(value per row, from the kernel's record, from the rpc's)."""
+        a, b = self.kernel.field(name, NONE), self.rpc.field(name, NONE)
         return np.where(a != NONE, a, b), a != NONE, b != NONE
 
-    table = np.array(strings + [None], dtype=object)
 
-    def absent(ids):  # ids that stand for no string (their text is None)
-        return (ids < 0) | (ids >= len(strings))
-
-    def text(ids):
-        ids = np.asarray(ids, dtype=np.int64)
-        return table[np.where(absent(ids), len(strings), ids)]
-
-    uniq, inv = np.unique(Ks["name"], return_inverse=True)
-    uniq_names = text(uniq)
-    kernel_names = uniq_names[inv]
-    kinds_tok = np.array([coll.kernel_kind(s) for s in uniq_names] + [None], dtype=object)[:-1][inv]
-
-    name_id, from_k, from_r = coalesce_s("collective_name")
-    cname = text(name_id)
-    name_absent = absent(name_id)
-    name_source = _labels(("kernel_args", "record_param_comms", None), np.where(from_k, 0, np.where(from_r, 1, 2)))
-    dtype_id, _, _ = coalesce_s("dtype")
-    dtype = text(dtype_id)
-    dtype_absent = absent(dtype_id)
-    in_n, ink, inr = coalesce_i("in_nelems")
-    out_n, _, _ = coalesce_i("out_nelems")
-    size_source = _labels(("kernel_args", "record_param_comms", None), np.where(ink, 0, np.where(inr, 1, 2)))
-    group_size, _, _ = coalesce_i("group_size")
-    gs_source = _labels(("args", None), (group_size == NONE).astype(np.int64))
-    pg_name_id = coalesce_s("pg_name")[0]
-    pg_name = text(pg_name_id)
-    pg_id, _, _ = coalesce_i("pg_id")
-    pg_desc = text(coalesce_s("pg_desc")[0])
-    pg_ranks_id = coalesce_s("pg_ranks")[0]
-    pg_ranks = text(pg_ranks_id)
-    in_split = text(coalesce_s("in_split")[0])
-    out_split = text(coalesce_s("out_split")[0])
-    seq, _, _ = coalesce_i("seq")
-
-    def op_names(op):  # the name of each row's op (None: none)
-        if not len(O):
-            return np.full(n, None, object)
-        return text(np.where(op >= 0, O["name"][np.maximum(op, 0)].astype(np.int64), -1))
-
-    ann_name, c10_name, rpc_name = op_names(ann), op_names(c10), op_names(rpc)
-
-    # fallbacks, per collective (Python, cached per distinct string)
-    parsed = _Parsed(strings)
+def _pg_config_by_name(meta):
+    """The rank's distributedInfo.pg_config entries by process group name."""
     pg_conf = {}
     for pg in meta.get("pg_config") or []:
         if isinstance(pg, dict) and pg.get("pg_name") is not None:
             pg_conf[str(pg["pg_name"])] = pg
-    a_recs, c_recs = _CommRecords(C, ac), _CommRecords(C, cc)
-    a_dims, a_type = a_recs.field("input_dims", NOSTR), a_recs.field("input_type", NOSTR)
-    c_dims, c_type = c_recs.field("input_dims", NOSTR), c_recs.field("input_type", NOSTR)
-    need = name_absent | dtype_absent | (in_n == NONE) | (out_n == NONE) | (absent(pg_name_id) & (pg_id != NONE))
+    return pg_conf
+
+
+def _described_by_args(args, texts, pg_conf):
+    """The rows' kind, sizes and process group from their comm args:
+    ``({column: array}, pg_id, need)``, where ``need`` marks the rows that
+    lack a field a fallback may give."""
+    name_id, from_k, from_r = args.string_ids("collective_name")
+    dtype_id, _, _ = args.string_ids("dtype")
+    in_n, ink, inr = args.ints("in_nelems")
+    out_n, _, _ = args.ints("out_nelems")
+    group_size, _, _ = args.ints("group_size")
+    pg_name_id = args.string_ids("pg_name")[0]
+    pg_id, _, _ = args.ints("pg_id")
+    pg_ranks_id = args.string_ids("pg_ranks")[0]
+    described = {
+        "collective_name": texts.of(name_id),
+        "name_source": _labels(("kernel_args", "record_param_comms", None),
+                               np.where(from_k, 0, np.where(from_r, 1, 2))),
+        "dtype": texts.of(dtype_id), "in_nelems": in_n, "out_nelems": out_n,
+        "size_source": _labels(("kernel_args", "record_param_comms", None), np.where(ink, 0, np.where(inr, 1, 2))),
+        "group_size": group_size, "group_size_source": _labels(("args", None), (group_size == NONE).astype(np.int64)),
+        "pg_name": texts.of(pg_name_id), "pg_desc": texts.of(args.string_ids("pg_desc")[0]),
+        "pg_ranks": texts.of(pg_ranks_id), "in_split": texts.of(args.string_ids("in_split")[0]),
+        "out_split": texts.of(args.string_ids("out_split")[0]), "seq": args.ints("seq")[0],
+    }
+    need = (texts.absent(name_id) | texts.absent(dtype_id) | (in_n == NONE) | (out_n == NONE)
+            | (texts.absent(pg_name_id) & (pg_id != NONE)))
     if pg_conf:
-        need |= (group_size == NONE) | absent(pg_ranks_id)
+        need |= (group_size == NONE) | texts.absent(pg_ranks_id)
+    return described, pg_id, need
+
+
+def _fill_from_fallbacks(described, pg_id, need, ann_name, c10_name, kinds_tok, ann_records, c10_records, parsed,
+                         pg_conf):
+    """Fill in, for the rows ``need`` marks, what the comm args did not give:
+    from the collective ops' names, the annotation's Input Dims / Input type,
+    pg_config and the kernel name (Python per row, parsed strings cached)."""
+    cname, name_source, dtype = described["collective_name"], described["name_source"], described["dtype"]
+    in_n, out_n, size_source = described["in_nelems"], described["out_nelems"], described["size_source"]
+    group_size, gs_source = described["group_size"], described["group_size_source"]
+    pg_name, pg_ranks = described["pg_name"], described["pg_ranks"]
+    a_dims, a_type = ann_records.field("input_dims", NOSTR), ann_records.field("input_type", NOSTR)
+    c_dims, c_type = c10_records.field("input_dims", NOSTR), c10_records.field("input_type", NOSTR)
     for i in np.flatnonzero(need).tolist():
         if pg_name[i] is None and pg_id[i] != NONE:
             pg_name[i] = str(int(pg_id[i]))
@@ -409,60 +492,16 @@ def _describe_rank(rank, K, L, O, C, strings, lookup, meta):
         if out_n[i] == NONE and in_n[i] != NONE:
             out_n[i] = _out_nelems(cname[i], in_n[i], group_size[i], c_dims[i], c_type[i], parsed)
 
-    no_ids = (Ks["corr"] == NONE) & (Ks["ext"] == NONE)
-    columns = {
-        "event": Ks["event"], "ts": Ks["ts"], "dur": Ks["dur"], "pid": Ks["pid"], "stream": Ks["stream"].astype(np.int64),
-        "device": Ks["device"].astype(np.int64), "correlation": Ks["corr"], "external_id": Ks["ext"],
-        "kernel_name": kernel_names, "kernel_kind": kinds_tok, "selected_by": sel_by,
-        "launch_event": np.where(launch_s >= 0, L["event"][np.maximum(launch_s, 0)] if len(L) else -1, -1),
-        "launch_ts": np.where(launch_s >= 0, L["ts"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
-        "launch_dur": np.where(launch_s >= 0, L["dur"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
-        "launch_tid": np.where(launch_s >= 0, L["tid"][np.maximum(launch_s, 0)] if len(L) else NONE, NONE),
-        "rpc_event": rpc_ev, "annotation_event": ann_ev, "c10d_event": c10_ev,
-        "rpc_name": rpc_name, "annotation_name": ann_name, "c10d_name": c10_name,
-        "link": np.array(["none", "external_id", "containment"], dtype=object)[link_s],
-        "collective_name": cname, "name_source": name_source, "dtype": dtype,
-        "in_nelems": in_n, "out_nelems": out_n, "size_source": size_source,
-        "group_size": group_size, "group_size_source": gs_source,
-        "pg_name": pg_name, "pg_desc": pg_desc, "pg_ranks": pg_ranks, "in_split": in_split, "out_split": out_split,
-        "seq": seq, "no_ids": no_ids,
-    }
-    columns["cpu_op_event"] = np.where(rpc_ev >= 0, rpc_ev, np.where(ann_ev >= 0, ann_ev, columns["c10d_event"]))
-    columns["cpu_op_name"] = np.where(rpc_ev >= 0, columns.pop("rpc_name"),
-                                      np.where(ann_ev >= 0, columns.pop("annotation_name"), columns.pop("c10d_name")))
-    # rows in (ts, event) order, text as object arrays (None when missing);
-    # kernels usually come in that order already: then no column is gathered,
-    # only the strided views of the kernel records are copied
+
+def _in_time_order(columns, n):
+    """The rows in (ts, event) order, text as object arrays (None when
+    missing).  Kernels usually come in that order already: then no column is
+    gathered, only the strided views of the kernel records are copied."""
     order = np.lexsort((columns["event"], columns["ts"]))
     if (order == np.arange(n)).all():
         order = slice(None)
-    rows = {k: np.ascontiguousarray(v[order]) if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order]
+    return {k: np.ascontiguousarray(v[order]) if v.dtype.kind in "iufb" else np.asarray(v, dtype=object)[order]
             for k, v in columns.items()}
-
-    # per-rank findings
-    n_nolaunch = int((rows["launch_event"] < 0).sum())
-    if n_nolaunch:
-        quality.append(_finding("info", "no_launch", f"rank {rank}: {n_nolaunch} collective kernel(s) without a launch "
-                                "record (launched before the profiling window opened); kept, unattributed",
-                                rank=rank, count=n_nolaunch))
-    n_noop = int((rows["cpu_op_event"] < 0).sum())
-    if n_noop:
-        quality.append(_finding("info", "no_cpu_op", f"rank {rank}: {n_noop} collective kernel(s) not linked to a "
-                                "collective CPU op (record_param_comms / nccl:* / c10d::*)", rank=rank, count=n_noop))
-    n_noids = int(no_ids.sum())
-    if n_noids:
-        quality.append(_finding("info", "no_ids", f"rank {rank}: {n_noids} NCCL kernel(s) with neither correlation nor "
-                                "External id (TraceLens drops these; kept here)", rank=rank, count=n_noids))
-    n_cpu = int((sel_by == "cpu_op").sum() + (sel_by == "comm_args").sum())
-    if n_cpu:
-        quality.append(_finding("info", "linked_kernels", f"rank {rank}: {n_cpu} kernel(s) without an NCCL/RCCL name "
-                                "identified as collectives through their CPU op or comm args", rank=rank, count=n_cpu))
-    n_unknown = int((rows["collective_name"] == None).sum())  # noqa: E711 - elementwise, on an object array
-    if n_unknown:
-        quality.append(_finding("info", "unknown_kind", f"rank {rank}: {n_unknown} collective kernel(s) whose "
-                                "collective kind is unknown (no Collective name arg, no collective CPU op)",
-                                rank=rank, count=n_unknown))
-    return rows, quality
 
 
 def _out_nelems(cname, in_n, group_size, c_dims, c_type, parsed):

@@ -68,3 +68,30 @@ def _clock_findings(clocks, applied, multi_node, G):
                                                                   else "")))
     return out
 
+
+def _described_findings(rank, rows, no_ids, sel_by):
+    """Findings about one rank's described collective kernels (``rows``)."""
+    quality = []
+    n_nolaunch = int((rows["launch_event"] < 0).sum())
+    if n_nolaunch:
+        quality.append(_finding("info", "no_launch", f"rank {rank}: {n_nolaunch} collective kernel(s) without a launch "
+                                "record (launched before the profiling window opened); kept, unattributed",
+                                rank=rank, count=n_nolaunch))
+    n_noop = int((rows["cpu_op_event"] < 0).sum())
+    if n_noop:
+        quality.append(_finding("info", "no_cpu_op", f"rank {rank}: {n_noop} collective kernel(s) not linked to a "
+                                "collective CPU op (record_param_comms / nccl:* / c10d::*)", rank=rank, count=n_noop))
+    n_noids = int(no_ids.sum())
+    if n_noids:
+        quality.append(_finding("info", "no_ids", f"rank {rank}: {n_noids} NCCL kernel(s) with neither correlation nor "
+                                "External id (TraceLens drops these; kept here)", rank=rank, count=n_noids))
+    n_cpu = int((sel_by == "cpu_op").sum() + (sel_by == "comm_args").sum())
+    if n_cpu:
+        quality.append(_finding("info", "linked_kernels", f"rank {rank}: {n_cpu} kernel(s) without an NCCL/RCCL name "
+                                "identified as collectives through their CPU op or comm args", rank=rank, count=n_cpu))
+    n_unknown = int((rows["collective_name"] == None).sum())  # noqa: E711 - elementwise, on an object array
+    if n_unknown:
+        quality.append(_finding("info", "unknown_kind", f"rank {rank}: {n_unknown} collective kernel(s) whose "
+                                "collective kind is unknown (no Collective name arg, no collective CPU op)",
+                                rank=rank, count=n_unknown))
+    return quality
