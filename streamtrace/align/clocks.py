@@ -28,60 +28,26 @@ def estimate_clock_offsets(inst, rank, end):
     if not len(inst):
         return out
     ranks = np.unique(rank)
-    ri = np.searchsorted(ranks, rank).astype(np.int64)
-    # connected components (union-find over instances)
-    parent = list(range(len(ranks)))
-
-    def find(x):
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    order = np.lexsort((ri, inst))
-    inst_o, ri_o, end_o = inst[order], ri[order], end[order]
+    rank_index = np.searchsorted(ranks, rank).astype(np.int64)
+    order = np.lexsort((rank_index, inst))
+    inst_o, ri_o, end_o = inst[order], rank_index[order], end[order]
     first = np.r_[True, inst_o[1:] != inst_o[:-1]]
-    head = np.maximum.accumulate(np.where(first, np.arange(len(inst_o)), 0))
-    R = len(ranks)
-    pair_keys = np.unique(ri_o[head] * R + ri_o)  # (head rank, rank) pairs as one integer: 10x faster than axis=0
-    links = np.stack([pair_keys // R, pair_keys % R], axis=1)
-    for x, y in links.tolist():
-        fx, fy = find(x), find(y)
-        if fx != fy:
-            parent[max(fx, fy)] = min(fx, fy)
-    comp = np.array([find(i) for i in range(len(ranks))])
-    # pairwise medians against the lowest rank of each instance
-    pa, pb = ri_o[head], ri_o
-    diff = (end_o - end_o[head]).astype(np.float64)
-    keep = pa != pb
-    offset = np.zeros(len(ranks))
-    if keep.any():
-        pair, d_med, size = _medians_by(pa[keep] * R + pb[keep], diff[keep])   # by (a, b), sorted
-        rows_a = np.zeros((len(pair) + R, R))
-        rhs = np.zeros(len(pair) + R)
-        w = np.sqrt(size.astype(np.float64))
-        idx = np.arange(len(pair))
-        rows_a[idx, pair % R] = w
-        rows_a[idx, pair // R] -= w
-        rhs[: len(pair)] = d_med * w
-        big = 1e3 * (w.max() if len(w) else 1.0)
-        for i in range(R):  # gauge: the reference of each component is 0
-            if comp[i] == i:
-                rows_a[len(pair) + i, i] = big
-        offset = np.linalg.lstsq(rows_a, rhs, rcond=None)[0]
+    head = np.maximum.accumulate(np.where(first, np.arange(len(inst_o)), 0))   # each row's instance's first row
+    comp = _components(ri_o[head], ri_o, len(ranks))
+    offset = _least_squares_offsets(ri_o[head], ri_o, (end_o - end_o[head]).astype(np.float64), comp)
     # refine with alternating medians (robust to outliers)
     # float64 only after removing the common part: epoch ns do not fit a double's 53 bits
-    e = (end_o - end_o.min()).astype(np.float64)
+    ends = (end_o - end_o.min()).astype(np.float64)
     # instance ids as 0..n-1 (rows are sorted by instance): a row's common end is its group's
     inst_id = np.cumsum(first) - 1
     # every rank has rows (ranks come from them), so per-rank results are
-    # indexed by the rank's position 0..R-1
+    # indexed by the rank's position 0..len(ranks)-1
     for _ in range(4):
-        common = _medians_by(inst_id, e - offset[ri_o])[1][inst_id]
-        offset = _medians_by(ri_o, e - common)[1]
+        common = _medians_by(inst_id, ends - offset[ri_o])[1][inst_id]
+        offset = _medians_by(ri_o, ends - common)[1]
         offset -= offset[comp]
-    common = _medians_by(inst_id, e - offset[ri_o])[1][inst_id]
-    resid = np.abs(e - offset[ri_o] - common)
+    common = _medians_by(inst_id, ends - offset[ri_o])[1][inst_id]
+    resid = np.abs(ends - offset[ri_o] - common)
     _, res_med, size = _medians_by(ri_o, resid)
     res_max = np.full(len(ranks), -np.inf)
     np.maximum.at(res_max, ri_o, resid)
@@ -90,6 +56,53 @@ def estimate_clock_offsets(inst, rank, end):
                        "max_residual_ns": float(res_max[i]), "collectives": int(size[i]),
                        "reference_rank": int(ranks[comp[i]])}
     return out
+
+
+def _components(head_rank, row_rank, n_ranks):
+    """Per rank (0..n_ranks-1): the lowest rank of its connected set, ranks
+    being connected by taking part in one instance (union-find over the
+    (instance's first rank, rank) pairs of the rows)."""
+    parent = list(range(n_ranks))
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    # each (head rank, rank) pair once, as one integer: np.unique of plain
+    # integers instead of rows of a 2-column array
+    pair_keys = np.unique(head_rank * n_ranks + row_rank)
+    links = np.stack([pair_keys // n_ranks, pair_keys % n_ranks], axis=1)
+    for x, y in links.tolist():
+        fx, fy = find(x), find(y)
+        if fx != fy:
+            parent[max(fx, fy)] = min(fx, fy)
+    return np.array([find(i) for i in range(n_ranks)])
+
+
+def _least_squares_offsets(head_rank, row_rank, diff, comp):
+    """First offsets per rank: a least-squares fit of the median end
+    difference of each (instance's first rank, rank) pair, weighted by the
+    square root of its count; the reference of each component held at 0."""
+    n_ranks = len(comp)
+    keep = head_rank != row_rank
+    offset = np.zeros(n_ranks)
+    if keep.any():
+        pair, d_med, size = _medians_by(head_rank[keep] * n_ranks + row_rank[keep], diff[keep])   # sorted pairs
+        rows_a = np.zeros((len(pair) + n_ranks, n_ranks))
+        rhs = np.zeros(len(pair) + n_ranks)
+        w = np.sqrt(size.astype(np.float64))
+        idx = np.arange(len(pair))
+        rows_a[idx, pair % n_ranks] = w
+        rows_a[idx, pair // n_ranks] -= w
+        rhs[: len(pair)] = d_med * w
+        big = 1e3 * (w.max() if len(w) else 1.0)
+        for i in range(n_ranks):  # gauge: the reference of each component is 0
+            if comp[i] == i:
+                rows_a[len(pair) + i, i] = big
+        offset = np.linalg.lstsq(rows_a, rhs, rcond=None)[0]
+    return offset
 
 
 def _medians_by(group, values):

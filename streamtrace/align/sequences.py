@@ -49,37 +49,7 @@ def align_sequences(s_sig, s_end, c_sig, c_end, tol=MATCH_TOLERANCE_NS, band=16)
     empty = np.empty(0, dtype=np.int64)
     if m == 0 or n == 0:
         return empty, empty, None, m == n
-    # fast paths: shift 0, or end-aligned, with every pair consistent
-    quick = []
-    for k in sorted({0, n - m}, key=abs):
-        sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
-        if sc is not None and sc[0][0] == min(m, n):
-            quick.append((k, sc[1]))
-    if len(quick) == 1:
-        k, d = quick[0]
-        best_k, best_d = k, d
-    else:
-        cands = set()
-        if m + n <= 8 * band:
-            cands.update(range(-(m - 1), n))
-        else:
-            bases = {0, n - m}
-            j = np.clip(np.searchsorted(c_end, s_end), 0, n - 1)
-            jl = np.maximum(j - 1, 0)
-            nearest = np.where(np.abs(c_end[jl] - s_end) < np.abs(c_end[j] - s_end), jl, j)
-            ks, counts = np.unique(nearest - np.arange(m), return_counts=True)
-            bases.update(ks[np.argsort(-counts)[:3]].tolist())
-            for b in bases:
-                cands.update(range(b - band, b + band + 1))
-        best = None
-        for k in sorted(cands):
-            if not (-(m - 1) <= k <= n - 1):
-                continue
-            sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
-            if sc is not None and (best is None or sc[0] > best[0]):
-                best = (sc[0], k, sc[1])
-        _, best_k, best_d = best
-    k, d = best_k, best_d
+    k, d = _best_shift(s_sig, s_end, c_sig, c_end, tol, band)
     i0, i1 = max(0, -k), min(m, n - k)
     si = np.arange(i0, i1, dtype=np.int64)
     ci = si + k
@@ -91,14 +61,57 @@ def align_sequences(s_sig, s_end, c_sig, c_end, tol=MATCH_TOLERANCE_NS, band=16)
     ok = (np.abs(res) <= tol) | (eq & (np.abs(res) < 0.5 * np.minimum(lo, hi)))
     if ok.all():
         return si, ci, d, (m == n and k == 0)
-    # greedy repair on corrected times
-    t = s_end.astype(np.float64) - d
+    out_s, out_c = _greedy_merge(s_sig, s_end.astype(np.float64) - d, c_sig, c_end, gaps, tol)
+    return out_s, out_c, d, False
+
+
+def _best_shift(s_sig, s_end, c_sig, c_end, tol, band):
+    """(k, d): the best shift S[i] <-> C[i+k] (see align_sequences) and the
+    median end-time difference of its pairs."""
+    m, n = len(s_sig), len(c_sig)
+    # fast paths: shift 0, or end-aligned, with every pair consistent
+    quick = []
+    for k in sorted({0, n - m}, key=abs):
+        sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
+        if sc is not None and sc[0][0] == min(m, n):
+            quick.append((k, sc[1]))
+    if len(quick) == 1:
+        return quick[0]
+    cands = set()
+    if m + n <= 8 * band:
+        cands.update(range(-(m - 1), n))
+    else:
+        bases = {0, n - m}
+        j = np.clip(np.searchsorted(c_end, s_end), 0, n - 1)
+        jl = np.maximum(j - 1, 0)
+        nearest = np.where(np.abs(c_end[jl] - s_end) < np.abs(c_end[j] - s_end), jl, j)
+        ks, counts = np.unique(nearest - np.arange(m), return_counts=True)
+        bases.update(ks[np.argsort(-counts)[:3]].tolist())
+        for b in bases:
+            cands.update(range(b - band, b + band + 1))
+    best = None
+    for k in sorted(cands):
+        if not (-(m - 1) <= k <= n - 1):
+            continue
+        sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
+        if sc is not None and (best is None or sc[0] > best[0]):
+            best = (sc[0], k, sc[1])
+    _, best_k, best_d = best
+    return best_k, best_d
+
+
+def _greedy_merge(s_sig, s_time, c_sig, c_end, gaps, tol):
+    """Pairs (s_index, c_index) of a greedy merge of S (end times corrected
+    to C's clock: ``s_time``) and C: a pair when the times agree within
+    ``tol``, or the signatures are equal and the times closer than half the
+    gaps around C's collective; else the earlier one is skipped."""
+    m, n = len(s_sig), len(c_sig)
     gl = np.concatenate([[np.inf], gaps])
     gh = np.concatenate([gaps, [np.inf]])
     out_s, out_c = [], []
     i = j = 0
     while i < m and j < n:
-        r = t[i] - c_end[j]
+        r = s_time[i] - c_end[j]
         if abs(r) <= tol or (s_sig[i] == c_sig[j] and abs(r) < 0.5 * min(gl[j], gh[j])):
             out_s.append(i)
             out_c.append(j)
@@ -108,7 +121,7 @@ def align_sequences(s_sig, s_end, c_sig, c_end, tol=MATCH_TOLERANCE_NS, band=16)
             i += 1
         else:
             j += 1
-    return np.array(out_s, dtype=np.int64), np.array(out_c, dtype=np.int64), d, False
+    return np.array(out_s, dtype=np.int64), np.array(out_c, dtype=np.int64)
 
 
 def _match_ordinal(g_rank, g_sig, g_end, tol):
