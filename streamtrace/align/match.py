@@ -143,8 +143,8 @@ def _disagree(values, inst, n_inst):
 
 
 #: collective rows from which match_ranks estimates clock offsets in a forked
-#: child while it builds the rows (forking a process that holds every row
-#: costs ~20 ms)
+#: child while it builds the rows (below it, forking a process that holds
+#: every row costs more than the estimate it takes off)
 _PARALLEL_MIN_ROWS = 20_000
 
 #: match_method values, by code

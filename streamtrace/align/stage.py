@@ -17,13 +17,13 @@ docs/stream-format.md, "Stage tables"):
 ``align.clocks``       one row per rank: estimated clock offset and residual
 ``align.quality``      data-quality findings
 
-How it works, per rank (``collect.RankCollector``, then ``describe.finish_rank``), as
-frames arrive:
+How it works, per rank (``collect.RankCollector``, then
+``describe.finish_rank``), as frames arrive:
 
 * each new string of the rank's string table is classified once (NCCL/RCCL
   kernel name, ``nccl:*`` annotation, ``record_param_comms``, ``c10d::*``,
   kernel-launch API, event category);
-* each EVENTS frame is filtered with numpy into three small arrays: kernels,
+* each EVENTS frame is filtered (one C pass) into three small arrays: kernels,
   kernel launches and collective CPU ops; comm-argument records are kept;
   everything else is dropped;
 * at the rank's META frame the rank is finished (in a background thread,
@@ -38,14 +38,15 @@ frames arrive:
   annotation's ``Input Dims``/``Input type``, then the c10d op, then the
   kernel name.  Only the collective rows are kept.
 
-Across ranks (``match.match_ranks``): rows are grouped by process group (name plus
-rank list, so disjoint subgroups sharing a name stay apart); within a group the
-key is ``Seq`` when every row has one, else the per-rank ordinal aligned like a
-diff against a consensus sequence (signature = name, dtype, sizes; ties broken
-by end-time consistency), so a rank whose window starts or ends at another
-collective does not shift every later index (B3).  Clock offsets are estimated
-from the ends of implicit-sync collectives (B4) and applied when requested, or
-by default when the ranks span more than one node.
+Across ranks (``match.match_ranks``): rows are grouped by process group (name
+plus rank list, so disjoint subgroups sharing a name stay apart); within a
+group the key is ``Seq`` when every row has one, else the per-rank ordinal
+aligned like a diff against a consensus sequence (``sequences``; signature =
+name, dtype, sizes; ties broken by end-time consistency), so a rank whose
+window starts or ends at another collective does not shift every later index
+(B3).  Clock offsets are estimated from the ends of implicit-sync collectives
+(``clocks``, B4) and applied when requested, or by default when the ranks span
+more than one node.
 
 Memory: the collective rows, plus, for the rank being read, its kernels and
 kernel launches (about 100 bytes per kernel) -- never CPU ops it does not use,
@@ -64,8 +65,9 @@ from .describe import RankResult, collect_rank, finish_rank  # noqa: F401 - publ
 from .clocks import estimate_clock_offsets  # noqa: F401 - public name
 from .match import match_ranks
 from .sequences import MATCH_TOLERANCE_NS, align_sequences  # noqa: F401 - public names
-from .tables import (CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS,  # noqa: F401 - public
-                     TABLE_NAMES, VERSION, quality_table)
+from .tables import CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS  # noqa: F401 - public
+from .tables import TABLE_NAMES, VERSION
+from .tables import quality_table  # noqa: F401 - report's data_quality sheet imports it from here
 
 log = logging.getLogger("streamtrace")
 

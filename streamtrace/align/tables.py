@@ -33,8 +33,8 @@ RANK_COLUMNS = ["rank", "source", "world_size", "trace_rank", "trace_world_size"
 
 
 def _ranks_table(results):
-    """align.ranks, built column by column (a DataFrame of row dicts and
-    per-column conversions cost ~15 ms for a few rows)."""
+    """align.ranks, built column by column (for a few rows, a DataFrame of
+    row dicts and its per-column conversions would cost more than the rest)."""
     metas = [res.meta for res in results]
     cols = {
         "rank": np.array([res.rank for res in results], dtype=np.int64),
