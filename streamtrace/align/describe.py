@@ -290,14 +290,9 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta):
         "stream": chosen["stream"].astype(np.int64), "device": chosen["device"].astype(np.int64),
         "correlation": chosen["corr"], "external_id": chosen["ext"],
         "kernel_name": kernel_names, "kernel_kind": kinds_tok, "selected_by": sel_by,
-        "launch_event": np.where(launch_s >= 0, launches["event"][np.maximum(launch_s, 0)] if len(launches) else -1,
-                                 -1),
-        "launch_ts": np.where(launch_s >= 0, launches["ts"][np.maximum(launch_s, 0)] if len(launches) else NONE,
-                              NONE),
-        "launch_dur": np.where(launch_s >= 0, launches["dur"][np.maximum(launch_s, 0)] if len(launches) else NONE,
-                               NONE),
-        "launch_tid": np.where(launch_s >= 0, launches["tid"][np.maximum(launch_s, 0)] if len(launches) else NONE,
-                               NONE),
+        "launch_event": _launch_field(launches, launch_s, "event", missing=-1),
+        "launch_ts": _launch_field(launches, launch_s, "ts"), "launch_dur": _launch_field(launches, launch_s, "dur"),
+        "launch_tid": _launch_field(launches, launch_s, "tid"),
         "rpc_event": rpc_ev, "annotation_event": ann_ev, "c10d_event": c10_ev,
         "rpc_name": rpc_name, "annotation_name": ann_name, "c10d_name": c10_name,
         "link": np.array(["none", "external_id", "containment"], dtype=object)[link[sel]],
@@ -310,12 +305,12 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta):
     return rows, _described_findings(rank, rows, no_ids, sel_by)
 
 
-def _launch_field(launches, launch, has_launch, name):
+def _launch_field(launches, launch, name, missing=NONE):
     """Per kernel: ``name`` of its launch (``launch``: index into launches),
-    NONE when it has none."""
+    ``missing`` when it has none."""
     if not len(launches):
-        return np.full(len(launch), NONE)
-    return np.where(has_launch, launches[name][np.maximum(launch, 0)], NONE)
+        return np.full(len(launch), missing)
+    return np.where(launch >= 0, launches[name][np.maximum(launch, 0)], missing)
 
 
 def _link_ops(kernels, launches, ops, launch, name_match, new_regime):
@@ -324,7 +319,7 @@ def _link_ops(kernels, launches, ops, launch, name_match, new_regime):
     per kernel how it was linked (0 none, 1 External id, 2 containment)."""
     n = len(kernels)
     has_launch = launch >= 0
-    launch_pid, launch_tid, launch_ts = (_launch_field(launches, launch, has_launch, name)
+    launch_pid, launch_tid, launch_ts = (_launch_field(launches, launch, name)
                                          for name in ("pid", "tid", "ts"))
     op_of_kind = {}
     any_ext = np.zeros(n, dtype=bool)
