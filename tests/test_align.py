@@ -541,6 +541,31 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_a_rank_is_described_without_pandas(fx_new):
+    """align.describe (finish_rank: a rank's collective kernels selected and
+    described) needs numpy only; its rows are the truth's collective kernels."""
+    import subprocess
+    import sys
+
+    d, truth = fx_new
+    code = f"""
+import sys
+from streamtrace.align.collect import collected_rank
+from streamtrace.align.describe import finish_rank
+from streamtrace.extract import extract_rank
+from streamtrace.io.ranks import resolve_inputs
+inputs = resolve_inputs(trace_dir={d!r}, world_size=4)
+result = finish_rank(collected_rank(extract_rank(inputs[0].path, 0, 4), 0))
+assert "pandas" not in sys.modules, "pandas imported"
+print(" ".join(map(str, result.rows["ts"].tolist())))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    want = sorted(int(col["per_rank"]["0"]["written_start_ns"]) for col in truth["collectives"]
+                  if "0" in col["per_rank"])
+    assert want and [int(t) for t in out.stdout.split()] == want
+
+
 @pytest.mark.parametrize("align_clocks", [None, True])
 def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeypatch, align_clocks):
     """Unless applied, the clock offsets are estimated in a forked child while
