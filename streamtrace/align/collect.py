@@ -1,8 +1,8 @@
 """One rank's frames reduced, as they stream past, to what align needs.
 
 ``RankCollector`` keeps a rank's kernels, kernel launches, collective CPU ops
-and comm-argument records (see ``align``'s docstring for what happens to them
-at the rank's end).  This module does not import pandas, so a rank can start
+and comm-argument records (see ``align.stage``'s docstring for what happens
+to them at the rank's end).  This module does not import pandas, so a rank can start
 being read before pandas is loaded: ``collective-report`` starts its reading
 threads first and imports pandas while the C tokenizer works.
 """
@@ -58,7 +58,7 @@ def classify_string(s):
 
 
 class RankCollector:
-    """Consumes one rank's frames; ``stage.finish_rank`` makes its RankResult.
+    """Consumes one rank's frames; ``describe.finish_rank`` makes its RankResult.
 
     Kept per frame: ``kernels``, ``launches`` and ``ops`` (numpy record arrays
     of the candidate rows) and ``comms`` (comm-argument records)."""
@@ -135,8 +135,8 @@ class RankCollector:
 
 def collected_rank(frames, rank=None):
     """A RankCollector that has taken every one of a rank's frames, not yet
-    finished (``align.stage.finish_rank`` makes its RankResult): a reading thread can go on
-    to the next rank while another finishes this one."""
+    finished (``describe.finish_rank`` makes its RankResult): a reading
+    thread can go on to the next rank while another finishes this one."""
     collector = None
     for frame in frames:
         if collector is None:

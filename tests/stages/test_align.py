@@ -541,18 +541,43 @@ print("ok")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
+def test_a_rank_is_described_without_pandas(fx_new):
+    """align.describe (finish_rank: a rank's collective kernels selected and
+    described) needs numpy only; its rows are the truth's collective kernels."""
+    import subprocess
+    import sys
+
+    d, truth = fx_new
+    code = f"""
+import sys
+from streamtrace.align.collect import collected_rank
+from streamtrace.align.describe import finish_rank
+from streamtrace.extract import extract_rank
+from streamtrace.io.ranks import resolve_inputs
+inputs = resolve_inputs(trace_dir={d!r}, world_size=4)
+result = finish_rank(collected_rank(extract_rank(inputs[0].path, 0, 4), 0))
+assert "pandas" not in sys.modules, "pandas imported"
+print(" ".join(map(str, result.rows["ts"].tolist())))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    want = sorted(int(col["per_rank"]["0"]["written_start_ns"]) for col in truth["collectives"]
+                  if "0" in col["per_rank"])
+    assert want and [int(t) for t in out.stdout.split()] == want
+
+
 @pytest.mark.parametrize("align_clocks", [None, True])
 def test_clock_offsets_estimated_in_a_child_give_the_same_tables(fx_new, monkeypatch, align_clocks):
     """Unless applied, the clock offsets are estimated in a forked child while
     the rows are built (large sets): every table, and the data-quality rows
     in their order, are those of doing both here."""
-    import streamtrace.align.stage as align_mod
+    import streamtrace.align.match as match_mod
     from helpers import serial_and_forked
     from streamtrace.chain import RankReading
 
     results = RankReading(resolve_inputs(trace_dir=fx_new[0], world_size=4), 4).results()
     serial, parallel, forks = serial_and_forked(
-        monkeypatch, align_mod, lambda: align_mod.match_ranks(results, align_clocks=align_clocks))
+        monkeypatch, match_mod, lambda: match_mod.match_ranks(results, align_clocks=align_clocks))
     assert forks == ([] if align_clocks else [True])   # applied offsets change the rows: estimated first, here
     assert serial["align.clocks"]["offset_ns"].abs().sum() > 0   # random offsets were found
     for name in serial:
@@ -578,7 +603,7 @@ def test_medians_by_one_wide_group_among_small_ones():
 
 
 def _same_as_pandas_medians(group, values):
-    from streamtrace.align.stage import _medians_by
+    from streamtrace.align.clocks import _medians_by
 
     ids, medians, counts = _medians_by(group, values)
     want = pd.Series(values).groupby(group).agg(["median", "size"])
@@ -636,7 +661,7 @@ def test_concat_joins_records_in_their_own_layout(n, seed):
     records to 92 bytes, which sends every later _take to numpy's
     field-by-field gather), for empty, contiguous and strided parts."""
     from streamtrace._native import COMM_DTYPE
-    from streamtrace.align.stage import _concat
+    from streamtrace.align.describe import _concat
     from streamtrace.align.collect import _K_DTYPE, _L_DTYPE, _O_DTYPE
 
     rng = np.random.default_rng(seed)
@@ -658,7 +683,7 @@ def test_take_is_numpy_fancy_indexing_of_records(n, seed):
     ``records[index]`` gives, for the record layouts align uses, a packed
     layout and a strided (non-contiguous) array that it hands to numpy."""
     from streamtrace._native import COMM_DTYPE
-    from streamtrace.align.stage import _take
+    from streamtrace.align.describe import _take
     from streamtrace.align.collect import _K_DTYPE, _L_DTYPE, _O_DTYPE
 
     rng = np.random.default_rng(seed)

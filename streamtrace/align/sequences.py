@@ -1,0 +1,185 @@
+"""Slots within one process group: which rows of different ranks are one
+collective.  By ``Seq`` when every row carries one (``_seq_slots``), else by
+aligning each rank's sequence of signatures and end times against a consensus
+(``align_sequences``, ``_match_ordinal``)."""
+import numpy as np
+
+from ..codes import dense_rank, group_ids, occurrence
+from .quality import _finding
+
+#: ends of one collective on two ranks closer than this are "consistent" (ns)
+MATCH_TOLERANCE_NS = 20_000
+
+
+def _median(x):
+    return float(np.median(x)) if len(x) else 0.0
+
+
+def _score(s_sig, s_end, c_sig, c_end, k, tol):
+    m, n = len(s_sig), len(c_sig)
+    i0, i1 = max(0, -k), min(m, n - k)
+    if i1 <= i0:
+        return None
+    eq = s_sig[i0:i1] == c_sig[i0 + k:i1 + k]
+    diffs = s_end[i0:i1] - c_end[i0 + k:i1 + k]
+    neq = int(eq.sum())
+    d = _median(diffs[eq]) if neq else _median(diffs)
+    consistent = int((eq & (np.abs(diffs - d) <= tol)).sum())
+    return (consistent, neq, i1 - i0, -abs(d), -abs(k)), d
+
+
+def align_sequences(s_sig, s_end, c_sig, c_end, tol=MATCH_TOLERANCE_NS, band=16):
+    """Align one rank's collective sequence S to a consensus sequence C.
+
+    Both are in time order: ``*_sig`` integer signatures, ``*_end`` end times
+    (ns; S on its own clock, C on the reference clock).  Returns
+    ``(s_index, c_index, offset, trivial)``: matched pairs, the estimated
+    clock offset of S relative to C (ns, None when nothing matched) and
+    whether the match was the plain ordinal one (same length, shift 0).
+
+    Shifts k (S[i] <-> C[i+k]) are tried around 0, around the end-aligned
+    shift n-m and around the shift suggested by raw end times; the best one
+    maximises the number of pairs with equal signatures whose end-time
+    difference is within ``tol`` of the median difference, then the number of
+    equal signatures, the overlap, and prefers a small offset.  If some pairs
+    of the best shift disagree in time, a greedy merge on offset-corrected end
+    times repairs gaps in the middle of a sequence.
+    """
+    m, n = len(s_sig), len(c_sig)
+    empty = np.empty(0, dtype=np.int64)
+    if m == 0 or n == 0:
+        return empty, empty, None, m == n
+    k, d = _best_shift(s_sig, s_end, c_sig, c_end, tol, band)
+    i0, i1 = max(0, -k), min(m, n - k)
+    si = np.arange(i0, i1, dtype=np.int64)
+    ci = si + k
+    res = (s_end[si] - d) - c_end[ci]
+    eq = s_sig[si] == c_sig[ci]
+    gaps = np.diff(c_end).astype(np.float64) if n > 1 else np.empty(0)
+    lo = np.concatenate([[np.inf], gaps])[ci]
+    hi = np.concatenate([gaps, [np.inf]])[ci]
+    ok = (np.abs(res) <= tol) | (eq & (np.abs(res) < 0.5 * np.minimum(lo, hi)))
+    if ok.all():
+        return si, ci, d, (m == n and k == 0)
+    out_s, out_c = _greedy_merge(s_sig, s_end.astype(np.float64) - d, c_sig, c_end, gaps, tol)
+    return out_s, out_c, d, False
+
+
+def _best_shift(s_sig, s_end, c_sig, c_end, tol, band):
+    """(k, d): the best shift S[i] <-> C[i+k] (see align_sequences) and the
+    median end-time difference of its pairs."""
+    m, n = len(s_sig), len(c_sig)
+    # fast paths: shift 0, or end-aligned, with every pair consistent
+    quick = []
+    for k in sorted({0, n - m}, key=abs):
+        sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
+        if sc is not None and sc[0][0] == min(m, n):
+            quick.append((k, sc[1]))
+    if len(quick) == 1:
+        return quick[0]
+    cands = set()
+    if m + n <= 8 * band:
+        cands.update(range(-(m - 1), n))
+    else:
+        bases = {0, n - m}
+        j = np.clip(np.searchsorted(c_end, s_end), 0, n - 1)
+        jl = np.maximum(j - 1, 0)
+        nearest = np.where(np.abs(c_end[jl] - s_end) < np.abs(c_end[j] - s_end), jl, j)
+        ks, counts = np.unique(nearest - np.arange(m), return_counts=True)
+        bases.update(ks[np.argsort(-counts)[:3]].tolist())
+        for b in bases:
+            cands.update(range(b - band, b + band + 1))
+    best = None
+    for k in sorted(cands):
+        if not (-(m - 1) <= k <= n - 1):
+            continue
+        sc = _score(s_sig, s_end, c_sig, c_end, k, tol)
+        if sc is not None and (best is None or sc[0] > best[0]):
+            best = (sc[0], k, sc[1])
+    _, best_k, best_d = best
+    return best_k, best_d
+
+
+def _greedy_merge(s_sig, s_time, c_sig, c_end, gaps, tol):
+    """Pairs (s_index, c_index) of a greedy merge of S (end times corrected
+    to C's clock: ``s_time``) and C: a pair when the times agree within
+    ``tol``, or the signatures are equal and the times closer than half the
+    gaps around C's collective; else the earlier one is skipped."""
+    m, n = len(s_sig), len(c_sig)
+    gl = np.concatenate([[np.inf], gaps])
+    gh = np.concatenate([gaps, [np.inf]])
+    out_s, out_c = [], []
+    i = j = 0
+    while i < m and j < n:
+        r = s_time[i] - c_end[j]
+        if abs(r) <= tol or (s_sig[i] == c_sig[j] and abs(r) < 0.5 * min(gl[j], gh[j])):
+            out_s.append(i)
+            out_c.append(j)
+            i += 1
+            j += 1
+        elif r < 0:
+            i += 1
+        else:
+            j += 1
+    return np.array(out_s, dtype=np.int64), np.array(out_c, dtype=np.int64)
+
+
+def _match_ordinal(g_rank, g_sig, g_end, tol):
+    """Slots for the rows of one process group (rows sorted by rank, then time).
+
+    Returns ``(slot, slot_order, info, reference_rank)``: a consensus slot per
+    row, the time order of the slots, per rank the match method and the number
+    of its rows without a counterpart, and the rank used as reference.
+    """
+    ranks, starts = np.unique(g_rank, return_index=True)
+    bounds = list(starts) + [len(g_rank)]
+    span = {int(r): (bounds[i], bounds[i + 1]) for i, r in enumerate(ranks)}
+    counts = {r: b - a for r, (a, b) in span.items()}
+    ref = min(counts, key=lambda r: (-counts[r], r))
+    a, b = span[ref]
+    slot = np.full(len(g_rank), -1, dtype=np.int64)
+    cons_sig = g_sig[a:b].copy()
+    cons_end = g_end[a:b].astype(np.int64)
+    cons_id = np.arange(b - a, dtype=np.int64)
+    slot[a:b] = cons_id
+    next_id = b - a
+    info = {ref: ("ordinal", 0)}
+    for r in sorted(span):
+        if r == ref:
+            continue
+        a, b = span[r]
+        s_sig, s_end = g_sig[a:b], g_end[a:b]
+        si, ci, d, trivial = align_sequences(s_sig, s_end, cons_sig, cons_end, tol)
+        slot[a + si] = cons_id[ci]
+        unmatched = np.setdiff1d(np.arange(b - a), si)
+        info[r] = ("ordinal" if trivial else "aligned", len(unmatched))
+        if len(unmatched):
+            new_ids = np.arange(next_id, next_id + len(unmatched), dtype=np.int64)
+            next_id += len(unmatched)
+            slot[a + unmatched] = new_ids
+            times = s_end[unmatched] - int(round(d or 0))
+            cons_sig = np.concatenate([cons_sig, s_sig[unmatched]])
+            cons_end = np.concatenate([cons_end, times])
+            cons_id = np.concatenate([cons_id, new_ids])
+            order = np.argsort(cons_end, kind="stable")
+            cons_sig, cons_end, cons_id = cons_sig[order], cons_end[order], cons_id[order]
+    position = np.empty(next_id, dtype=np.int64)
+    position[cons_id] = np.arange(len(cons_id))
+    return slot, position, info, ref
+
+
+
+def _seq_slots(g_rank, g_seq, key, quality):
+    """Slots of one process group whose rows all carry Seq: (slot, match keys)."""
+    occ = occurrence(group_ids(g_rank, g_seq))
+    slot = dense_rank(g_seq, occ)
+    seq_values, seq_inv = np.unique(g_seq, return_inverse=True)
+    keys = np.array([f"seq={v}" for v in seq_values.tolist()], dtype=object)[seq_inv]
+    dup = np.flatnonzero(occ > 0)
+    if len(dup):
+        keys[dup] = [f"{k}#{o}" for k, o in zip(keys[dup], occ[dup].tolist())]
+    for r in np.unique(g_rank[dup]).tolist():
+        quality.append(_finding("warning", "duplicate_seq", f"rank {int(r)}: Seq values repeat in "
+                                f"process group {key}", rank=int(r), pg=key))
+    return slot, keys
+
