@@ -17,14 +17,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
-from compare_outputs import build_tree  # noqa: E402
+from compare_outputs import two_trees  # noqa: E402
 
 CASES = {
     "extract": "extract --trace_dir {d} --world_size 4 -o {o}/run.stev",
@@ -59,11 +58,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--case", action="append", choices=sorted(CASES), help="only these cases (repeatable)")
     args = ap.parse_args()
-    work = tempfile.mkdtemp(prefix="streamtrace-bench-")
-    trees = []
-    try:
-        base, other = build_tree(args.base, work), build_tree(args.other, work)
-        trees = [t for t in (base, other) if t != ROOT]
+    with two_trees(args.base, args.other, "streamtrace-bench-") as (work, base, other):
         data = os.path.join(HERE, "out", f"compare_4x{args.mb}")
         if not os.path.exists(os.path.join(data, "truth.json")):
             subprocess.run([sys.executable, os.path.join(ROOT, "fixtures", "generate_fixture.py"), "--out", data,
@@ -77,18 +72,13 @@ def main():
                 for label, tree in (order if k % 2 == 0 else order[::-1]):
                     results[case][label].append(run(tree, CASES[case].format(d=data, o=os.path.join(work, label)),
                                                     os.path.join(work, label)))
-        print(f"4 ranks x ~{args.mb} MB, {args.rounds} rounds, base {args.base} vs {args.other or 'working tree'}")
-        print(f"{'case':<20}{'base s':>9}{'other s':>9}{'ratio':>8}{'base MB':>9}{'other MB':>9}")
-        for case in cases:
-            b, o = results[case]["base"], results[case]["other"]
-            ratio = statistics.median(ow / bw for (bw, _), (ow, _) in zip(b, o))
-            print(f"{case:<20}{statistics.median(w for w, _ in b):9.2f}{statistics.median(w for w, _ in o):9.2f}"
-                  f"{ratio:8.2f}{max(m for _, m in b):9.0f}{max(m for _, m in o):9.0f}")
-    finally:
-        for t in trees:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", t], capture_output=True)
-        shutil.rmtree(work, ignore_errors=True)
-
+    print(f"4 ranks x ~{args.mb} MB, {args.rounds} rounds, base {args.base} vs {args.other or 'working tree'}")
+    print(f"{'case':<20}{'base s':>9}{'other s':>9}{'ratio':>8}{'base MB':>9}{'other MB':>9}")
+    for case in cases:
+        b, o = results[case]["base"], results[case]["other"]
+        ratio = statistics.median(ow / bw for (bw, _), (ow, _) in zip(b, o))
+        print(f"{case:<20}{statistics.median(w for w, _ in b):9.2f}{statistics.median(w for w, _ in o):9.2f}"
+              f"{ratio:8.2f}{max(m for _, m in b):9.0f}{max(m for _, m in o):9.0f}")
 
 if __name__ == "__main__":
     main()

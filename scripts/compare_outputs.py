@@ -14,6 +14,7 @@ CSVs, and fused traces.  Prints one line per difference; exits 1 if any.
 ``--skip NAME`` leaves out commands whose output is meant to change.
 """
 import argparse
+import contextlib
 import filecmp
 import os
 import shutil
@@ -39,6 +40,25 @@ def build_tree(rev, workdir):
     if build.returncode:
         sys.exit(f"building {rev} failed:\n{build.stderr[-2000:]}")
     return tree
+
+
+@contextlib.contextmanager
+def two_trees(base, other, prefix):
+    """A temporary folder and the two versions' trees in it (see build_tree);
+    the worktrees and the folder removed afterwards (unless ``keep``)."""
+    workdir = tempfile.mkdtemp(prefix=prefix)
+    trees = []
+    try:
+        a = build_tree(base, workdir)
+        trees.append(a)
+        b = build_tree(other, workdir)
+        trees.append(b)
+        yield workdir, a, b
+    finally:
+        for t in trees:
+            if t != ROOT:
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", t], capture_output=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def fixtures(workdir, dense):
@@ -145,13 +165,8 @@ def main():
     ap.add_argument("--other", default=None, help="the commit to compare (default: the working tree)")
     ap.add_argument("--dense", action="store_true", help="also the 25,004-instance dense set (slow)")
     ap.add_argument("--skip", action="append", default=[], help="a command left out (repeatable)")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary folder")
     args = ap.parse_args()
-    workdir = tempfile.mkdtemp(prefix="streamtrace-compare-")
-    trees = []
-    try:
-        base, other = build_tree(args.base, workdir), build_tree(args.other, workdir)
-        trees = [t for t in (base, other) if t != ROOT]
+    with two_trees(args.base, args.other, "streamtrace-compare-") as (workdir, base, other):
         inputs = fixtures(workdir, args.dense)
         a = run_all(base, inputs, os.path.join(workdir, "a"), set(args.skip))
         b = run_all(other, inputs, os.path.join(workdir, "b"), set(args.skip))
@@ -169,13 +184,7 @@ def main():
             bad += bool(problems)
             print(f"{key[0]:<48} {key[1]:<24} {status}")
         print(f"{len(a)} outputs compared, {bad} differ")
-        sys.exit(1 if bad else 0)
-    finally:
-        for t in trees:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", t], capture_output=True)
-        if not args.keep:
-            shutil.rmtree(workdir, ignore_errors=True)
-
+    sys.exit(1 if bad else 0)
 
 if __name__ == "__main__":
     main()

@@ -138,11 +138,10 @@ def _send(proc, signum):
 SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 
 
-@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
-def test_signal_to_parallel_extract_into_a_file(run_dir, signum):
-    d, tmp, out = run_dir
-    proc = _start([BIN, "extract", *_inputs(d), "-j", "2", "-q",
-                   "-o", str(out / "run.stev")], tmp, process_group=0)
+def _interrupt_while_reading(proc, d, signum):
+    """Signal ``proc`` once it is reading rank 1's trace (a FIFO that gets
+    the start of a trace and is held open), then check that it ended as a
+    signalled command must and that no process of its group is left."""
     fd = None
     try:
         fd = _feed_fifo_when_opened(d / "rank1_trace.json", [proc])
@@ -153,6 +152,14 @@ def test_signal_to_parallel_extract_into_a_file(run_dir, signum):
         if fd is not None:
             os.close(fd)
         _kill_group(proc.pid)
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_signal_to_parallel_extract_into_a_file(run_dir, signum):
+    d, tmp, out = run_dir
+    proc = _start([BIN, "extract", *_inputs(d), "-j", "2", "-q",
+                   "-o", str(out / "run.stev")], tmp, process_group=0)
+    _interrupt_while_reading(proc, d, signum)
     _check_clean(tmp, out)
 
 
@@ -201,16 +208,7 @@ def test_signal_to_a_trace_reading_command(run_dir, command, signum):
     args = [a.format(out=out) for a in COMMANDS[command]]
     proc = _start([BIN, args[0], *_inputs(d), *args[1:], "-q"], tmp, stdout=subprocess.DEVNULL,
                   process_group=0)
-    fd = None
-    try:
-        fd = _feed_fifo_when_opened(d / "rank1_trace.json", [proc])
-        _send(proc, signum)
-        _check_interrupted(proc, signum)
-        _wait_group_gone(proc.pid)
-    finally:
-        if fd is not None:
-            os.close(fd)
-        _kill_group(proc.pid)
+    _interrupt_while_reading(proc, d, signum)
     _check_clean(tmp, out)
 
 
