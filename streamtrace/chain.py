@@ -392,10 +392,12 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     if blocking_analysis:
         tables = _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress)
         from .report import sheets as report
+        from .report import writers
     else:
         reading = RankReading(inputs, world_size, jobs, strict, progress)
         try:
             from .report import sheets as report  # pandas loads while the first ranks are tokenized
+            from .report import writers
         except BaseException:
             reading.close()
             raise
@@ -403,17 +405,18 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     options = dict(detailed_analysis=detailed_analysis, agg_metrics=agg_metrics, gpus_per_node=gpus_per_node,
                    all2allv_heatmap=all2allv_heatmap, strict=strict, world_size=world_size)
     if write_files and output_csvs_dir and not output_xlsx_path and not keep_sheets:
-        sheets, paths_written = _report_into_csvs(report, tables, output_csvs_dir, options)
+        sheets, paths_written = _report_into_csvs(report, writers, tables, output_csvs_dir, options)
     else:
         sheets = report.build_report(tables, **options)
         if not write_files or not (output_xlsx_path or output_csvs_dir or output_html_path or default_output):
             return sheets
         if not output_xlsx_path and not output_csvs_dir and not output_html_path:
-            output_xlsx_path = report.default_output_path([i.path for i in inputs], trace_dir, trace_pattern,
-                                                          world_size)
+            from .report.files import default_output_path
+
+            output_xlsx_path = default_output_path([i.path for i in inputs], trace_dir, trace_pattern, world_size)
         paths_written = []
         if output_xlsx_path or output_csvs_dir:
-            paths_written = report.write_report(sheets, output_xlsx_path, output_csvs_dir)
+            paths_written = writers.write_report(sheets, output_xlsx_path, output_csvs_dir)
         if output_html_path:
             from .html_report import write_html
 
@@ -424,11 +427,12 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     return sheets
 
 
-def _report_into_csvs(report, tables, directory, options):
-    """Build the report and write its CSVs, each forked process writing the
-    sheets it built (``build_report``'s ``deliver``): (sheets, with None for
-    those written by the child; the paths written)."""
-    out = report.CsvDir(directory)
+def _report_into_csvs(report, writers, tables, directory, options):
+    """Build the report (``report``: report.sheets) and write its CSVs
+    (``writers``: report.writers), each forked process writing the sheets it
+    built (``build_report``'s ``deliver``): (sheets, with None for those
+    written by the child; the paths written)."""
+    out = writers.CsvDir(directory)
     try:
         sheets = report.build_report(tables, deliver=functools.partial(out.write, parallel=False), **options)
         out.write({name: df for name, df in sheets.items() if df is not None})
