@@ -19,16 +19,45 @@ HEATMAP_MAX_WORLD, HEATMAP_WARN_WORLD = 1024, 256
 
 
 def _all2allv(long, ns, st, strict, findings, nodes):
+    """nccl_all2allv: one row per all_to_allv instance, largest total data
+    first; Part A's instance columns, a block of columns per rank, Part B's."""
     if not len(long):
         return pd.DataFrame()
-    starts = st["starts"]
     first = _first_rows(long, st)
     include = (first["Collective name"] == "all_to_allv").to_numpy()
     if not include.any():
         return pd.DataFrame()
-    sel = np.flatnonzero(include)
-    n = len(sel)
-    mism = _mismatch_by_instance(long, A2AV_CHECK, starts, st["codes"])
+    mism = _a2av_mismatch(long, st, first, include, strict, findings)
+    picked = _A2avRows(st, include)
+    # only the columns the rank blocks and the off-rank bytes read
+    sub = long.loc[picked.rows, list(dict.fromkeys(A2AV_RANK_BLOCK + _OFFRANK_COLUMNS))]
+    out = _a2av_instance_columns(long, ns, st, first, picked)
+    wide, skew = _a2av_rank_blocks(ns, st, picked, sub)
+    result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(skew)], axis=1)
+    if nodes is not None:
+        result["node_span"] = nodes.spans(result["Process Group Ranks"].to_numpy(dtype=object),
+                                          result["Process Group Name"].to_numpy(dtype=object))
+    sel = picked.sel
+    # B5: bus bandwidth from the actual bytes each rank sends to other ranks
+    offrank = _offrank_mb(sub, ns["rank"][picked.rows])
+    lat = st["min_dur"][sel] / 1000.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result["bus bw (GB/s)"] = np.where(lat > 0, (picked.max(offrank) / 1024) / (lat / 1e6), np.nan)
+    result["participants"] = st["count"][sel]
+    result["metadata_mismatch"] = ~np.isin(mism[sel], ["", "stream"])
+    result["stream_mismatch"] = ns["stream_mismatch"][st["starts"]][sel]
+    result["instance"] = st["ids"][sel]
+    result["flags"] = _flags_by_instance(long, st)[sel]
+    order = np.lexsort((np.arange(picked.count),
+                        np.nan_to_num(-result["total data communicated (MB)"].to_numpy(dtype=np.float64), nan=np.inf)))
+    return result.iloc[order].reset_index(drop=True)
+
+
+def _a2av_mismatch(long, st, first, include, strict, findings):
+    """Per instance: the first ``A2AV_CHECK`` column its ranks disagree on, or
+    ''.  A disagreement is an error when ``strict``, else one finding (info
+    when it is only the NCCL stream id)."""
+    mism = _mismatch_by_instance(long, A2AV_CHECK, st["starts"], st["codes"])
     bad = include & (mism != "")
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -42,40 +71,56 @@ def _all2allv(long, ns, st, strict, findings, nodes):
                          "message": f"{int(bad.sum())} all_to_allv instance(s) disagree on metadata "
                                     f"({int(only_stream.sum())} only on the NCCL stream id, which is per-process "
                                     f"and meaningless across ranks); first: {msg}"})
-    rows = include[st["pos"]]
-    pos = st["pos"][rows]
-    ipos = np.searchsorted(sel, pos)
-    m_mb = long["In msg size (MB)"].to_numpy(dtype=np.float64)[rows]
-    nel = long["In msg nelems"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)[rows]
-    dur = ns["dur"][rows]
+    return mism
 
-    def per_inst(values, fn):
-        res = np.full(n, np.nan)
-        frame = pd.DataFrame({"p": ipos, "v": values})
-        agg = frame.groupby("p")["v"].agg(fn)
+
+class _A2avRows:
+    """The all_to_allv instances (``sel``: their positions among all
+    instances, ``count`` of them) and their rows (``rows``: a mask over
+    nccl_long; ``ipos``: each such row's position in ``sel``), with
+    reductions per instance over those rows."""
+
+    def __init__(self, st, include):
+        self.sel = np.flatnonzero(include)
+        self.count = len(self.sel)
+        self.rows = include[st["pos"]]
+        self.ipos = np.searchsorted(self.sel, st["pos"][self.rows])
+        # rows come grouped by instance and each selected instance has rows:
+        # exact reductions (NaN-skipping max / min as pandas') over contiguous runs
+        self.bounds = np.flatnonzero(np.r_[True, self.ipos[1:] != self.ipos[:-1]])
+
+    def agg(self, values, how):
+        """pandas' groupby(instance).agg(how) of ``values``, one float per instance."""
+        res = np.full(self.count, np.nan)
+        frame = pd.DataFrame({"p": self.ipos, "v": values})
+        agg = frame.groupby("p")["v"].agg(how)
         res[agg.index.to_numpy()] = agg.to_numpy(dtype=np.float64)
         return res
 
-    # rows come grouped by instance, each selected instance has rows: exact
-    # reductions (any, NaN-skipping max / min as pandas') over contiguous runs
-    bounds = np.flatnonzero(np.r_[True, ipos[1:] != ipos[:-1]])
+    def max(self, values):
+        return np.fmax.reduceat(values, self.bounds)
 
-    def inst_max(values):
-        return np.fmax.reduceat(values, bounds)
+    def min(self, values):
+        return np.fmin.reduceat(values, self.bounds)
 
-    def inst_min(values):
-        return np.fmin.reduceat(values, bounds)
+    def any(self, mask):
+        return np.logical_or.reduceat(mask, self.bounds)
 
-    any_nan_m = np.logical_or.reduceat(np.isnan(m_mb), bounds)
-    total_mb = np.where(any_nan_m, np.nan, per_inst(np.nan_to_num(m_mb), "sum"))
-    any_nan_n = np.logical_or.reduceat(np.isnan(nel), bounds)
-    total_n = np.where(any_nan_n, np.nan, per_inst(np.nan_to_num(nel), "sum"))
+
+def _a2av_instance_columns(long, ns, st, first, picked):
+    """Part A's per-instance columns (``A2AV_COLUMNS``)."""
+    sel, rows = picked.sel, picked.rows
+    in_mb = long["In msg size (MB)"].to_numpy(dtype=np.float64)[rows]
+    nelems = long["In msg nelems"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)[rows]
+    dur = ns["dur"][rows]
+    total_mb = np.where(picked.any(np.isnan(in_mb)), np.nan, picked.agg(np.nan_to_num(in_mb), "sum"))
+    total_n = np.where(picked.any(np.isnan(nelems)), np.nan, picked.agg(np.nan_to_num(nelems), "sum"))
     wall = (st["max_e"] - st["min_s"])[sel] / 1000.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        thr = np.where(wall > 0, (total_mb / 1024) / (wall / 1e6), np.nan)
-        rank_thr = np.where((m_mb > 0) & (dur > 0), (m_mb / 1024) / ((dur / 1000.0) / 1e6), np.nan)
-        mean_m = per_inst(m_mb, "mean")
-        imbalance = np.where(mean_m != 0, inst_max(m_mb) / mean_m, np.nan)
+        throughput = np.where(wall > 0, (total_mb / 1024) / (wall / 1e6), np.nan)
+        rank_throughput = np.where((in_mb > 0) & (dur > 0), (in_mb / 1024) / ((dur / 1000.0) / 1e6), np.nan)
+        mean_mb = picked.agg(in_mb, "mean")
+        imbalance = np.where(mean_mb != 0, picked.max(in_mb) / mean_mb, np.nan)
     out = first.loc[sel, ["collective_id", "Process Group Name", "Process Group Ranks", "Collective name",
                           "Group size", "dtype", "stream"]].reset_index(drop=True)
     out["total data communicated (MB)"] = total_mb
@@ -84,56 +129,44 @@ def _all2allv(long, ns, st, strict, findings, nodes):
     out["max_rank_dur (us)"] = st["max_dur"][sel] / 1000.0
     out["min_rank_dur (us)"] = st["min_dur"][sel] / 1000.0
     out["avg_rank_dur (us)"] = st["sum_dur"][sel] / st["count"][sel] / 1000.0
-    out["throughput (GB/s)"] = thr
-    out["max_rank_throughput (GB/s)"] = inst_max(rank_thr)
-    out["min_rank_throughput (GB/s)"] = inst_min(rank_thr)
+    out["throughput (GB/s)"] = throughput
+    out["max_rank_throughput (GB/s)"] = picked.max(rank_throughput)
+    out["min_rank_throughput (GB/s)"] = picked.min(rank_throughput)
     out["size_imbalance"] = imbalance
     out["skew in start time"] = (st["max_s"] - st["min_s"])[sel] / 1000.0
     out["skew in end time"] = (st["max_e"] - st["min_e"])[sel] / 1000.0
+    return out
+
+
+def _a2av_rank_blocks(ns, st, picked, sub):
+    """The per-rank columns: ``rank_<r>_<col>`` for every ``A2AV_RANK_BLOCK``
+    column, then each rank's start and end skews (two dicts of columns)."""
+    sel, rows, ipos, count = picked.sel, picked.rows, picked.ipos, picked.count
     ranks = np.unique(ns["rank"][rows])
-    rp = np.searchsorted(ranks, ns["rank"][rows])
-    sub = long.loc[rows, list(dict.fromkeys(A2AV_RANK_BLOCK + _OFFRANK_COLUMNS))]  # only the columns read below
-    wide = {}
-    skew = {}
-    s_rows, e_rows = ns["s"][rows], ns["e"][rows]
-    skew_s = (s_rows - st["min_s"][sel][ipos]) / 1000.0
-    skew_e = (st["max_e"][sel][ipos] - e_rows) / 1000.0
+    rank_col = np.searchsorted(ranks, ns["rank"][rows])
+    start_skews = (ns["s"][rows] - st["min_s"][sel][ipos]) / 1000.0
+    end_skews = (st["max_e"][sel][ipos] - ns["e"][rows]) / 1000.0
+    wide, skew = {}, {}
     for j, r in enumerate(ranks):
-        mask = rp == j
+        mask = rank_col == j
         for col in A2AV_RANK_BLOCK:
             values = sub[col].to_numpy()[mask]
             if col in ("In split size", "Out split size"):
-                arr = np.full(n, None, dtype=object)
+                column = np.full(count, None, dtype=object)
             elif col in ("In msg nelems", "Out msg nelems"):
-                arr = pd.array([None] * n, dtype="Int64")
+                column = pd.array([None] * count, dtype="Int64")
                 values = sub[col].astype("Int64").array[mask]
             else:
-                arr = np.full(n, np.nan)
-            arr[ipos[mask]] = values
-            wide[f"rank_{r}_{col}"] = arr
-        a = np.full(n, np.nan)
-        a[ipos[mask]] = skew_s[mask]
-        skew[f"rank_{r}_skew in start time"] = a
-        b = np.full(n, np.nan)
-        b[ipos[mask]] = skew_e[mask]
-        skew[f"rank_{r}_skew in end time"] = b
-    result = pd.concat([out, pd.DataFrame(wide), pd.DataFrame(skew)], axis=1)
-    if nodes is not None:
-        result["node_span"] = nodes.spans(result["Process Group Ranks"].to_numpy(dtype=object),
-                                          result["Process Group Name"].to_numpy(dtype=object))
-    # B5: bus bandwidth from the actual bytes each rank sends to other ranks
-    offrank = _offrank_mb(sub, ns["rank"][rows])
-    lat = st["min_dur"][sel] / 1000.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        result["bus bw (GB/s)"] = np.where(lat > 0, (inst_max(offrank) / 1024) / (lat / 1e6), np.nan)
-    result["participants"] = st["count"][sel]
-    result["metadata_mismatch"] = ~np.isin(mism[sel], ["", "stream"])
-    result["stream_mismatch"] = ns["stream_mismatch"][starts][sel]
-    result["instance"] = st["ids"][sel]
-    result["flags"] = _flags_by_instance(long, st)[sel]
-    order = np.lexsort((np.arange(n), np.nan_to_num(-result["total data communicated (MB)"].to_numpy(dtype=np.float64),
-                                                    nan=np.inf)))
-    return result.iloc[order].reset_index(drop=True)
+                column = np.full(count, np.nan)
+            column[ipos[mask]] = values
+            wide[f"rank_{r}_{col}"] = column
+        start = np.full(count, np.nan)
+        start[ipos[mask]] = start_skews[mask]
+        skew[f"rank_{r}_skew in start time"] = start
+        end = np.full(count, np.nan)
+        end[ipos[mask]] = end_skews[mask]
+        skew[f"rank_{r}_skew in end time"] = end
+    return wide, skew
 
 
 _OFFRANK_COLUMNS = ["In msg size (MB)", "In msg nelems", "Group size", "In split size", "Process Group Ranks"]

@@ -32,6 +32,7 @@ The sheets themselves are built in ``implicit``, ``all2allv`` and
 ``generate_collective_report`` (extract -> align -> report in one process)
 lives in ``streamtrace.chain``.
 """
+import functools
 import logging
 
 import numpy as np
@@ -78,89 +79,11 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     aggs = check_aggs(agg_metrics)
     tables = read_align_tables(_as_tables(source, align_clocks, gpus_per_node))
     _check_align_options(tables, align_clocks)
-    c = tables["align.collectives"]
-    ranks_t = tables["align.ranks"]
-    clocks = tables["align.clocks"]
     findings = [dict(r) for r in tables["align.quality"].to_dict("records")]
-    if len(c) and not _sorted_by_instance_rank(c):  # align writes them sorted: skip a copy of every column
-        c = c.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
-    elif len(c):
-        c = c.reset_index(drop=True)
-    G = gpus_per_node
-    if G is None and len(ranks_t) and ranks_t["gpus"].notna().any():
-        G = int(ranks_t.sort_values("rank")["gpus"].dropna().iloc[0])
-    nodes = _Nodes(G, ranks_t) if G else None
-    applied = bool(clocks["applied"].any()) if len(clocks) else False
-    common_base = int(ranks_t["base_ns"].min()) if len(ranks_t) else 0
-    simplified = bool(len(c)) and (c["pg"] == "all").all() and c["pg_name"].isna().all()
-
-    long, ns = _long_table(c, common_base)
-    inst = _instance_stats(ns)
-
-    def implicit_sync_sheet(implicit):
-        return _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
-
-    def implicit_part(with_implicit_sheet=True):
-        """The implicit-sync sheets, nccl_long, straggler_summary, by size."""
-        part, notes = {}, []
-        implicit, imp_rows = _implicit_sync(long, ns, inst, simplified, strict, notes)
-        part["nccl_summary_implicit_sync"] = _summary_implicit(implicit, aggs)
-        if detailed_analysis:
-            part["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
-                                            text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
-            if with_implicit_sheet:
-                part["nccl_implicit_sync"] = implicit_sync_sheet(implicit)
-        if len(implicit):
-            part["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
-        part["nccl_summary_by_size"] = _by_size(long, ns, inst)
-        return part, notes, nodes.unresolved_keys if nodes is not None else set()
-
-    def other_part(with_implicit_sheet=False):
-        """nccl_summary_long and the all_to_allv sheets (and, to balance the
-        work of delivered groups, nccl_implicit_sync)."""
-        part, notes = {}, []
-        if with_implicit_sheet:
-            implicit, _ = _implicit_sync(long, ns, inst, simplified, strict, [])   # its notes come from implicit_part
-            part["nccl_implicit_sync"] = implicit_sync_sheet(implicit)
-        part["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
-        a2av = _all2allv(long, ns, inst, strict, notes, nodes)
-        if len(a2av):
-            part["nccl_summary_all2allv"] = _summary_all2allv(a2av, aggs, nodes)
-            if detailed_analysis:
-                part["nccl_all2allv"] = a2av
-        if all2allv_heatmap:
-            world = max([int(x) for x in ranks_t["world_size"].dropna().tolist()] + [len(ranks_t)] +
-                        [int(world_size or 0)])
-            heat = _heatmap(long, world, notes)
-            if heat is not None and len(heat):
-                part["nccl_all2allv_heatmap"] = heat
-        return part, notes, nodes.unresolved_keys if nodes is not None else set()
-
-    def delivered(build_part, **options):
-        def build_and_deliver():
-            part, notes, keys = build_part(**options)
-            deliver(part)
-            return dict.fromkeys(part), notes, keys
-        return build_and_deliver
-
-    # two groups of sheets that share nothing they write: on two cores the
-    # second runs in a forked child meanwhile (large reports only: forking a
-    # process that holds every row costs ~20 ms) and sends back its tables,
-    # or delivers them itself
-    fork = len(c) >= _PARALLEL_MIN_ROWS and available_cpus() > 1 and can_fork()
-    if deliver is not None and fork:
-        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(
-            delivered(implicit_part, with_implicit_sheet=False),
-            delivered(other_part, with_implicit_sheet=detailed_analysis), fork=True)
-    else:
-        (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(implicit_part, other_part, fork=fork)
-    sheets = {**mine, **theirs}
-    findings += mine_notes + their_notes   # the order the sheets were once built in: implicit first
-    story = [f for f in findings if f["category"] == "clock_offsets_change_results"]
-    sheets["clock_alignment"] = _clock_sheet(clocks, applied, story)
-    for f in story:   # the command line says it too, not only the sheet
-        log.warning(f["message"])
-    unresolved = len(mine_keys | their_keys)
+    inputs = _SheetInputs(tables, gpus_per_node, aggs, detailed_analysis, strict, all2allv_heatmap, world_size)
+    sheets, notes, unresolved = _build_groups(inputs, deliver)
+    findings += notes
+    sheets["clock_alignment"] = _clock_alignment(tables["align.clocks"], findings)
     if unresolved:
         findings.append({"severity": "info", "category": "node_span_unknown", "rank": None, "pg": None,
                          "collective_id": None, "count": unresolved,
@@ -175,14 +98,138 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
                       "collective_id": None, "count": None, "message": row["detail"]}
                      for row in quality.to_dict("records")]
     sheets["data_quality"] = quality_table(findings)
-    if not len(c):
+    if not len(inputs.long):
         log.warning("no collective kernels found: the report is empty (see the data_quality sheet)")
     return {name: sheets[name] for name in SHEET_ORDER if name in sheets}
 
 
-def _sorted_by_instance_rank(c):
-    inst, rank = c["instance"].to_numpy(dtype=np.int64), c["rank"].to_numpy(dtype=np.int64)
+class _SheetInputs:
+    """What every sheet is built from: nccl_long (``long``), its per-row ns
+    arrays (``ns``) and per-instance reductions (``inst``), the node columns
+    (``nodes``, None without a GPU count) and the report's options."""
+
+    def __init__(self, tables, gpus_per_node, aggs, detailed_analysis, strict, all2allv_heatmap, world_size):
+        collectives = _in_instance_order(tables["align.collectives"])
+        ranks_table = tables["align.ranks"]
+        gpus = gpus_per_node
+        if gpus is None and len(ranks_table) and ranks_table["gpus"].notna().any():
+            gpus = int(ranks_table.sort_values("rank")["gpus"].dropna().iloc[0])
+        self.nodes = _Nodes(gpus, ranks_table) if gpus else None
+        common_base = int(ranks_table["base_ns"].min()) if len(ranks_table) else 0
+        # A3.2's inference mode: traces without process groups
+        self.simplified = (bool(len(collectives)) and (collectives["pg"] == "all").all()
+                           and collectives["pg_name"].isna().all())
+        self.long, self.ns = _long_table(collectives, common_base)
+        self.inst = _instance_stats(self.ns)
+        self.ranks_table = ranks_table
+        self.aggs, self.detailed_analysis, self.strict = aggs, detailed_analysis, strict
+        self.all2allv_heatmap, self.world_size = all2allv_heatmap, world_size
+
+    def unresolved_keys(self):
+        """The truncated rank lists node_span could not complete (so far, in this process)."""
+        return self.nodes.unresolved_keys if self.nodes is not None else set()
+
+
+def _in_instance_order(collectives):
+    """align.collectives sorted by instance, then rank, with a fresh index."""
+    if not len(collectives):
+        return collectives
+    if not _sorted_by_instance_rank(collectives):
+        return collectives.sort_values(["instance", "rank"], kind="stable").reset_index(drop=True)
+    return collectives.reset_index(drop=True)   # align writes them sorted: skip a copy of every column
+
+
+def _sorted_by_instance_rank(collectives):
+    inst = collectives["instance"].to_numpy(dtype=np.int64)
+    rank = collectives["rank"].to_numpy(dtype=np.int64)
     return bool(np.all((inst[1:] > inst[:-1]) | ((inst[1:] == inst[:-1]) & (rank[1:] >= rank[:-1]))))
+
+
+def _build_groups(inputs, deliver):
+    """Both groups of sheets: (their sheets, their findings -- the implicit
+    group's first --, the number of truncated rank lists left unresolved).
+
+    The two groups share nothing they write: on two cores the second is
+    built in a forked child meanwhile (large reports only: forking a process
+    that holds every row costs ~20 ms) and sends back its tables, or, with
+    ``deliver``, hands them over itself."""
+    fork = len(inputs.long) >= _PARALLEL_MIN_ROWS and available_cpus() > 1 and can_fork()
+    if deliver is not None and fork:
+        here = functools.partial(_build_and_deliver, deliver,
+                                 functools.partial(_implicit_group, inputs, with_implicit_sheet=False))
+        there = functools.partial(_build_and_deliver, deliver,
+                                  functools.partial(_other_group, inputs,
+                                                    with_implicit_sheet=inputs.detailed_analysis))
+    else:
+        here, there = functools.partial(_implicit_group, inputs), functools.partial(_other_group, inputs)
+    (mine, mine_notes, mine_keys), (theirs, their_notes, their_keys) = both(here, there, fork=fork)
+    return {**mine, **theirs}, mine_notes + their_notes, len(mine_keys | their_keys)
+
+
+def _build_and_deliver(deliver, build_group):
+    """``build_group()``, its sheets handed to ``deliver``; their names stand in for the tables."""
+    part, notes, keys = build_group()
+    deliver(part)
+    return dict.fromkeys(part), notes, keys
+
+
+def _implicit_group(inputs, with_implicit_sheet=True):
+    """The implicit-sync sheets, nccl_long, straggler_summary, by size:
+    (sheets, findings, unresolved rank lists)."""
+    long, ns, inst, nodes = inputs.long, inputs.ns, inputs.inst, inputs.nodes
+    part, notes = {}, []
+    implicit, imp_rows = _implicit_sync(long, ns, inst, inputs.simplified, inputs.strict, notes)
+    part["nccl_summary_implicit_sync"] = _summary_implicit(implicit, inputs.aggs)
+    if inputs.detailed_analysis:
+        part["nccl_long"] = _with_nodes(long, nodes, rank_col=True, span_col=True,
+                                        text=(ns["text"]["Process Group Ranks"], ns["text"]["Process Group Name"]))
+        if with_implicit_sheet:
+            part["nccl_implicit_sync"] = _implicit_sync_sheet(implicit, nodes)
+    if len(implicit):
+        part["straggler_summary"] = _straggler(ns, imp_rows, implicit, nodes)
+    part["nccl_summary_by_size"] = _by_size(long, ns, inst)
+    return part, notes, inputs.unresolved_keys()
+
+
+def _other_group(inputs, with_implicit_sheet=False):
+    """nccl_summary_long and the all_to_allv sheets (and, to balance the work
+    of delivered groups, nccl_implicit_sync): (sheets, findings, unresolved
+    rank lists)."""
+    long, ns, inst, nodes = inputs.long, inputs.ns, inputs.inst, inputs.nodes
+    part, notes = {}, []
+    if with_implicit_sheet:
+        # its findings come from the implicit group
+        implicit, _ = _implicit_sync(long, ns, inst, inputs.simplified, inputs.strict, [])
+        part["nccl_implicit_sync"] = _implicit_sync_sheet(implicit, nodes)
+    part["nccl_summary_long"] = _summary_long(long, nodes, ns["text"])
+    a2av = _all2allv(long, ns, inst, inputs.strict, notes, nodes)
+    if len(a2av):
+        part["nccl_summary_all2allv"] = _summary_all2allv(a2av, inputs.aggs, nodes)
+        if inputs.detailed_analysis:
+            part["nccl_all2allv"] = a2av
+    if inputs.all2allv_heatmap:
+        ranks_table = inputs.ranks_table
+        world = max([int(x) for x in ranks_table["world_size"].dropna().tolist()] + [len(ranks_table)] +
+                    [int(inputs.world_size or 0)])
+        heat = _heatmap(long, world, notes)
+        if heat is not None and len(heat):
+            part["nccl_all2allv_heatmap"] = heat
+    return part, notes, inputs.unresolved_keys()
+
+
+def _implicit_sync_sheet(implicit, nodes):
+    return _with_nodes(implicit, nodes, span_col=True, before=IMPLICIT_EXTRA[0])
+
+
+def _clock_alignment(clocks, findings):
+    """The clock_alignment sheet; when the offsets change the answers, the
+    command line says so too, not only the sheet."""
+    applied = bool(clocks["applied"].any()) if len(clocks) else False
+    story = [f for f in findings if f["category"] == "clock_offsets_change_results"]
+    sheet = _clock_sheet(clocks, applied, story)
+    for f in story:
+        log.warning(f["message"])
+    return sheet
 
 
 __all__ = ["build_report"]
