@@ -29,8 +29,8 @@ _LAZY = {
     "build_report": ("report.sheets", "build_report"),
     "generate_collective_report": ("chain", "generate_collective_report"),
     "blockers": ("chain", "blockers"),
-    "write_xlsx": ("report.sheets", "write_xlsx"),
-    "write_csvs": ("report.sheets", "write_csvs"),
+    "write_xlsx": ("report.writers", "write_xlsx"),
+    "write_csvs": ("report.writers", "write_csvs"),
     "correlate_frames": ("correlate.stage", "correlate_frames"),
     "tracelens": ("tracelens", None),   # TraceLens's public API (docs/tracelens.md)
     "plots": ("plots", None),

@@ -20,7 +20,6 @@ import itertools
 import os
 
 from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_error
-from .parallel.cpus import available_cpus
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
@@ -396,9 +395,14 @@ def _collective_report(a, files_only):
     if not a["write_files"] or not (xlsx or csvs or page or files_only):
         return sheets, []
     if not (xlsx or csvs or page):
-        xlsx = report.default_output_path([i.path for i in inputs], a["trace_dir"], a["trace_pattern"],
-                                          a["world_size"])
-    paths_written = report.write_report(sheets, xlsx, csvs) if xlsx or csvs else []
+        from .report.files import default_output_path
+
+        xlsx = default_output_path([i.path for i in inputs], a["trace_dir"], a["trace_pattern"], a["world_size"])
+    paths_written = []
+    if xlsx or csvs:
+        from .report.writers import write_report
+
+        paths_written = write_report(sheets, xlsx, csvs)
     if page:
         from .html_report import write_html
 
@@ -452,10 +456,13 @@ def _report_tables(inputs, a):
 
 
 def _report_into_csvs(report, tables, directory, options):
-    """Build the report and write its CSVs, each forked process writing the
-    sheets it built (``build_report``'s ``deliver``): (sheets, with None for
-    those written by the child; the paths written)."""
-    out = report.CsvDir(directory)
+    """Build the report (``report``: report.sheets) and write its CSVs, each
+    forked process writing the sheets it built (``build_report``'s
+    ``deliver``): (sheets, with None for those written by the child; the
+    paths written)."""
+    from .report.writers import CsvDir
+
+    out = CsvDir(directory)
     try:
         sheets = report.build_report(tables, deliver=functools.partial(out.write, parallel=False), **options)
         out.write({name: df for name, df in sheets.items() if df is not None})

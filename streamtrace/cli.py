@@ -357,7 +357,7 @@ def _input_frames(streams):
 
 
 def _wrote(paths, sheets):
-    from .report.sheets import SHEET_ORDER
+    from .report.files import SHEET_ORDER
 
     names = [n for n in SHEET_ORDER if n in sheets]
     for p in paths:
@@ -416,8 +416,10 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace report -o report.xlsx
       streamtrace report run.aligned.stev --output_csvs_dir csvs/
     """
-    from .report.files import check_report_outputs
-    from .report.sheets import REPORT_NAME, build_report, collect_tables, write_report
+    from .report.files import REPORT_NAME, check_report_outputs
+    from .report.sheets import build_report
+    from .report.tables import collect_tables
+    from .report.writers import write_report
 
     _setup_logging(quiet)
     output_xlsx_path = output_xlsx_path or output

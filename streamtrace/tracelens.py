@@ -133,7 +133,7 @@ def main(argv=None):
         if args.world_size is None:
             raise InvalidArgumentError("world_size must be provided (--world_size)")
         if args.output_xlsx_path is None and args.output_csvs_dir is None:
-            from .report.sheets import default_output_path
+            from .report.files import default_output_path
 
             paths = _resolve_trace_files_glob(args.trace_glob, args.world_size, args.rank_regex) \
                 if args.trace_glob else []

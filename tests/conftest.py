@@ -1,3 +1,4 @@
+import logging
 import os
 import sys
 
@@ -34,17 +35,22 @@ def real_dir():
     return SHARED_REAL
 
 
+#: the streamtrace logger as no command has set it up yet: saved here, at
+#: collection, because a module-scoped fixture that runs a command (e.g.
+#: test_html_report's) runs before a test's own fixtures could save it
+_LOGGER_AT_START = (list(logging.getLogger("streamtrace").handlers), logging.getLogger("streamtrace").level,
+                    logging.getLogger("streamtrace").propagate)
+
+
 @pytest.fixture(autouse=True)
 def _streamtrace_logger_restored():
     """Commands run in-process (CliRunner) set up the streamtrace logger for a
     terminal (its own handler, no propagation, -q: errors only); put it back
-    after each test so later tests' caplog sees warnings again."""
-    import logging
-
-    log = logging.getLogger("streamtrace")
-    saved = (list(log.handlers), log.level, log.propagate)
+    as it was before any command after each test so later tests' caplog sees
+    warnings again."""
     yield
-    log.handlers[:], log.level, log.propagate = saved[0], saved[1], saved[2]
+    log = logging.getLogger("streamtrace")
+    log.handlers[:], log.level, log.propagate = list(_LOGGER_AT_START[0]), _LOGGER_AT_START[1], _LOGGER_AT_START[2]
 
 
 #: every way the C tokenizer is fed a file: gzip inflated by the C core's zlib

@@ -4,6 +4,8 @@ import os
 
 from ..io.outputs import check_suffix, refuse_input_as_output
 
+REPORT_NAME = "nccl_analysis_report.xlsx"
+
 #: correlate's sheets (spec blocking-analysis.md), present when the stream
 #: went through ``correlate``
 BLOCKING_SHEETS = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
@@ -24,3 +26,18 @@ def check_report_outputs(output_xlsx_path, output_csvs_dir, inputs):
     if output_csvs_dir:
         for name in SHEET_ORDER:
             refuse_input_as_output(os.path.join(output_csvs_dir, f"{name}.csv"), inputs, what="sheet file")
+
+
+def default_output_path(paths, trace_dir=None, trace_pattern=None, world_size=None):
+    """A1.5: where ``nccl_analysis_report.xlsx`` goes when no output is given."""
+    if trace_dir:
+        return os.path.join(trace_dir, REPORT_NAME)
+    if trace_pattern:
+        first = [trace_pattern.replace("*", str(i)) for i in range(min(world_size or 1, 2))]
+        common = os.path.commonpath([os.path.abspath(p) for p in first])
+    else:
+        real = [os.path.abspath(p) for p in paths if p and p != "-"]
+        common = os.path.commonpath(real) if real else os.getcwd()
+    if os.path.isfile(common) or not os.path.isdir(common):
+        common = os.path.dirname(common)
+    return os.path.join(common, REPORT_NAME)

@@ -303,7 +303,7 @@ def test_an_unsupported_compression_suffix_is_refused(run_set, tmp_path, argv):
 def test_a_write_error_names_the_users_path_not_the_temporary_one(tmp_path, monkeypatch):
     import pandas as pd
 
-    import streamtrace.report.sheets as report_mod
+    import streamtrace.report.writers as report_mod
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -452,7 +452,7 @@ def test_both_xlsx_engines_store_formula_text_as_text(tmp_path, engine):
     import openpyxl
     import pandas as pd
 
-    from streamtrace.report.sheets import write_xlsx
+    from streamtrace.report.writers import write_xlsx
 
     values = ["=1+1", "+x", "-y", "@z", "pg\r=2+3", "a\n=b"]
     write_xlsx({"s": pd.DataFrame({"t": values, "n": range(len(values))})}, tmp_path / "w.xlsx", engine=engine)
@@ -466,7 +466,7 @@ def test_the_pandas_fallback_quotes_a_cr_too(tmp_path):
     """One-column sheets go through pandas' to_csv: a CR still cannot split the row."""
     import pandas as pd
 
-    from streamtrace.report.sheets import _write_csv
+    from streamtrace.report.writers import _write_csv
 
     _write_csv(pd.DataFrame({"t": ["pg\r=2+3", "plain", "=x"]}), tmp_path / "one.csv")
     with open(tmp_path / "one.csv", newline="") as f:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from streamtrace.report import cells as cells
 from streamtrace._native import format_rows
-from streamtrace.report.sheets import _EMPTY, _sheet_xml, _str_cell
+from streamtrace.report.writers import _EMPTY, _sheet_xml, _str_cell
 
 grid_floats = st.integers(-10**15, 10**15).map(lambda k: k / 1000.0)
 any_floats = st.floats(allow_nan=True, allow_infinity=True)
@@ -131,7 +131,7 @@ def reference_xml_cell(v):
 
 
 def test_sheet_xml_cells(monkeypatch):
-    import streamtrace.report.sheets as report_mod
+    import streamtrace.report.writers as report_mod
 
     monkeypatch.setattr(report_mod, "_CHUNK_ROWS", 7)
     rng = np.random.default_rng(3)
@@ -154,7 +154,7 @@ def test_sheet_xml_cells(monkeypatch):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.text(max_size=8), st.text(alphabet="ab ,\"\n\r\t&<>\x01=-", max_size=6)), max_size=20))
 def test_batched_texts_equal_one_by_one(values):
-    from streamtrace.report.sheets import _csv_style, _str_cells
+    from streamtrace.report.writers import _csv_style, _str_cells
 
     assert _str_cells(values) == [_str_cell(v) for v in values]
     style = _csv_style()

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from streamtrace.report import sheets as report
+from streamtrace.report import writers as report
 from streamtrace.errors import StreamtraceError
 from streamtrace.parallel.fork import balanced, can_fork, split_in_two
 

@@ -13,7 +13,8 @@ import generate_fixture
 from conftest import needs_real, real_id, real_traces
 from streamtrace import StreamtraceError, generate_collective_report
 from streamtrace.chain import collect_tables_from_traces
-from streamtrace.report.sheets import CsvDir, build_report, sheet_parts, write_csvs, write_xlsx
+from streamtrace.report.sheets import build_report
+from streamtrace.report.writers import CsvDir, sheet_parts, write_csvs, write_xlsx
 from streamtrace.io.ranks import resolve_inputs
 from synthtrace import NCCL_SENDRECV, coll_kernel, compute_kernel, write_trace
 
@@ -393,7 +394,7 @@ def test_blocking_analysis_with_ranks_in_threads_gives_the_sheets_of_one_at_a_ti
 
 
 def test_build_report_from_stream_path_frames_or_tables(tmp_path, fx_report, report_sheets):
-    from streamtrace.report.sheets import collect_tables
+    from streamtrace.report.tables import collect_tables
 
     from test_align import stream_of
 
@@ -577,7 +578,7 @@ def test_writers_are_atomic(tmp_path, monkeypatch):
     with pytest.raises(StreamtraceError, match="does not exist"):
         write_xlsx({"s": df}, tmp_path / "nope" / "r.xlsx")
 
-    import streamtrace.report.sheets as report_mod
+    import streamtrace.report.writers as report_mod
 
     real_replace = os.replace
 
@@ -596,7 +597,7 @@ def test_writers_are_atomic(tmp_path, monkeypatch):
 
 
 def test_default_output_paths(tmp_path):
-    from streamtrace.report.sheets import default_output_path
+    from streamtrace.report.files import default_output_path
 
     assert default_output_path([], trace_dir="/runs/a") == "/runs/a/nccl_analysis_report.xlsx"
     d = tmp_path / "p"
@@ -660,7 +661,7 @@ def test_fast_csv_writer_is_byte_identical_to_pandas(tmp_path, monkeypatch):
     """The CSV fast path (streamtrace.report.cells) writes what ``to_csv`` writes:
     floats on and off the ns grid, -0.0, inf, NaN, huge ints, nullable ints,
     bools, text needing quotes, formula-like text, mixed object columns."""
-    import streamtrace.report.sheets as report_mod
+    import streamtrace.report.writers as report_mod
 
     rng = np.random.default_rng(1)
     n = 3000
