@@ -471,6 +471,44 @@ def _report_into_csvs(report, tables, directory, options):
         out.discard()
 
 
+def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_html_path=None,
+                   detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS, gpus_per_node=None,
+                   all2allv_heatmap=False, align_clocks=None, strict=False):
+    """What ``streamtrace report`` runs: the collective report of event
+    streams (``-``: stdin), aligned here when they have not been through
+    ``align``.  Writes the outputs asked for -- with none,
+    ``nccl_analysis_report.xlsx`` beside the traces the streams came from --
+    and returns (the paths written, the sheets)."""
+    from .report.files import REPORT_NAME, check_report_outputs
+    from .report.sheets import build_report
+    from .report.tables import collect_tables
+    from .report.writers import write_report
+
+    check_report_outputs(output_xlsx_path, output_csvs_dir, streams)
+    if output_html_path:
+        from .html_report import check_output
+
+        check_output(output_html_path)
+    frames = (f for s in streams for f in iter_frames(s))
+    tables = collect_tables(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+    sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
+                          gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
+    sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
+    written = []
+    if output_html_path:
+        from .html_report import write_html
+
+        written.append(write_html(sheets, output_html_path, sources=sources))
+        if not output_xlsx_path and not output_csvs_dir:
+            return written, sheets
+    if not output_xlsx_path and not output_csvs_dir:
+        base = os.path.commonpath(sources) if sources else os.getcwd()
+        if not os.path.isdir(base):
+            base = os.path.dirname(base)
+        output_xlsx_path = os.path.join(base, REPORT_NAME)
+    return write_report(sheets, output_xlsx_path, output_csvs_dir) + written, sheets
+
+
 def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=None):
     """The short answer as text: straggler, dominant cause of waiting, top
     blocking kernels and host ops, top contention pairs.  ``paths`` as

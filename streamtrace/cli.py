@@ -345,14 +345,19 @@ def report_options(fn):
     return fn
 
 
-def _input_frames(streams):
-    from .stream.format import iter_frames
-
+def _stream_sources(streams):
+    """The streams a stage reads: the files given, else stdin (not a terminal)."""
     sources = list(streams) or ["-"]
     if sources == ["-"] and sys.stdin.isatty():
         raise click.UsageError("no input: give an event stream file, or pipe one in "
                                "(e.g. streamtrace extract ... | streamtrace align | streamtrace report)")
-    for source in sources:
+    return sources
+
+
+def _input_frames(streams):
+    from .stream.format import iter_frames
+
+    for source in _stream_sources(streams):
         yield from iter_frames(source)
 
 
@@ -416,34 +421,16 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace report -o report.xlsx
       streamtrace report run.aligned.stev --output_csvs_dir csvs/
     """
-    from .report.files import REPORT_NAME, check_report_outputs
-    from .report.sheets import build_report
-    from .report.tables import collect_tables
-    from .report.writers import write_report
+    from .chain import report_streams
 
     _setup_logging(quiet)
-    output_xlsx_path = output_xlsx_path or output
-    check_report_outputs(output_xlsx_path, output_csvs_dir, list(streams) or ["-"])
-    if output_html_path:
-        from .html_report import check_output
-        check_output(output_html_path)
-    tables = collect_tables(_input_frames(streams), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
-    sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
-                          gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
-    sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
-    written = []
-    if output_html_path:
-        from .html_report import write_html
-        written.append(write_html(sheets, output_html_path, sources=sources))
-        if not output_xlsx_path and not output_csvs_dir:
-            _wrote(written, sheets)
-            return
-    if not output_xlsx_path and not output_csvs_dir:
-        base = os.path.commonpath(sources) if sources else os.getcwd()
-        if not os.path.isdir(base):
-            base = os.path.dirname(base)
-        output_xlsx_path = os.path.join(base, REPORT_NAME)
-    _wrote(write_report(sheets, output_xlsx_path, output_csvs_dir) + written, sheets)
+    sources = _stream_sources(streams)
+    written, sheets = report_streams(sources, output_xlsx_path=output_xlsx_path or output,
+                                     output_csvs_dir=output_csvs_dir, output_html_path=output_html_path,
+                                     detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
+                                     gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
+                                     align_clocks=align_clocks, strict=strict)
+    _wrote(written, sheets)
 
 
 @main.command("collective-report")

@@ -17,7 +17,7 @@ import tempfile
 import numpy as np
 import pandas as pd
 
-from ..errors import StreamtraceError
+from ..errors import StreamtraceError, os_reason
 from ..io.outputs import atomic_file, check_suffix, resolve_output, umask
 from ..parallel.cpus import available_cpus
 from ..parallel.fork import Child, balanced, can_fork, split_in_two
@@ -523,14 +523,14 @@ class CsvDir:
             self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
         except OSError as exc:   # read-only, no permission
             raise StreamtraceError(f"{self.directory}: cannot write in its parent directory: "
-                                   f"{exc.strerror or exc}") from None
+                                   f"{os_reason(exc)}") from None
 
     def _write_one(self, name, df):
         try:
             _write_csv(df, os.path.join(self._tmp, f"{name}.csv"))
         except OSError as exc:   # a full disk: the user's directory, not the hidden one
             raise StreamtraceError(f"{os.path.join(self.directory, name + '.csv')}: cannot write it: "
-                                   f"{exc.strerror or exc}") from None
+                                   f"{os_reason(exc)}") from None
 
     def write(self, sheets, parallel=True):
         """Write ``{name: DataFrame}`` (``parallel`` on two cores: a large set
@@ -569,7 +569,7 @@ class CsvDir:
                     os.unlink(os.path.join(target, file))
         except OSError as exc:
             raise StreamtraceError(f"{self.directory}: cannot move the sheets into it: "
-                                   f"{exc.strerror or exc}") from None
+                                   f"{os_reason(exc)}") from None
         return os.path.abspath(self.directory)
 
     def discard(self):
