@@ -467,8 +467,12 @@ class Fuser:
         o.len = out_len
         o.spans, o.spans_cap, o.n_spans = self._spans, self._span_cap, 0
         rc = lib.st_fuse_feed(self._f, buf, len(buf), int(eof), o, self._consumed)
+        # released before an error is raised: its traceback would keep them in
+        # a reference cycle, and the collector may release a memoryview slice
+        # before the cffi buffer made over it (a crash, seen in the fuse tests)
+        del dst, buf
+        o.buf, o.cap = ffi.NULL, 0
         self._check(rc)
-        del dst, buf  # kept alive across the call
         return rc, self._consumed[0], o.len
 
     def spans(self):
