@@ -80,45 +80,75 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
 
 def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows,
              align_only, batch_events, map_window):
-    tok = _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=batch_events, drop_flows=drop_flows,
-                            align_only=align_only, source=path)
-    trace_meta = {}
-    warnings = []
-    resolved_rank = None
-    truncated_at = None
+    ex = _RankExtraction(path, source, rank, position, progress,
+                         _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=batch_events, drop_flows=drop_flows,
+                                           align_only=align_only, source=path))
+    yield from ex.tokenize(chunk_reader(source, chunk_size, map_window))
+    ex.check_document(strict)
+    yield from ex.drain()
+    meta = ex.metadata(world_size)
+    meta["keep_pyfunc"] = bool(keep_pyfunc)
+    meta["streamtrace_version"] = VERSION
+    if drop_flows:
+        meta["drop_flows"] = True
+    if align_only:
+        meta["align_only"] = True
+    yield json_frame(Kind.META, ex.resolved_rank, meta)
 
-    def resolve_rank():
-        dist = trace_meta.get("distributedInfo")
+
+class _RankExtraction:
+    """One file's extraction: the tokenizer and what is learnt on the way (the
+    top-level members, the rank, warnings, where a truncated file ends).  Its
+    methods run per chunk or per full record batch, never per event."""
+
+    def __init__(self, path, source, rank, position, progress, tok):
+        self.path, self.source, self.rank, self.position, self.progress = path, source, rank, position, progress
+        self.tok = tok
+        self.trace_meta = {}
+        self.warnings = []
+        self.resolved_rank = None
+        self.truncated_at = None
+        self.carry = bytearray()
+        self.counts = None
+
+    def warn(self, message):
+        self.warnings.append(message)
+        log.warning(message)
+
+    def resolve_rank(self):
+        """The rank given, else distributedInfo.rank, else the position."""
+        path, rank, position = self.path, self.rank, self.position
+        dist = self.trace_meta.get("distributedInfo")
         trace_rank = dist.get("rank") if isinstance(dist, dict) else None
         if rank is not None:
             if isinstance(trace_rank, int) and trace_rank != rank:
-                warn(f"{path}: rank {rank} from the file name/flags, but distributedInfo.rank is {trace_rank}; using {rank}")
+                self.warn(f"{path}: rank {rank} from the file name/flags, but distributedInfo.rank is {trace_rank}; "
+                          f"using {rank}")
             return rank
         if isinstance(trace_rank, int) and trace_rank > MAX_RANK:
-            warn(f"{path}: distributedInfo.rank {trace_rank} is not a valid rank (0 to {MAX_RANK}); "
-                 f"using {position}, its position among the inputs")
+            self.warn(f"{path}: distributedInfo.rank {trace_rank} is not a valid rank (0 to {MAX_RANK}); "
+                      f"using {position}, its position among the inputs")
             return position
         return trace_rank if isinstance(trace_rank, int) and trace_rank >= 0 else position
 
-    def warn(message):
-        warnings.append(message)
-        log.warning(message)
-
-    def drain():
-        nonlocal resolved_rank
-        if resolved_rank is None:
-            resolved_rank = resolve_rank()
+    def drain(self):
+        """Frames for the strings and records the tokenizer holds (the rank is
+        resolved at the first drain: the members before the events are read)."""
+        if self.resolved_rank is None:
+            self.resolved_rank = self.resolve_rank()
+        tok, rank = self.tok, self.resolved_rank
         first, raw = tok.take_new_strings()
         if raw:
-            yield strings_frame(resolved_rank, first, [decode_raw_string(r) for r in raw])
+            yield strings_frame(rank, first, [decode_raw_string(r) for r in raw])
         events, kernels, comms = tok.take_records()
         for kind, payload in ((Kind.EVENTS, events), (Kind.KERNELS, kernels), (Kind.COMMS, comms)):
             if payload:
-                yield Frame(kind, resolved_rank, payload)
+                yield Frame(kind, rank, payload)
 
-    def run(data, start, length, at_eof):
+    def run(self, data, start, length, at_eof):
         """Feed ``data[start:start + length]`` until the tokenizer needs more
         input, draining full record arrays; returns (status, bytes consumed)."""
+        tok, trace_meta, progress, path = self.tok, self.trace_meta, self.progress, self.path
         total = 0
         while True:
             status, consumed = tok.feed(data, length - total, eof=at_eof, start=start + total)
@@ -130,116 +160,136 @@ def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, 
                 progress(tok.counts())
             if status != _native.OUTPUT_FULL:
                 return status, total
-            yield from drain()
+            yield from self.drain()
 
-    def trailing_data():
-        return TraceError(path, "unexpected data after the end of the JSON document",
-                          tok.counts()["bytes_consumed"])
+    def trailing_data(self):
+        return TraceError(self.path, "unexpected data after the end of the JSON document",
+                          self.tok.counts()["bytes_consumed"])
 
     # Chunks come from a read-ahead thread.  An item (event or top-level
     # member) cut by a chunk boundary is carried over: its bytes plus the
     # start of the next chunk go through the small ``carry`` buffer, then
     # tokenizing continues in the chunk itself, so the bulk of the input is
     # never copied.
-    reader = chunk_reader(source, chunk_size, map_window)
-    carry = bytearray()
-    status = _native.OK
-    try:
-        while status == _native.OK:
-            chunk, n = reader.next_chunk()
-            if n == 0:  # end of input: the last feed says done or truncated
-                reader.recycle(chunk)
-                status, consumed = yield from run(carry, 0, len(carry), True)
-                if status == _native.DONE and bytes(carry[consumed:]).strip():
-                    raise trailing_data()
-                break
-            pos = 0
-            while carry and pos < n and status == _native.OK:
-                if len(carry) >= MAX_ITEM_BYTES:
-                    raise TraceError(path, f"a single event or top-level value is larger than {MAX_ITEM_BYTES >> 20} MiB",
-                                     tok.counts()["bytes_consumed"])
-                carried = len(carry)
-                take = min(n - pos, max(STITCH_BYTES, carried))  # doubling: O(item size) in total
-                carry += memoryview(chunk)[pos:pos + take]
-                pos += take
-                status, consumed = yield from run(carry, 0, len(carry), False)
-                if consumed >= carried:  # the carried item is done: back to the chunk
-                    pos -= len(carry) - consumed
-                    carry.clear()
-                else:
-                    del carry[:consumed]
-            if status == _native.OK and not carry:
-                status, consumed = yield from run(chunk, pos, n - pos, False)
-                pos += consumed
-                if status == _native.OK:
-                    carry += memoryview(chunk)[pos:n]
-            if status == _native.DONE:  # anything after the document must be whitespace
-                rest = bytes(carry) + bytes(chunk[pos:n])
-                if rest.strip():
-                    raise trailing_data()
-                carry.clear()
-                reader.recycle(chunk)
-                while True:
-                    chunk, n = reader.next_chunk()
-                    if n == 0:
-                        break
-                    if bytes(chunk[:n]).strip():
-                        raise trailing_data()
+    def tokenize(self, reader):
+        """Every chunk through the tokenizer, yielding frames as record arrays
+        fill; stops at the end of the document, the input or a truncation."""
+        status = _native.OK
+        try:
+            while status == _native.OK:
+                chunk, n = reader.next_chunk()
+                if n == 0:  # end of input: the last feed says done or truncated
                     reader.recycle(chunk)
+                    carry = self.carry
+                    status, consumed = yield from self.run(carry, 0, len(carry), True)
+                    if status == _native.DONE and bytes(carry[consumed:]).strip():
+                        raise self.trailing_data()
+                    break
+                status, pos = yield from self.feed_chunk(chunk, n)
+                if status == _native.DONE:
+                    self.expect_only_whitespace(reader, chunk, pos, n)
+                    break
+                reader.recycle(chunk)
+        finally:
+            reader.close()
+        if status == _native.TRUNCATED:
+            self.truncated_at = self.tok.counts()["bytes_consumed"]
+
+    def feed_chunk(self, chunk, n):
+        """One chunk: first completes a carried item, then tokenizes in place;
+        an item cut at the chunk's end is carried.  Returns (status, bytes used)."""
+        carry = self.carry
+        status, pos = _native.OK, 0
+        while carry and pos < n and status == _native.OK:
+            if len(carry) >= MAX_ITEM_BYTES:
+                raise TraceError(self.path, f"a single event or top-level value is larger than "
+                                            f"{MAX_ITEM_BYTES >> 20} MiB", self.tok.counts()["bytes_consumed"])
+            carried = len(carry)
+            take = min(n - pos, max(STITCH_BYTES, carried))  # doubling: O(item size) in total
+            carry += memoryview(chunk)[pos:pos + take]
+            pos += take
+            status, consumed = yield from self.run(carry, 0, len(carry), False)
+            if consumed >= carried:  # the carried item is done: back to the chunk
+                pos -= len(carry) - consumed
+                carry.clear()
+            else:
+                del carry[:consumed]
+        if status == _native.OK and not carry:
+            status, consumed = yield from self.run(chunk, pos, n - pos, False)
+            pos += consumed
+            if status == _native.OK:
+                carry += memoryview(chunk)[pos:n]
+        return status, pos
+
+    def expect_only_whitespace(self, reader, chunk, pos, n):
+        """After the document: the rest of the input must be whitespace."""
+        rest = bytes(self.carry) + bytes(chunk[pos:n])
+        if rest.strip():
+            raise self.trailing_data()
+        self.carry.clear()
+        reader.recycle(chunk)
+        while True:
+            chunk, n = reader.next_chunk()
+            if n == 0:
                 break
+            if bytes(chunk[:n]).strip():
+                raise self.trailing_data()
             reader.recycle(chunk)
-    finally:
-        reader.close()
-    if status == _native.TRUNCATED:
-        truncated_at = tok.counts()["bytes_consumed"]
 
-    counts = tok.counts()
-    if not counts["doc_started"]:
-        if source.truncated:
-            raise TraceError(path, f"the {source.kind} stream ends before any data (truncated file)")
-        raise TraceError(path, "empty file (no JSON)")
-    if not counts["saw_events"]:
+    def check_document(self, strict):
+        """Refuse what is not a trace; warn (or, ``strict``, refuse) a truncated one."""
+        self.counts = counts = self.tok.counts()   # as the document ends: the META frame's counts
+        path, truncated_at, source = self.path, self.truncated_at, self.source
+        if not counts["doc_started"]:
+            if source.truncated:
+                raise TraceError(path, f"the {source.kind} stream ends before any data (truncated file)")
+            raise TraceError(path, "empty file (no JSON)")
+        if not counts["saw_events"]:
+            if truncated_at is not None:
+                raise TraceError(path, "truncated before the traceEvents array (no events to keep)", truncated_at)
+            raise TraceError(path, "not a trace: the JSON has no traceEvents array")
         if truncated_at is not None:
-            raise TraceError(path, "truncated before the traceEvents array (no events to keep)", truncated_at)
-        raise TraceError(path, "not a trace: the JSON has no traceEvents array")
-    if truncated_at is not None:
-        why = " (the compressed stream ends early)" if source.truncated else ""
-        if strict:
-            raise TraceError(path, f"truncated{why} (--strict)", truncated_at)
-        warn(f"{path}: truncated at byte {truncated_at}{why}; {counts['events_seen']} complete events before the cut")
-    elif source.truncated:
-        if strict:
-            raise TraceError(path, "the compressed stream ends early (--strict)")
-        warn(f"{path}: the compressed stream ends early, but the JSON document is complete")
+            why = " (the compressed stream ends early)" if source.truncated else ""
+            if strict:
+                raise TraceError(path, f"truncated{why} (--strict)", truncated_at)
+            self.warn(f"{path}: truncated at byte {truncated_at}{why}; {counts['events_seen']} complete events "
+                      f"before the cut")
+        elif source.truncated:
+            if strict:
+                raise TraceError(path, "the compressed stream ends early (--strict)")
+            self.warn(f"{path}: the compressed stream ends early, but the JSON document is complete")
 
-    yield from drain()
-    dist = trace_meta.get("distributedInfo") if isinstance(trace_meta.get("distributedInfo"), dict) else {}
-    trace_ws = dist.get("world_size")
-    if world_size is not None and isinstance(trace_ws, int) and trace_ws != world_size:
-        warn(f"{path}: --world_size is {world_size} but distributedInfo.world_size is {trace_ws}")
-    if counts.get("string_times"):
-        warn(f"{path}: {counts['string_times']} ts/dur values were strings, not numbers (\"ts\": \"123\"; left empty)")
-    if counts["bad_numbers"]:
-        warn(f"{path}: {counts['bad_numbers']} numeric fields were not numbers or out of range (left empty)")
-    meta = {
-        "source": os.path.abspath(path) if path != "-" else "-",
-        "rank": resolved_rank,
-        "world_size": world_size if world_size is not None else trace_ws,
-        "rank_from": "flag" if rank is not None else ("distributedInfo" if resolved_rank != position or "rank" in dist else "position"),
-        "compression": source.kind,
-        "layout": "array" if counts["bare_array"] else "object",
-        "trace": trace_meta,
-        "counts": counts,
-        "truncated_at_byte": truncated_at,
-        "warnings": warnings,
-        "keep_pyfunc": bool(keep_pyfunc),
-        "streamtrace_version": VERSION,
-    }
-    if drop_flows:
-        meta["drop_flows"] = True
-    if align_only:
-        meta["align_only"] = True
-    yield json_frame(Kind.META, resolved_rank, meta)
+    def metadata(self, world_size):
+        """The META frame's dict (after the last drain), with the warnings
+        only the whole document can give."""
+        path, counts, trace_meta = self.path, self.counts, self.trace_meta
+        dist = trace_meta.get("distributedInfo") if isinstance(trace_meta.get("distributedInfo"), dict) else {}
+        trace_ws = dist.get("world_size")
+        if world_size is not None and isinstance(trace_ws, int) and trace_ws != world_size:
+            self.warn(f"{path}: --world_size is {world_size} but distributedInfo.world_size is {trace_ws}")
+        if counts.get("string_times"):
+            self.warn(f"{path}: {counts['string_times']} ts/dur values were strings, not numbers "
+                      f"(\"ts\": \"123\"; left empty)")
+        if counts["bad_numbers"]:
+            self.warn(f"{path}: {counts['bad_numbers']} numeric fields were not numbers or out of range (left empty)")
+        if self.rank is not None:
+            rank_from = "flag"
+        elif self.resolved_rank != self.position or "rank" in dist:
+            rank_from = "distributedInfo"
+        else:
+            rank_from = "position"
+        return {
+            "source": os.path.abspath(path) if path != "-" else "-",
+            "rank": self.resolved_rank,
+            "world_size": world_size if world_size is not None else trace_ws,
+            "rank_from": rank_from,
+            "compression": self.source.kind,
+            "layout": "array" if counts["bare_array"] else "object",
+            "trace": trace_meta,
+            "counts": counts,
+            "truncated_at_byte": self.truncated_at,
+            "warnings": self.warnings,
+        }
 
 
 # ---------------------------------------------------------------- many ranks

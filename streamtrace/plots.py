@@ -187,69 +187,96 @@ def _wait_heatmap(sheets):
                         subplot_titles=[_txt(f"process group {_short(g, 40)}") for g in groups])
     data, sentences, height = {"groups": []}, [], 0
     for i, g in enumerate(groups, start=1):
-        rows = imp[pg == g].sort_values("_start", kind="stable")
-        present = [(r, c) for r, c in waits if rows[c].notna().any()]
-        ranks = [r for r, _ in present]
-        z = rows[[c for _, c in present]].apply(pd.to_numeric, errors="coerce").to_numpy(float).T  # ranks x inst
-        ids = rows["collective_id"].astype(str).tolist()
-        if "straggler_rank" in rows:
-            late = pd.to_numeric(rows["straggler_rank"], errors="coerce").to_numpy(float)
-        else:   # the last arriver waited least
-            late = np.array([ranks[int(np.nanargmin(col))] if np.isfinite(col).any() else np.nan for col in z.T])
-        skew = np.nanmax(np.where(np.isfinite(z), z, -np.inf), axis=0) if z.size else np.zeros(0)
+        ranks, z, ids, late = _group_waits(imp[pg == g].sort_values("_start", kind="stable"), waits)
         n = z.shape[1]
         ncols = max(1, min(HEATMAP_MAX_COLUMNS, HEATMAP_MAX_CELLS // max(1, len(ranks)), n))
         labels, binned = ids, ncols < n
         if binned:
-            edges = np.linspace(0, n, ncols + 1).astype(int)
-            zb = np.full((len(ranks), ncols), np.nan)
-            lb, lateb, lab = np.full(ncols, np.nan), np.full(ncols, np.nan), []
-            for b in range(ncols):
-                lo, hi = edges[b], edges[b + 1]
-                block = z[:, lo:hi]
-                with np.errstate(all="ignore"):
-                    zb[:, b] = np.where(np.isfinite(block).any(axis=1), np.nanmax(np.where(np.isfinite(block), block,
-                                                                                          -np.inf), axis=1), np.nan)
-                worst = lo + int(np.argmax(skew[lo:hi]))
-                lateb[b] = late[worst]
-                lab.append(f"{ids[lo]} \u2026 {ids[hi - 1]}" if hi - lo > 1 else ids[lo])
-            z_shown, late_shown, labels = zb, lateb, lab
+            z_shown, late_shown, labels = _binned_waits(z, late, ids, ncols)
             notes.append(f"group {_short(g, 40)}: {n:,} instances in {ncols:,} columns, each the largest wait of "
                          f"about {n / ncols:.0f} consecutive instances, marked with the late rank of its "
                          "most skewed one")
         else:
             z_shown, late_shown = z, late
-        fig.add_trace(go.Heatmap(z=z_shown.astype(np.float32), x=_txts(labels), y=ranks, colorscale="YlOrRd",
-                                 coloraxis="coloraxis",
-                                 hovertemplate="instance %{x}<br>rank %{y}<br>wait %{z:.1f} us<extra></extra>"),
-                      row=i, col=1)
-        fig.add_trace(go.Scatter(x=_txts(labels), y=late_shown, mode="markers", name="late rank", legendgroup="late",
-                                 showlegend=i == 1, marker=dict(symbol="x-thin", size=7, color="#1f1f1f",
-                                                                line=dict(width=1.5, color="#1f1f1f")),
-                                 hovertemplate="instance %{x}<br>late rank %{y}<extra></extra>"), row=i, col=1)
-        fig.update_xaxes(showticklabels=False, title_text="instance, in time order", row=i, col=1)
-        fig.update_yaxes(title_text="rank", autorange="reversed", row=i, col=1,
-                         type="category" if len(ranks) <= 64 else "linear")
+        _add_wait_panel(fig, go, i, _txts(labels), z_shown, late_shown, ranks)
         height += min(700, 160 + 14 * min(len(ranks), 40))
         data["groups"].append({"group": g, "ranks": ranks, "instances": labels, "binned": binned,
                                "wait_us": [_list(r) for r in z_shown], "late_rank": _list(late_shown)})
-        # the sentence, from every instance (not the binned view)
-        valid = np.isfinite(late)
-        if valid.any():
-            vals, cnt = np.unique(late[valid], return_counts=True)
-            top = vals[int(np.argmax(cnt))]
-            share = cnt.max() / n
-            mine = late == top
-            others = np.delete(z, ranks.index(int(top)), axis=0)[:, mine] if int(top) in ranks else z[:, mine]
-            with np.errstate(all="ignore"):
-                wait = float(np.nanmean(others)) if np.isfinite(others).any() else float("nan")
-            sentences.append(f"rank {int(top)} arrived last at {share:.0%} of the {n:,} collectives of process "
-                             f"group {_short(g, 40)}; the others waited {fmt_us(wait)} for it on average")
+        sentence = _late_rank_sentence(g, z, late, ranks)
+        if sentence:
+            sentences.append(sentence)
     _layout(fig, "Wait time per rank and collective instance", height=max(360, height),
             coloraxis=dict(colorscale="YlOrRd", colorbar=dict(title="wait (us)")))
     sentence = ("; ".join(sentences) + ".") if sentences else "No instance has a late rank."
     return Chart("wait_heatmap", "Wait time: rank \u00d7 collective instance", fig, sentence[0].upper() + sentence[1:],
                  data, "; ".join(notes))
+
+
+def _group_waits(rows, waits):
+    """One process group's instances (in time order): the ranks with a wait,
+    their waits (ranks x instances), the instance ids and each one's late rank."""
+    present = [(r, c) for r, c in waits if rows[c].notna().any()]
+    ranks = [r for r, _ in present]
+    z = rows[[c for _, c in present]].apply(pd.to_numeric, errors="coerce").to_numpy(float).T  # ranks x inst
+    ids = rows["collective_id"].astype(str).tolist()
+    if "straggler_rank" in rows:
+        late = pd.to_numeric(rows["straggler_rank"], errors="coerce").to_numpy(float)
+    else:   # the last arriver waited least
+        late = np.array([ranks[int(np.nanargmin(col))] if np.isfinite(col).any() else np.nan for col in z.T])
+    return ranks, z, ids, late
+
+
+def _binned_waits(z, late, ids, ncols):
+    """``ncols`` columns of consecutive instances: each the largest wait per
+    rank, marked with the late rank of its most skewed instance."""
+    skew = np.nanmax(np.where(np.isfinite(z), z, -np.inf), axis=0) if z.size else np.zeros(0)
+    n = z.shape[1]
+    edges = np.linspace(0, n, ncols + 1).astype(int)
+    zb = np.full((z.shape[0], ncols), np.nan)
+    lateb, lab = np.full(ncols, np.nan), []
+    for b in range(ncols):
+        lo, hi = edges[b], edges[b + 1]
+        block = z[:, lo:hi]
+        with np.errstate(all="ignore"):
+            zb[:, b] = np.where(np.isfinite(block).any(axis=1), np.nanmax(np.where(np.isfinite(block), block,
+                                                                                  -np.inf), axis=1), np.nan)
+        worst = lo + int(np.argmax(skew[lo:hi]))
+        lateb[b] = late[worst]
+        lab.append(f"{ids[lo]} \u2026 {ids[hi - 1]}" if hi - lo > 1 else ids[lo])
+    return zb, lateb, lab
+
+
+def _add_wait_panel(fig, go, row, labels, z_shown, late_shown, ranks):
+    """One process group's heatmap, with the late ranks as markers over it."""
+    fig.add_trace(go.Heatmap(z=z_shown.astype(np.float32), x=labels, y=ranks, colorscale="YlOrRd",
+                             coloraxis="coloraxis",
+                             hovertemplate="instance %{x}<br>rank %{y}<br>wait %{z:.1f} us<extra></extra>"),
+                  row=row, col=1)
+    fig.add_trace(go.Scatter(x=labels, y=late_shown, mode="markers", name="late rank", legendgroup="late",
+                             showlegend=row == 1, marker=dict(symbol="x-thin", size=7, color="#1f1f1f",
+                                                              line=dict(width=1.5, color="#1f1f1f")),
+                             hovertemplate="instance %{x}<br>late rank %{y}<extra></extra>"), row=row, col=1)
+    fig.update_xaxes(showticklabels=False, title_text="instance, in time order", row=row, col=1)
+    fig.update_yaxes(title_text="rank", autorange="reversed", row=row, col=1,
+                     type="category" if len(ranks) <= 64 else "linear")
+
+
+def _late_rank_sentence(g, z, late, ranks):
+    """The rank most often last in group ``g``, from every instance (not the
+    binned view), and how long the others waited for it; None without one."""
+    valid = np.isfinite(late)
+    if not valid.any():
+        return None
+    n = z.shape[1]
+    vals, cnt = np.unique(late[valid], return_counts=True)
+    top = vals[int(np.argmax(cnt))]
+    share = cnt.max() / n
+    mine = late == top
+    others = np.delete(z, ranks.index(int(top)), axis=0)[:, mine] if int(top) in ranks else z[:, mine]
+    with np.errstate(all="ignore"):
+        wait = float(np.nanmean(others)) if np.isfinite(others).any() else float("nan")
+    return (f"rank {int(top)} arrived last at {share:.0%} of the {n:,} collectives of process "
+            f"group {_short(g, 40)}; the others waited {fmt_us(wait)} for it on average")
 
 
 def wait_heatmap(sheets):

@@ -378,7 +378,7 @@ def _without_timing(doc):
 
 def test_spilled_interval_runs_give_the_same_file(tmp_path, run_new, monkeypatch):
     """The scan's external sort: a tiny in-memory budget, many runs, same output."""
-    fuse_mod = importlib.import_module("streamtrace.fuse")  # streamtrace.fuse is the function
+    fuse_mod = importlib.import_module("streamtrace.fuse.passes")  # the scan reads it
 
     paths = paths_of(run_new)
     ref, _ = fused(tmp_path, paths, name="ref.json", jobs=2)
@@ -390,7 +390,7 @@ def test_spilled_interval_runs_give_the_same_file(tmp_path, run_new, monkeypatch
 
 @needs_real
 def test_real_trace_overlaps_are_resolved(tmp_path, real_dir, monkeypatch):
-    fuse_mod = importlib.import_module("streamtrace.fuse")  # streamtrace.fuse is the function
+    fuse_mod = importlib.import_module("streamtrace.fuse.passes")  # the scan reads it
 
     p = os.path.join(real_dir, "hta", "trace_diff", "test", "test.json.gz")
     assert nesting_violations(input_events(p)[0]) > 0
