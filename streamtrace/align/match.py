@@ -178,7 +178,6 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     if not any(rank_row_count(res.rows) for res in results):
         return _tables_without_collectives(ranks_table, present, apply, quality)
     rows = _combined_rows(results)
-    n = len(rows["rank"])
     rank = rows["rank"]
     abs_ts = rows["base_ns"] + rows["ts"].astype(np.int64, copy=False)
     abs_end = abs_ts + rows["dur"].astype(np.int64, copy=False)
@@ -224,22 +223,30 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     columns["no_ids"] = rows["no_ids"]
     collectives = functools.partial(_collectives_table, columns, instances, abs_ts, method, cname.missing(), present)
     sample, clock_method, sync = _clock_sample(implicit_sync, participants, inst, rank, abs_end)
+    out_df, row_findings, clocks = _rows_and_clocks(collectives, sample, clock_method, rank, present, apply)
+    if not apply:
+        quality += _story_findings(clocks, inst[sync], rank[sync], abs_ts[sync])
+    quality += _clock_findings(clocks, apply, multi_node, node_gpus) + row_findings
+    return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
+            "align.quality": quality_table(quality)}
+
+
+def _rows_and_clocks(collectives, sample, clock_method, rank, present, apply):
+    """align.collectives (``collectives``: the rows for given per-row offsets),
+    its findings, and align.clocks, with the offsets applied or not."""
     if apply:
         clocks = _clocks_table(estimate_clock_offsets(*sample), present, apply, clock_method)
         offs = dict(zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist()))
         ranks_u, rank_inv = np.unique(rank, return_inverse=True)
         out_df, row_findings = collectives(np.array([offs[r] for r in ranks_u.tolist()], dtype=np.int64)[rank_inv])
-    else:
-        # the offsets change no row, only align.clocks: on two cores (large
-        # sets) they are estimated in a forked child while the rows are built
-        (out_df, row_findings), est = both(functools.partial(collectives, np.zeros(n, dtype=np.int64)),
-                                           functools.partial(estimate_clock_offsets, *sample),
-                                           fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
-        clocks = _clocks_table(est, present, apply, clock_method)
-        quality += _story_findings(clocks, inst[sync], rank[sync], abs_ts[sync])
-    quality += _clock_findings(clocks, apply, multi_node, node_gpus) + row_findings
-    return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
-            "align.quality": quality_table(quality)}
+        return out_df, row_findings, clocks
+    # the offsets change no row, only align.clocks: on two cores (large
+    # sets) they are estimated in a forked child while the rows are built
+    n = len(rank)
+    (out_df, row_findings), est = both(functools.partial(collectives, np.zeros(n, dtype=np.int64)),
+                                       functools.partial(estimate_clock_offsets, *sample),
+                                       fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
+    return out_df, row_findings, _clocks_table(est, present, apply, clock_method)
 
 
 def _tables_without_collectives(ranks_table, present, apply, quality):
