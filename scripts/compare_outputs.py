@@ -61,8 +61,9 @@ def two_trees(base, other, prefix):
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def fixtures(workdir, dense):
-    """{name: (trace dir, world size)} of synthetic runs and real sets."""
+def fixtures(workdir, dense, only=()):
+    """{name: (trace dir, world size)} of synthetic runs and real sets
+    (``only``: just these)."""
     gen = os.path.join(ROOT, "fixtures", "generate_fixture.py")
     shapes = {
         "straggler8": ["--ranks", "8", "--straggler_rank", "3", "--straggler_us", "300"],
@@ -75,10 +76,12 @@ def fixtures(workdir, dense):
         shapes["dense4"] = ["--ranks", "4", "--steps", "1200", "--fill_ops", "0", "--jobs", "2"]
     out = {}
     for name, args in shapes.items():
+        if only and name not in only:
+            continue
         d = os.path.join(workdir, "in", name)
         subprocess.run([PY, gen, "--out", d] + args, check=True, capture_output=True)
         out[name] = (d, args[args.index("--ranks") + 1])
-    if os.path.isdir(REAL):
+    if os.path.isdir(REAL) and not only:
         out["param-dlrm"] = (os.path.join(REAL, "param-dlrm"), "8")
         for root, _, files in os.walk(REAL):
             for f in files:
@@ -165,9 +168,10 @@ def main():
     ap.add_argument("--other", default=None, help="the commit to compare (default: the working tree)")
     ap.add_argument("--dense", action="store_true", help="also the 25,004-instance dense set (slow)")
     ap.add_argument("--skip", action="append", default=[], help="a command left out (repeatable)")
+    ap.add_argument("--only", action="append", default=[], help="only this input set (repeatable), e.g. dense4")
     args = ap.parse_args()
     with two_trees(args.base, args.other, "streamtrace-compare-") as (workdir, base, other):
-        inputs = fixtures(workdir, args.dense)
+        inputs = fixtures(workdir, args.dense, only=set(args.only))
         a = run_all(base, inputs, os.path.join(workdir, "a"), set(args.skip))
         b = run_all(other, inputs, os.path.join(workdir, "b"), set(args.skip))
         bad = 0
