@@ -13,6 +13,18 @@ COMPUTE_INFLATION_COLUMNS = ["kernel", "grid", "block", "occurrences", "overlapp
                              "median_overlapped_us", "median_isolated_us", "inflation", "time_lost_us", "note"]
 
 
+def _inflation(hi, lo, names):
+    """The columns comparing durations while overlapped (``hi``) with those
+    while isolated (``lo``): the two medians (us), the inflation and the
+    excess over the isolated median (us), named ``names``; only a note when
+    either side has too few samples."""
+    if len(hi) < MIN_SAMPLES or len(lo) < MIN_SAMPLES:
+        return {"note": f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"}
+    mh, ml = float(np.median(hi)), float(np.median(lo))
+    return {names[0]: mh / NS_PER_US, names[1]: ml / NS_PER_US, "inflation": (mh / ml - 1.0) if ml > 0 else None,
+            names[2]: float(np.clip(hi - ml, 0, None).sum()) / NS_PER_US, "note": ""}
+
+
 def _nccl_inflation(inputs, overlap):
     """Transfer time (end − last arrival) with ≥ 50 % vs < 5 % compute overlap."""
     inst = inputs.instances
@@ -30,13 +42,8 @@ def _nccl_inflation(inputs, overlap):
         f, t = frac[members], transfer[members]
         hi, lo = t[f >= HIGH_OVERLAP], t[f < LOW_OVERLAP]
         row = {"signature": sigs[c], "instances": len(members), "overlapped_n": len(hi), "isolated_n": len(lo)}
-        if len(hi) >= MIN_SAMPLES and len(lo) >= MIN_SAMPLES:
-            mh, ml = float(np.median(hi)), float(np.median(lo))
-            row.update({"median_transfer_overlapped_us": mh / NS_PER_US, "median_transfer_isolated_us": ml / NS_PER_US,
-                        "inflation": (mh / ml - 1.0) if ml > 0 else None,
-                        "total_excess_us": float(np.clip(hi - ml, 0, None).sum()) / NS_PER_US, "note": ""})
-        else:
-            row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
+        row.update(_inflation(hi, lo, ("median_transfer_overlapped_us", "median_transfer_isolated_us",
+                                       "total_excess_us")))
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=NCCL_INFLATION_COLUMNS)
 
@@ -62,13 +69,7 @@ def _compute_inflation(inputs):
         name, grid, block = comp.triples[key]
         row = {"kernel": name, "grid": grid, "block": block, "occurrences": sum(b[0] for bs in per_rank for b in bs),
                "overlapped_n": len(d_hi), "isolated_n": len(d_lo)}
-        if row["overlapped_n"] >= MIN_SAMPLES and row["isolated_n"] >= MIN_SAMPLES:
-            mh, ml = float(np.median(d_hi)), float(np.median(d_lo))
-            row.update({"median_overlapped_us": mh / NS_PER_US, "median_isolated_us": ml / NS_PER_US,
-                        "inflation": (mh / ml - 1.0) if ml > 0 else None,
-                        "time_lost_us": float(np.clip(d_hi - ml, 0, None).sum()) / NS_PER_US, "note": ""})
-        else:
-            row["note"] = f"too few samples (need {MIN_SAMPLES} overlapped and {MIN_SAMPLES} isolated)"
+        row.update(_inflation(d_hi, d_lo, ("median_overlapped_us", "median_isolated_us", "time_lost_us")))
         rows.append(row)
     out = pd.DataFrame(rows).reindex(columns=COMPUTE_INFLATION_COLUMNS)
     return out.sort_values(["time_lost_us", "kernel"], ascending=[False, True], na_position="last").reset_index(drop=True)
