@@ -18,6 +18,7 @@
 #include "st_members.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,11 @@ enum doc_state { S_START, S_ROOT_KEY, S_ROOT_NEXT, S_EVENTS, S_EVENTS_NEXT, S_DO
 #define W_WS 1u       /* whitespace removed */
 #define W_REPAIR 2u   /* a string was repaired */
 #define W_BADLIT 4u   /* a bare word or malformed number became null */
+#define W_ESC 8u      /* a string holds an escape (its text differs from its bytes) */
+#define W_DUP 16u     /* a nested object repeats a key: the earlier ones are not written */
+
+/* how walk_value treats the keys of nested objects */
+enum { KEYS_NONE, KEYS_RECORD, KEYS_APPLY };
 
 /* member kinds */
 enum {
@@ -55,9 +61,26 @@ typedef struct {
     size_t n;
 } span;
 
+/* A key's decoded text (escapes resolved, repairs applied as they are
+ * written): two keys are the same key when these are equal.  The raw bytes
+ * when they are the text already, else a run of f->kbuf (which may move). */
+typedef struct {
+    const char *s;      /* the raw key content, or NULL: the text is in f->kbuf */
+    size_t off, n;
+} dkey;
+
+/* a key of an object nested in a member's value (phase A, write mode) */
+typedef struct {
+    dkey k;
+    size_t idx;         /* its place in f->kdup */
+    uint8_t dup;
+} nkey;
+
 typedef struct {
     span key;           /* raw key content, without quotes */
+    dkey dk;            /* its decoded text */
     span val;           /* the value's bytes as in the input */
+    size_t nk;          /* f->kdup index of the first key nested in the value */
     uint8_t kind;
     uint8_t key_clean;  /* key needs no repair */
     uint8_t val_clean;  /* value is compact valid JSON: copy as is */
@@ -135,6 +158,20 @@ struct st_fuse {
     int err_code;
 
     char *stack;                /* bracket kinds, max_depth */
+
+    /* keys of nested objects, for one event (write mode): decoded text of
+     * escaped keys, the keys of the objects open during phase A, and per
+     * nested key in walk order whether a later key of its object overrides it */
+    char *kbuf;
+    size_t kbuf_len, kbuf_cap;
+    nkey *kst;
+    size_t n_kst, kst_cap;
+    uint8_t *kdup;
+    size_t n_kdup, kdup_cap;
+    size_t *kopen;              /* per depth: kst index where the object's keys start */
+    uint8_t *kwrote;            /* per depth: a member was written (comma before the next) */
+    uint32_t *kslot;            /* hash table for the duplicate check of large objects */
+    size_t kslot_cap;
 
     member *members, *args;
     size_t n_members, n_args, members_cap, args_cap;
@@ -302,6 +339,18 @@ static unsigned hex4(const char *h)
     return hex_val(h[0]) << 12 | hex_val(h[1]) << 8 | hex_val(h[2]) << 4 | hex_val(h[3]);
 }
 
+/* 1 if four hex digits start at h, 0 if not, -1 if end comes first. */
+static int hex4_at(const char *h, const char *end)
+{
+    for (int i = 0; i < 4; i++) {
+        if (h + i >= end)
+            return -1;
+        if (!is_hex(h[i]))
+            return 0;
+    }
+    return 1;
+}
+
 /* Length of the valid UTF-8 sequence at s (2..4); -k if invalid, k being the
  * length of its maximal invalid prefix (one U+FFFD replaces it, as decoders
  * such as Python's do); 0 if cut by end. */
@@ -361,26 +410,34 @@ static int walk_string(const char *p, const char *end, obuf *o, const char **nex
             return P_OK;
         }
         if (c == '\\') {
+            *wf |= W_ESC;
             if (end - q < 2)
                 return P_MORE;
             char e = q[1];
             if (e == 'u') {
-                if (end - q < 6)
+                /* Each look ahead stops at the first byte that decides (at
+                 * the latest the closing quote, which is no hex digit, '\\'
+                 * or 'u'): a string is walked again later with its closing
+                 * quote as the end of the buffer (put_key, decode_key). */
+                int h = hex4_at(q + 2, end);
+                if (h < 0)
                     return P_MORE;
-                if (is_hex(q[2]) && is_hex(q[3]) && is_hex(q[4]) && is_hex(q[5])) {
+                if (h) {
                     unsigned cp = hex4(q + 2);
                     if (cp < 0xD800 || cp > 0xDFFF) {
                         s = q + 6;
                         continue;
                     }
                     if (cp <= 0xDBFF) { /* a high surrogate: valid only before a low one */
-                        if (end - q < 8)
+                        if (end - q < 7)
                             return P_MORE;
-                        if (q[6] == '\\' && q[7] == 'u') {
-                            if (end - q < 12)
+                        if (q[6] == '\\') {
+                            if (end - q < 8)
                                 return P_MORE;
-                            unsigned lo = is_hex(q[8]) && is_hex(q[9]) && is_hex(q[10]) && is_hex(q[11])
-                                              ? hex4(q + 8) : 0;
+                            int l = q[7] == 'u' ? hex4_at(q + 8, end) : 0;
+                            if (l < 0)
+                                return P_MORE;
+                            unsigned lo = l ? hex4(q + 8) : 0;
                             if (lo >= 0xDC00 && lo <= 0xDFFF) {
                                 s = q + 12;
                                 continue;
@@ -633,15 +690,226 @@ static int walk_scalar(st_fuse *f, const char *base, const char *p, const char *
     return walk_scalar_ni(f, base, p, end, o, next, wf, NULL);
 }
 
+/* ------------------------------------------------------------------ keys */
+
+/* memcmp for byte runs that may be empty (then either pointer may be NULL,
+ * which memcmp itself does not allow). */
+static inline int bytes_equal(const char *a, const char *b, size_t n)
+{
+    return n == 0 || memcmp(a, b, n) == 0;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 1;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *a = realloc(*p, c * size);
+    if (!a)
+        return 0;
+    *p = a;
+    *cap = c;
+    return 1;
+}
+
+static void put_utf8(char *out, size_t *j, unsigned cp)
+{
+    if (cp < 0x80) {
+        out[(*j)++] = (char)cp;
+    } else if (cp < 0x800) {
+        out[(*j)++] = (char)(0xC0 | cp >> 6);
+        out[(*j)++] = (char)(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+        out[(*j)++] = (char)(0xE0 | cp >> 12);
+        out[(*j)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[(*j)++] = (char)(0x80 | (cp & 0x3F));
+    } else {
+        out[(*j)++] = (char)(0xF0 | cp >> 18);
+        out[(*j)++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+        out[(*j)++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+        out[(*j)++] = (char)(0x80 | (cp & 0x3F));
+    }
+}
+
+/* The text of string content as walk_string writes it (only valid escapes,
+ * surrogates in pairs), decoded in place: the text never grows. */
+static size_t unescape_in_place(char *s, size_t n)
+{
+    size_t i = 0, j = 0;
+    while (i < n) {
+        char c = s[i];
+        if (c != '\\') {
+            s[j++] = c;
+            i++;
+            continue;
+        }
+        char e = s[i + 1];
+        if (e != 'u') {
+            s[j++] = e == 'b' ? '\b' : e == 'f' ? '\f' : e == 'n' ? '\n' : e == 'r' ? '\r' : e == 't' ? '\t' : e;
+            i += 2;
+            continue;
+        }
+        unsigned cp = hex4(s + i + 2);
+        i += 6;
+        if (cp >= 0xD800 && cp <= 0xDBFF) { /* the low half follows: walk_string pairs them */
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (hex4(s + i + 2) - 0xDC00);
+            i += 6;
+        }
+        put_utf8(s, &j, cp);
+    }
+    return j;
+}
+
+static inline const char *dkey_text(const st_fuse *f, const dkey *k)
+{
+    return k->s ? k->s : f->kbuf + k->off;
+}
+
+/* The decoded text of the key whose raw content is k (flags: walk_string's
+ * for it).  Compared as the output reads it, so the key is first written as
+ * walk_string writes it (a lone surrogate is U+FFFD there, an invalid escape
+ * a backslash), at most 6 bytes per input byte, then decoded. */
+static int decode_key(st_fuse *f, span k, unsigned flags, dkey *out)
+{
+    if (!(flags & (W_ESC | W_REPAIR))) {
+        out->s = k.s;
+        out->off = 0;
+        out->n = k.n;
+        return P_OK;
+    }
+    size_t room = 6 * k.n + 2;
+    if (!grow((void **)&f->kbuf, &f->kbuf_cap, f->kbuf_len + room, 1))
+        return P_ERR;
+    obuf o = {f->kbuf + f->kbuf_len, 0, room, 0};
+    unsigned wf = 0;
+    const char *next;
+    if (walk_string(k.s - 1, k.s + k.n + 1, &o, &next, &wf) != P_OK || o.full || o.len < 2) {
+        out->s = k.s; /* cannot happen: the walk stops at the closing quote */
+        out->off = 0;
+        out->n = k.n;
+        return P_OK;
+    }
+    memmove(o.p, o.p + 1, o.len - 2); /* without the quotes */
+    out->s = NULL;
+    out->off = f->kbuf_len;
+    out->n = unescape_in_place(o.p, o.len - 2);
+    f->kbuf_len += out->n;
+    return P_OK;
+}
+
+static inline int same_key(const st_fuse *f, const dkey *a, const dkey *b)
+{
+    return a->n == b->n && bytes_equal(dkey_text(f, a), dkey_text(f, b), a->n);
+}
+
+static uint64_t key_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+#define KEY_AT(i) ((const dkey *)(const void *)(first + (i) * stride + key_off))
+#define DUP_AT(i) ((uint8_t *)(void *)(first + (i) * stride + dup_off))
+
+/* The n keys of one object, at first + i * stride + key_off: set the flag at
+ * first + i * stride + dup_off for each key a later one equals (strict JSON
+ * has unique keys; readers keep the last).  Returns how many were set, or -1
+ * when out of memory. */
+static long mark_overridden(st_fuse *f, char *first, size_t stride, size_t n, size_t key_off, size_t dup_off)
+{
+    long found = 0;
+    if (n <= 32) {
+        for (size_t i = 0; i + 1 < n; i++) {
+            uint8_t d = 0;
+            for (size_t j = i + 1; j < n && !d; j++)
+                d = (uint8_t)same_key(f, KEY_AT(i), KEY_AT(j));
+            *DUP_AT(i) = d;
+            found += d;
+        }
+        if (n)
+            *DUP_AT(n - 1) = 0;
+        return found;
+    }
+    size_t cap = 64;
+    while (cap < 2 * n)
+        cap *= 2;
+    if (!grow((void **)&f->kslot, &f->kslot_cap, cap, sizeof *f->kslot))
+        return -1;
+    uint32_t *slot = f->kslot; /* key index + 1; 0 is empty */
+    memset(slot, 0, cap * sizeof *slot);
+    for (size_t i = n; i-- > 0;) { /* from the last: a key seen already is overridden */
+        const dkey *k = KEY_AT(i);
+        size_t h = (size_t)key_hash(dkey_text(f, k), k->n) & (cap - 1);
+        uint8_t d = 0;
+        while (slot[h]) {
+            if (same_key(f, KEY_AT(slot[h] - 1), k)) {
+                d = 1;
+                break;
+            }
+            h = (h + 1) & (cap - 1);
+        }
+        *DUP_AT(i) = d;
+        found += d;
+        if (!d)
+            slot[h] = (uint32_t)(i + 1);
+    }
+    return found;
+}
+
+#undef KEY_AT
+#undef DUP_AT
+
+/* Phase A: a key of a nested object (raw content k), numbered in walk order. */
+static int record_key(st_fuse *f, span k, unsigned flags)
+{
+    if (!grow((void **)&f->kst, &f->kst_cap, f->n_kst + 1, sizeof *f->kst) ||
+        !grow((void **)&f->kdup, &f->kdup_cap, f->n_kdup + 1, 1))
+        return P_ERR;
+    nkey *e = &f->kst[f->n_kst];
+    if (decode_key(f, k, flags, &e->k) != P_OK)
+        return P_ERR;
+    e->idx = f->n_kdup;
+    f->kdup[f->n_kdup++] = 0;
+    f->n_kst++;
+    return P_OK;
+}
+
+/* Phase A: the nested object whose keys start at kst[from] closes; returns
+ * how many of its keys are overridden, -1 when out of memory. */
+static long close_object_keys(st_fuse *f, size_t from)
+{
+    nkey *a = f->kst + from;
+    size_t n = f->n_kst - from;
+    long found = mark_overridden(f, (char *)a, sizeof *a, n, offsetof(nkey, k), offsetof(nkey, dup));
+    if (found > 0)
+        for (size_t i = 0; i < n; i++)
+            if (a[i].dup)
+                f->kdup[a[i].idx] = 1;
+    f->n_kst = from;
+    return found;
+}
+
 /*
  * Any JSON value at p (no leading whitespace), validated; with o, written
  * compact and repaired.  Iterative, bounded by max_depth.
+ *
+ * keys: KEYS_RECORD (phase A) numbers the keys of the nested objects in walk
+ * order from f->n_kdup, marks in f->kdup those a later key of the same
+ * object overrides, and sets W_DUP if there is one.  KEYS_APPLY (writing)
+ * leaves out the members so marked, kpos being the number of the value's
+ * first key.
  */
 static int walk_value(st_fuse *f, const char *base, const char *p, const char *end, obuf *o,
-                      const char **next, unsigned *wf)
+                      const char **next, unsigned *wf, int keys, size_t kpos)
 {
     enum { W_VALUE, W_VALUE_OR_CLOSE, W_KEY, W_KEY_OR_CLOSE, W_AFTER } st = W_VALUE;
     uint32_t depth = 0;
+    uint32_t mute = 0;  /* KEYS_APPLY: depth of the object whose overridden member is skipped */
+    obuf *out = o;      /* o, or NULL while a member is skipped */
     char *stack = f->stack;
     int r;
     for (;;) {
@@ -662,21 +930,23 @@ static int walk_value(st_fuse *f, const char *base, const char *p, const char *e
             /* fall through */
         case W_VALUE:
             if (c == '"') {
-                r = walk_string(p, end, o, &p, wf);
+                r = walk_string(p, end, out, &p, wf);
             } else if (c == '{' || c == '[') {
                 if (depth >= f->cfg.max_depth) {
                     set_error(f, ST_FUSE_ERR_LIMIT, base, p, "JSON nested deeper than %u levels",
                               f->cfg.max_depth);
                     return P_ERR;
                 }
+                f->kopen[depth] = f->n_kst;
+                f->kwrote[depth] = 0;
                 stack[depth++] = c;
-                if (o)
-                    putc1(o, c);
+                if (out)
+                    putc1(out, c);
                 p++;
                 st = c == '{' ? W_KEY_OR_CLOSE : W_VALUE_OR_CLOSE;
                 continue;
             } else {
-                r = walk_scalar(f, base, p, end, o, &p, wf);
+                r = walk_scalar(f, base, p, end, out, &p, wf);
             }
             if (r != P_OK)
                 return r;
@@ -695,9 +965,30 @@ static int walk_value(st_fuse *f, const char *base, const char *p, const char *e
                 set_char_error(f, base, p, "expected a key string");
                 return P_ERR;
             }
-            r = walk_string(p, end, o, &p, wf);
-            if (r != P_OK)
-                return r;
+            if (keys == KEYS_APPLY) {
+                if (!mute && kpos < f->n_kdup && f->kdup[kpos]) {
+                    mute = depth;
+                    out = NULL;
+                }
+                kpos++;
+            }
+            if (out) { /* the comma goes before a member written, not after one read */
+                if (f->kwrote[depth - 1])
+                    putc1(out, ',');
+                f->kwrote[depth - 1] = 1;
+            }
+            {
+                const char *k = p;
+                unsigned kf = 0;
+                r = walk_string(p, end, out, &p, &kf);
+                if (r != P_OK)
+                    return r;
+                *wf |= kf;
+                if (keys == KEYS_RECORD && record_key(f, (span){k + 1, (size_t)(p - k - 2)}, kf) != P_OK) {
+                    set_error(f, ST_FUSE_ERR_NOMEM, base, k, "out of memory");
+                    return P_ERR;
+                }
+            }
             {
                 const char *q = st_skip_ws(p, end);
                 if (q != p) {
@@ -711,17 +1002,25 @@ static int walk_value(st_fuse *f, const char *base, const char *p, const char *e
                 set_char_error(f, base, p, "expected ':' after a key");
                 return P_ERR;
             }
-            if (o)
-                putc1(o, ':');
+            if (out)
+                putc1(out, ':');
             p++; /* whitespace after ':' is skipped at the top of the loop */
             st = W_VALUE;
             continue;
         case W_AFTER:
+            if (mute == depth) { /* the skipped member's value ended */
+                mute = 0;
+                out = o;
+            }
             if (c == ',') {
-                if (o)
-                    putc1(o, ',');
                 p++;
-                st = stack[depth - 1] == '{' ? W_KEY : W_VALUE;
+                if (stack[depth - 1] == '{') {
+                    st = W_KEY;
+                } else {
+                    if (out)
+                        putc1(out, ',');
+                    st = W_VALUE;
+                }
                 continue;
             }
             if (c == '}' || c == ']')
@@ -734,8 +1033,17 @@ static int walk_value(st_fuse *f, const char *base, const char *p, const char *e
             set_char_error(f, base, p, "mismatched closing bracket");
             return P_ERR;
         }
-        if (o)
-            putc1(o, c);
+        if (keys == KEYS_RECORD && c == '}') {
+            long found = close_object_keys(f, f->kopen[depth - 1]);
+            if (found < 0) {
+                set_error(f, ST_FUSE_ERR_NOMEM, base, p, "out of memory");
+                return P_ERR;
+            }
+            if (found)
+                *wf |= W_DUP;
+        }
+        if (out)
+            putc1(out, c);
         p++;
         depth--;
         if (depth == 0) {
@@ -1049,12 +1357,6 @@ static int put_shifted(obuf *o, const char *s, size_t n, int64_t shift_ns)
 
 /* ------------------------------------------------------------------ arena / hashing */
 
-/* memcmp for byte runs that may be empty (then either pointer may be NULL,
- * which memcmp itself does not allow). */
-static inline int bytes_equal(const char *a, const char *b, size_t n)
-{
-    return n == 0 || memcmp(a, b, n) == 0;
-}
 
 static uint64_t mix64(uint64_t x)
 {
@@ -1420,6 +1722,10 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
         m.key.n = (size_t)(p - k - 2);
         m.key_clean = !(wf & W_REPAIR);
         m.dup = 0;
+        if (decode_key(f, m.key, wf, &m.dk) != P_OK) {
+            set_error(f, ST_FUSE_ERR_NOMEM, base, k, "out of memory");
+            return P_ERR;
+        }
         account(ev, wf);
         p = st_skip_ws(p, end);
         if (p >= end)
@@ -1431,10 +1737,11 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
         p = st_skip_ws(p + 1, end);
         if (p >= end)
             return P_MORE;
-        if (is_args)
-            m.kind = (uint8_t)(m.key_clean ? arg_key_kind(m.key) : A_OTHER);
-        else
-            m.kind = (uint8_t)(m.key_clean ? event_key_kind(m.key) : K_OTHER);
+        {
+            /* by the decoded text: "p\u0069d" is pid */
+            span text = {dkey_text(f, &m.dk), m.dk.n};
+            m.kind = (uint8_t)(is_args ? arg_key_kind(text) : event_key_kind(text));
+        }
         if (m.kind == K_ARGS && ev->args_kind) {
             /* a second args member: the last of duplicate keys is kept, so
              * it replaces what the first one set */
@@ -1448,6 +1755,7 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
         v = p;
         wf = 0;
         ni.valid = 0;
+        m.nk = f->n_kdup;
         if (*p == '"') {
             r = walk_string(p, end, NULL, &p, &wf);
         } else if (*p == '{' || *p == '[') {
@@ -1455,7 +1763,7 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
                 ev->args_kind = 1;
                 r = parse_object(f, base, p, end, 1, ev, &p);
             } else if (record) {
-                r = walk_value(f, base, p, end, NULL, &p, &wf);
+                r = walk_value(f, base, p, end, NULL, &p, &wf, KEYS_RECORD, 0);
             } else {
                 r = skip_value(f, base, p, end, &p);
             }
@@ -1469,7 +1777,7 @@ static int parse_object(st_fuse *f, const char *base, const char *p, const char 
         account(ev, wf);
         m.val.s = v;
         m.val.n = (size_t)(p - v);
-        m.val_clean = !(wf & (W_WS | W_REPAIR | W_BADLIT));
+        m.val_clean = !(wf & (W_WS | W_REPAIR | W_BADLIT | W_DUP));
         switch (m.kind) {
         case K_PH:
             if (*v == '"' && m.val_clean)
@@ -1683,7 +1991,7 @@ static void put_value(st_fuse *f, obuf *o, const member *m)
     } else {
         unsigned wf = 0;
         const char *next;
-        walk_value(f, NULL, m->val.s, m->val.s + m->val.n + 1, o, &next, &wf);
+        walk_value(f, NULL, m->val.s, m->val.s + m->val.n + 1, o, &next, &wf, KEYS_APPLY, m->nk);
     }
 }
 
@@ -1726,47 +2034,13 @@ static void put_shifted_id(st_fuse *f, obuf *o, const member *m, int kind, int64
     put_value(f, o, m);
 }
 
-static uint64_t key_hash(span k)
+/* Mark every member of one object that a later one with the same key
+ * (decoded) overrides: strict JSON has unique keys, and most parsers keep
+ * the last. */
+static int mark_duplicates(st_fuse *f, member *a, size_t n)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < k.n; i++)
-        h = (h ^ (unsigned char)k.s[i]) * 1099511628211ull;
-    return h;
-}
-
-/* Mark every member that a later one with the same key (as written)
- * overrides: strict JSON has unique keys, and most parsers keep the last. */
-static int mark_duplicates(member *a, size_t n)
-{
-    if (n <= 32) {
-        for (size_t i = 0; i + 1 < n; i++)
-            for (size_t j = i + 1; j < n && !a[i].dup; j++)
-                a[i].dup = a[j].key.n == a[i].key.n && bytes_equal(a[j].key.s, a[i].key.s, a[i].key.n);
-        return P_OK;
-    }
-    size_t cap = 64;
-    while (cap < 2 * n)
-        cap *= 2;
-    uint32_t *slot = malloc(cap * sizeof *slot); /* member index + 1; 0 is empty */
-    if (!slot)
-        return P_ERR;
-    memset(slot, 0, cap * sizeof *slot);
-    for (size_t i = n; i-- > 0;) { /* from the last: a key seen already is overridden */
-        size_t h = (size_t)key_hash(a[i].key) & (cap - 1);
-        a[i].dup = 0;
-        while (slot[h]) {
-            const member *b = &a[slot[h] - 1];
-            if (b->key.n == a[i].key.n && bytes_equal(b->key.s, a[i].key.s, b->key.n)) {
-                a[i].dup = 1;
-                break;
-            }
-            h = (h + 1) & (cap - 1);
-        }
-        if (!a[i].dup)
-            slot[h] = (uint32_t)(i + 1);
-    }
-    free(slot);
-    return P_OK;
+    return mark_overridden(f, (char *)a, sizeof *a, n, offsetof(member, dk), offsetof(member, dup)) < 0
+               ? P_ERR : P_OK;
 }
 
 typedef struct {
@@ -2025,6 +2299,7 @@ static int handle_event(st_fuse *f, const char *base, const char *p, const char 
     ev_info ev;
     memset(&ev, 0, sizeof ev);
     f->n_members = f->n_args = 0;
+    f->kbuf_len = f->n_kst = f->n_kdup = 0;
     int r = parse_object(f, base, p, end, 0, &ev, next);
     if (r == P_MORE)
         return E_MORE;
@@ -2071,7 +2346,7 @@ static int handle_event(st_fuse *f, const char *base, const char *p, const char 
             lane = f->moves[f->move_cursor].lane;
             track_i = f->moves[f->move_cursor].track;
         }
-        if (mark_duplicates(f->members, f->n_members) != P_OK || mark_duplicates(f->args, f->n_args) != P_OK) {
+        if (mark_duplicates(f, f->members, f->n_members) != P_OK || mark_duplicates(f, f->args, f->n_args) != P_OK) {
             set_error(f, ST_FUSE_ERR_NOMEM, base, p, "out of memory");
             return E_ERR;
         }
@@ -2686,6 +2961,14 @@ int st_fuse_configure(st_fuse *f, const st_fuse_config *config)
         if (!s)
             return ST_FUSE_ERR_NOMEM;
         f->stack = s;
+        size_t *ko = realloc(f->kopen, depth * sizeof *ko);
+        if (!ko)
+            return ST_FUSE_ERR_NOMEM;
+        f->kopen = ko;
+        uint8_t *kw = realloc(f->kwrote, depth);
+        if (!kw)
+            return ST_FUSE_ERR_NOMEM;
+        f->kwrote = kw;
     }
     f->cfg = *config;
     f->cfg.max_depth = depth;
@@ -2704,6 +2987,8 @@ int st_fuse_create(st_fuse **out, const st_fuse_config *config)
     int rc = st_fuse_configure(f, config ? config : &dflt);
     if (rc != ST_FUSE_OK) {
         free(f->stack);
+        free(f->kopen);
+        free(f->kwrote);
         free(f);
         return rc;
     }
@@ -2761,6 +3046,12 @@ void st_fuse_destroy(st_fuse *f)
         return;
     st_members_free(&f->meta);
     free(f->stack);
+    free(f->kopen);
+    free(f->kwrote);
+    free(f->kbuf);
+    free(f->kst);
+    free(f->kdup);
+    free(f->kslot);
     free(f->members);
     free(f->args);
     free(f->arena);

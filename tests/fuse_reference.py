@@ -71,15 +71,42 @@ def _no_lone_surrogates(value):
             _no_lone_surrogates(v)
 
 
-def load_strict(source, allow_duplicate_keys=False):
+def load_strict(source):
     """Parse with a strict JSON parser: UTF-8 only, no NaN/Infinity, no
-    duplicate keys (unless allowed: nested objects inside a value are copied
-    as they are), no lone surrogates; floats as Decimal (exact)."""
+    duplicate keys (compared decoded, at any depth), no lone surrogates;
+    floats as Decimal (exact)."""
     data = read_bytes(source) if isinstance(source, str) else source
     doc = json.loads(data.decode("utf-8"), parse_float=Decimal, parse_constant=_no_constant,
-                     object_pairs_hook=None if allow_duplicate_keys else _no_duplicates)
+                     object_pairs_hook=_no_duplicates)
     _no_lone_surrogates(doc)
     return doc
+
+
+def _last_wins(pairs):
+    """Duplicate keys: the last one's value, at the last one's position (the
+    place fuse writes it)."""
+    out = {}
+    for k, v in pairs:
+        out.pop(k, None)
+        out[k] = v
+    return out
+
+
+def load_last_wins(data):
+    """What a lenient reader (Python's json, JSON.parse, Perfetto) makes of a
+    document with duplicate keys: the last value of each key, keys compared
+    decoded (``"a"`` and ``"\\u0061"`` are one key); floats as Decimal."""
+    return json.loads(data.decode("utf-8"), parse_float=Decimal, object_pairs_hook=_last_wins)
+
+
+def ordered(value):
+    """A value with every object as a list of its items: == then compares key
+    order too."""
+    if isinstance(value, dict):
+        return [(k, ordered(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [ordered(v) for v in value]
+    return value
 
 
 def input_events(path, truncated=False):

@@ -141,3 +141,27 @@ def test_help_documents_every_flag():
                  "--ranks", "--include_pyfunc", "--cat", "--name", "--window", "--nccl_only", "--align_clocks",
                  "--time_base", "--jobs", "--keep_spans"):
         assert flag in res.output, flag
+
+
+def test_cli_output_has_unique_keys_at_every_depth(tmp_path):
+    """Duplicate keys nested in args, and keys equal only once their escapes
+    are decoded: the output parses strictly, each object holding the last value."""
+    trace = tmp_path / "rank0_trace.json"
+    trace.write_bytes(
+        b'{"traceEvents": [\n'
+        b' {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1, "ts": 10, "dur": 5,'
+        b'  "\\u0061rgs": {"Input Dims": [[2, 3]], "a": 1, "\\u0061": 2,'
+        b'   "cfg": {"k": 1, "k": {"x": 1, "\\u0078": 2}, "k\\/v": [{"s": 1, "s": 2}], "k/v": [{"s": 3}]}}},\n'
+        b' {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 12, "dur": 2,'
+        b'  "args": {"grid": [1, 1, 1], "n\\u0061me": "first", "name": "second"}, "n\\u0061me": "gemm2"}\n'
+        b']}\n')
+    out = tmp_path / "fused.json"
+    res = run("fuse", trace, "-o", out, "-q")
+    assert res.exit_code == 0, res.output
+    doc = load_strict(str(out))  # raises on a duplicate key at any depth
+    ev = {e["name"]: e for e in doc["traceEvents"] if e.get("args", {}).get("rank") == 0}
+    assert set(ev) == {"op", "gemm2"}
+    op = ev["op"]["args"]
+    assert op["a"] == 2 and op["Input Dims"] == [[2, 3]]
+    assert op["cfg"] == {"k": {"x": 2}, "k/v": [{"s": 3}]}
+    assert ev["gemm2"]["args"]["name"] == "second"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from fuse_reference import interval_violations, load_strict
+from fuse_reference import interval_violations, load_last_wins, load_strict, ordered, undo
 from streamtrace._native import Fuser, NativeError
 
 FL = Fuser.FLAGS
@@ -130,9 +130,9 @@ def fuse_bytes(doc, rank=3, flags=FL["comma_first"], scan_cuts=(), write_cuts=()
     return text, scan, tracks, fz.stats()
 
 
-def as_events(text, comma_first=True, allow_duplicate_keys=False):
+def as_events(text, comma_first=True):
     body = text[1:] if comma_first and text.startswith(b",") else text
-    return load_strict(b"[" + body + b"]", allow_duplicate_keys)
+    return load_strict(b"[" + body + b"]")
 
 
 # ---------------------------------------------------------------- the sample
@@ -258,7 +258,7 @@ def test_mutated_input_never_crashes(ops, cuts):
     except NativeError as exc:
         assert str(exc) and exc.code < 0
         return
-    ev = as_events(text, allow_duplicate_keys=True)  # whatever was accepted is valid JSON
+    ev = as_events(text)  # whatever was accepted is strict JSON, duplicate keys resolved at every depth
     assert len(ev) == ws["events_kept"]
 
 
@@ -431,3 +431,98 @@ def test_duplicate_keys_keep_the_last_and_lone_surrogates_become_fffd():
     assert lone["low"] == "\ufffdx" and lone["pair"] == "\U0001F600" and lone["high then other"] == "\ufffdA"
     assert lone["\ufffd key"] == 1 and lone["at end"] == "\ufffd" and lone["two highs"] == "\ufffd\U00010000"
     assert ws["repaired_strings"] == 6  # the name, one key and four values with a lone surrogate
+
+
+# ---------------------------------------------------------------- strict JSON at every depth
+
+# few keys, so that objects repeat them; each may be written with escapes
+KEYS = ("a", "b", "k", "/", "a/b", "\u00e9", "\u20ac", "\U0001F600")
+
+
+def _escaped(key, hows):
+    """key as JSON string content, character i raw (0), as \\uXXXX (1, a
+    surrogate pair beyond the BMP) or, for '/', as \\/ (2)."""
+    out = []
+    for c, how in zip(key, hows):
+        cp = ord(c)
+        if how == 2 and c == "/":
+            out.append("\\/")
+        elif how == 0:
+            out.append(c)
+        elif cp > 0xFFFF:
+            cp -= 0x10000
+            out.append("\\u%04x\\u%04X" % (0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF)))
+        else:
+            out.append("\\u%04x" % cp)
+    return '"' + "".join(out) + '"'
+
+
+def json_key(pool):
+    return st.sampled_from(pool).flatmap(
+        lambda k: st.lists(st.integers(0, 2), min_size=len(k), max_size=len(k)).map(lambda h: _escaped(k, h)))
+
+
+def _object(pairs, ws):
+    return "{" + ("," + ws).join(f"{k}{ws}:{ws}{v}" for k, v in pairs) + "}"
+
+
+json_values = st.recursive(
+    st.sampled_from(["0", "-3", "1.50", "null", "true", '"x"', '"\\u0078"', "[]", "{}"]),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(lambda xs: "[" + ",".join(xs) + "]"),
+        st.tuples(st.lists(st.tuples(json_key(KEYS), inner), max_size=6), st.sampled_from(["", " "])).map(
+            lambda t: _object(*t))),
+    max_leaves=24)
+
+
+@SETTINGS
+@given(extra=st.lists(st.tuples(json_key(("name", "a", "/", "\u00e9")), json_values), max_size=4),
+       decoy=st.one_of(st.none(), json_values),
+       args_key=json_key(("args",)),
+       args=st.lists(st.tuples(json_key(KEYS), json_values), max_size=8),
+       ws=st.sampled_from(["", " "]),
+       cuts=st.lists(st.integers(0, 600), max_size=4))
+def test_duplicate_keys_at_every_depth_keep_the_last(extra, decoy, args_key, args, ws, cuts):
+    members = [('"ph"', '"X"'), ('"pid"', "1"), ('"tid"', "1"), ('"ts"', "1"), ('"dur"', "1")] + extra
+    if decoy is not None:
+        members.append(('"args"', decoy))
+    members.append((args_key, _object(args, ws)))
+    doc = ('{"traceEvents":[' + _object(members, ws) + "]}").encode()
+    text, _, _, ws_stats = fuse_bytes(doc, write_cuts=cuts, out_cap=64)
+    got = as_events(text)  # strict: fails on any duplicate key, at any depth
+    assert len(got) == 1 and ws_stats["repaired_strings"] == 0
+    want = load_last_wins(doc)["traceEvents"][0]
+    u = undo(got[0], {"pid_map": {"1": 3001}, "id_offset": 0, "ts_shift_ns": 0}, 3)
+    assert ordered(u) == ordered(want)  # values of the last ones, each in its (last) place
+
+
+ESCAPED_KEYS = (b'{"traceEvents":['
+                b'{"ph":"X","name":"esc","pid":2,"tid":1,"ts":1,"dur":1,"p\\u0069d":1,'
+                b'"args":{"r\\u0061nk":9,"pid\\u005fraw":8,"\\u0063orrelation":5,"x":{"k":1,"\\u006b":2,'
+                b'"k\\/":[{"z":1,"z":2}],"k/":[{"z":3,"\\ud83d\\ude00":4,"\\ud83d\\uDE00":5}]}}},'
+                b'{"ph":"X","name":"array args","pid":1,"tid":1,"ts":2,"dur":1,"\\u0061rgs":[{"a":1,"a":2}]},'
+                b'{"ph":"X","name":"lone","pid":1,"tid":1,"ts":3,"dur":1,"args":{"o":{"\\ud800":1,"\\ufffd":2,'
+                b'"\\q":3,"\\\\q":4}}},'
+                b'{"ph":"i","name":"ends lone","pid":"p\\ud800","tid":1,"ts":4,"\\ud800":1,"k\\ud800\\u":3,'
+                b'"args":{"\\udbff":2,"v":"\\ud800\\u"}}'
+                b']}')
+
+
+def test_keys_equal_once_decoded_are_one_key():
+    text, _, _, ws = fuse_bytes(ESCAPED_KEYS, id_offset=1000)
+    ev = {e["name"]: e for e in as_events(text)}
+    esc = ev["esc"]
+    assert esc["pid"] == 3001 and esc["args"]["pid_raw"] == 1  # "p\\u0069d" is pid, and the last
+    assert esc["args"]["rank"] == 3                               # the input's escaped rank is replaced
+    assert esc["args"]["correlation"] == 1005 and esc["args"]["correlation_raw"] == 5
+    assert esc["args"]["x"] == {"k": 2, "k/": [{"z": 3, "\U0001F600": 5}]}
+    assert ev["array args"]["args"] == {"rank": 3, "pid_raw": 1, "args_raw": [{"a": 2}]}
+    # repaired keys are compared as written out: a lone surrogate is U+FFFD,
+    # an invalid escape keeps its backslash
+    assert ev["lone"]["args"]["o"] == {"\ufffd": 2, "\\q": 4}
+    # a lone high surrogate escape or a cut \\u escape right before a key's or a string's closing quote
+    ends = ev["ends lone"]
+    assert ends["pid"] == "p\ufffd (rank 3)" and ends["args"]["pid_raw"] == "p\ufffd"
+    assert ends["\ufffd"] == 1 and ends["k\ufffd\\u"] == 3
+    assert ends["args"]["\ufffd"] == 2 and ends["args"]["v"] == "\ufffd\\u"
+    assert ws["repaired_strings"] == 1 + 5  # per member value ("o" holds two repaired keys) and per key
