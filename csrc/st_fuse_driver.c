@@ -4,7 +4,8 @@
  *
  *   st_fuse_driver [-s SEED] [-c MAX_CHUNK] [-b BUDGET] [-m MUTATIONS] FILE...
  *
- * Each file (gzip sniffed) is scanned and rewritten in pseudo-random chunk
+ * A built-in document (nested duplicate keys), then each file (gzip sniffed),
+ * is scanned and rewritten in pseudo-random chunk
  * sizes, with a small interval budget so sorted runs are spilled and merged
  * back in random chunk sizes, into a tiny output buffer grown on demand; then
  * MUTATIONS mutated copies of its first 256 KiB go through the same passes.
@@ -198,7 +199,31 @@ static char *read_file(const char *path, size_t *len)
 static const char *const SNIPPETS[] = {
     "\\ud800", "\\udc00", "\\udbff\\udfff", "\\ud800\\u", "\\ud800\\ud800", "\\ud83d\\ude00",
     "\"ph\":\"X\",\"ph\":", "\"args\":{},\"args\":", "\"a\":1,\"a\":2,\"a\":",
+    "\"k\":{\"k\":1,\"\\u006b\":[{\"k\":2,\"k\":3}]},\"\\u006B\":", "\"\\u0061rgs\":", "\"p\\u0069d\":",
+    "\"\\ud800\":1,\"\\ufffd\":", "\"\\/\":1,\"/\":",
 };
+
+/* Events whose args nest objects with repeated keys, as written and equal
+ * only once decoded, one of them too large for the pairwise check: the
+ * duplicate checks at every depth, which the corpus may not reach. */
+static char *nested_doc(size_t *len)
+{
+    size_t cap = 1 << 16, n = 0;
+    char *d = malloc(cap);
+    n += (size_t)snprintf(d + n, cap - n, "{\"traceEvents\":[");
+    for (int e = 0; e < 20; e++) {
+        n += (size_t)snprintf(d + n, cap - n,
+                              "%s{\"ph\":\"X\",\"name\":\"n%d\",\"pid\":1,\"tid\":1,\"ts\":%d,\"dur\":3,"
+                              "\"\\u0061rgs\":{\"e\":{\"\\u0061\":1, \"a\":[{\"b\":1,\"\\u0062\":{\"c\":1,\"c\":%d}}]},\"o\":{",
+                              e ? "," : "", e, 10 * e, e);
+        for (int k = 0; k < 40 + e; k++)
+            n += (size_t)snprintf(d + n, cap - n, "%s\"k%d\":%d", k ? "," : "", k % 25, k);
+        n += (size_t)snprintf(d + n, cap - n, "}}}");
+    }
+    n += (size_t)snprintf(d + n, cap - n, "]}");
+    *len = n;
+    return d;
+}
 
 int main(int argc, char **argv)
 {
@@ -225,9 +250,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: st_fuse_driver [-s SEED] [-c MAX_CHUNK] [-b BUDGET] [-m MUTATIONS] FILE...\n");
         return 2;
     }
-    for (; i < argc; i++) {
+    for (int builtin = 1; i < argc; i += !builtin, builtin = 0) {
         size_t len;
-        char *doc = read_file(argv[i], &len);
+        const char *name = builtin ? "(nested duplicate keys)" : argv[i];
+        char *doc = builtin ? nested_doc(&len) : read_file(argv[i], &len);
         if (!doc) {
             perror(argv[i]);
             continue;
@@ -236,9 +262,9 @@ int main(int argc, char **argv)
         const char *err = NULL;
         int rc = fuse_doc(doc, len, max_chunk, budget, &events, &written, &err);
         if (rc < 0)
-            printf("%s: error %d: %s\n", argv[i], rc, err);
+            printf("%s: error %d: %s\n", name, rc, err);
         else
-            printf("%s: status %d, %llu events, %llu bytes written\n", argv[i], rc, events, written);
+            printf("%s: status %d, %llu events, %llu bytes written\n", name, rc, events, written);
         size_t small = len < (256u << 10) ? len : (256u << 10);
         char *m = malloc(small + 1);
         int refused = 0;
@@ -256,7 +282,7 @@ int main(int argc, char **argv)
             refused += fuse_doc(m, cut, 1 + next_rand(4096), (uint32_t)next_rand(50), &events, &written, &err) < 0;
         }
         if (mutations)
-            printf("%s: %d mutations, %d refused with an error code\n", argv[i], mutations, refused);
+            printf("%s: %d mutations, %d refused with an error code\n", name, mutations, refused);
         free(m);
         free(doc);
     }
