@@ -11,8 +11,10 @@
  * escapes, UTF-8, numbers, nesting).  What cannot be written as strict JSON is
  * repaired in the output rather than refused: NaN/Infinity and other bare
  * words become null, invalid escapes keep their backslash as a character,
- * control characters are escaped and invalid UTF-8 becomes U+FFFD.  Broken
- * structure (a missing ',' or ':', mismatched brackets) is an error.
+ * control characters are escaped, invalid UTF-8 and lone surrogate escapes
+ * become U+FFFD, and of keys repeated in an object (at any depth, compared
+ * decoded) only the last is written.  Broken structure (a missing ',' or
+ * ':', mismatched brackets) is an error.
  *
  * Three passes use the same scanner, so they agree on event indices and on
  * which events are kept:
