@@ -159,9 +159,10 @@ struct st_fuse {
 
     char *stack;                /* bracket kinds, max_depth */
 
-    /* keys of nested objects, for one event (write mode): decoded text of
-     * escaped keys, the keys of the objects open during phase A, and per
-     * nested key in walk order whether a later key of its object overrides it */
+    /* keys, for one event: the decoded text of escaped keys (every mode);
+     * in write mode the keys of the nested objects open during phase A, and
+     * per nested key in walk order whether a later key of its object
+     * overrides it */
     char *kbuf;
     size_t kbuf_len, kbuf_cap;
     nkey *kst;
