@@ -196,8 +196,10 @@ def check_output(path):
         raise StreamtraceError(f"{path}: is a directory, not an output file")
 
 
-def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None):
-    """The report page as a string (see the module's docstring)."""
+def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None, steps=None):
+    """The report page as a string (see the module's docstring).  ``steps``:
+    the run's profiler steps (``streamtrace.steps.step_table``), marked on
+    the time axis; None when there was no step data to look in."""
     require_plotly()
     from plotly.offline import get_plotlyjs
 
@@ -209,7 +211,7 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
     for label, value in _summary(sheets, sources, world_size):
         parts.append(f"<dt>{_esc(label)}</dt><dd>{_esc(value)}</dd>")
     parts.append("</dl></header><main>")
-    found = charts(sheets)
+    found = charts(sheets, steps)
     if not found or not any(len(sheets.get(n, ())) for n in ("nccl_long", "nccl_implicit_sync")):
         parts.append("<section><p class=\"empty\">No collectives were found in this run, so there is nothing to "
                      "chart. The tables below show what the report holds.</p></section>")
@@ -233,9 +235,9 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
     return "".join(parts)
 
 
-def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None):
+def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None, steps=None):
     """Write the page to ``path`` (atomically, as every output); returns ``path``."""
-    page = render_html(sheets, title=title, sources=sources, world_size=world_size)
+    page = render_html(sheets, title=title, sources=sources, world_size=world_size, steps=steps)
     with atomic_file(path, suffix=".html") as f:
         f.write(page.encode("utf-8"))
     return str(path)
