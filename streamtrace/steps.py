@@ -34,8 +34,8 @@ _CAT, _NAME = 1, 2
 
 
 class StepCollector:
-    """One rank's ProfilerStep#<n> ops, from its frames (any order of
-    STRINGS and EVENTS frames, as a rank's section of a stream has them)."""
+    """One rank's ProfilerStep#<n> ops, from its frames (a STRINGS frame
+    before the EVENTS frames that use its strings, as extract writes them)."""
 
     def __init__(self, rank):
         self.rank = rank
