@@ -30,7 +30,7 @@ SCATTER_MAX_POINTS = 3_000
 #: per-rank charts above this many ranks draw lines, not a bar or marker per rank
 PER_RANK_MARKS = 256
 #: most profiler steps marked on the time axis; beyond, every k-th step
-STEP_MARKS_MAX = 40
+STEP_MARKS_MAX = 20
 #: most process groups that get a heatmap (the ones with most instances)
 HEATMAP_MAX_GROUPS = 4
 #: most bars in the per-instance blocking chart (the largest delays)

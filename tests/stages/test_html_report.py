@@ -426,6 +426,26 @@ def test_large_runs_give_small_pages_that_draw(tmp_path, ranks, instances):
     browser.assert_not_blank(png)
 
 
+def test_many_steps_mark_one_in_k():
+    """3,572 steps (the dense set's count): every step is in the chart's data,
+    one in ceil(3572 / STEP_MARKS_MAX) is drawn and numbered, and the note says so."""
+    sheets = _synthetic_sheets(4, 600)
+    t0 = sheets["nccl_implicit_sync"][[f"rank_{r}_ts" for r in range(4)]].min(axis=1).min()
+    n = 3572
+    steps = pd.DataFrame({"step": np.arange(12, 12 + n), "start_us": t0 + 80.0 * np.arange(n),
+                          "last_start_us": t0 + 80.0 * np.arange(n) + 5, "end_us": t0 + 80.0 * np.arange(n) + 70,
+                          "ranks": 4})
+    (chart,) = [c for c in plots.charts(sheets, steps) if c.key == "skew_timeline"]
+    every = -(-n // plots.STEP_MARKS_MAX)
+    assert chart.data["steps"]["step"] == list(range(12, 12 + n)) and chart.data["steps"]["marked_every"] == every
+    np.testing.assert_allclose(chart.data["steps"]["t_s"], 80e-6 * np.arange(n))
+    labels = [a.text for a in chart.figure.layout.annotations if a.yref == "y domain"]
+    assert labels == [str(12 + i) for i in range(0, n, every)] and len(labels) <= plots.STEP_MARKS_MAX
+    assert len(chart.figure.layout.shapes) == 2 * len(labels)
+    assert f"one profiler step in {every} marked, of 3,572" in chart.note
+    assert "(3,572 steps, #12 to #3583, numbered at the top)" in chart.sentence
+
+
 # ---------------------------------------------------------------------- command line
 
 def test_report_through_pipes_writes_only_the_page(tmp_path):
