@@ -510,8 +510,10 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
         from .html_report import check_output
 
         check_output(output_html_path)
-    steps = StreamSteps()   # from the streams' events, when they hold them
-    frames = steps.watch(f for s in streams for f in iter_frames(s))
+    frames = (f for s in streams for f in iter_frames(s))
+    steps = StreamSteps() if output_html_path else None   # from the streams' events, when they hold them
+    if steps is not None:
+        frames = steps.watch(frames)
     tables = collect_tables(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)

@@ -276,6 +276,17 @@ def test_stream_of_tables_only_leaves_the_steps_unmarked(tmp_path):
     assert not embedded(str(page), "fig", "skew_timeline")["layout"].get("shapes")
 
 
+def test_blockers_page_of_a_stream_marks_the_steps(tmp_path):
+    """blockers --html on an extracted stream (align and correlate run on its
+    frames): the steps come from the stream's events."""
+    truth = generate_fixture.generate(str(tmp_path / "t"), ranks=4, steps=3, straggler_rank=2, straggler_us=250.0)
+    stream, page = tmp_path / "e.stev", tmp_path / "b.html"
+    assert invoke("extract", "--trace_dir", tmp_path / "t", "--world_size", 4, "-o", stream, "-q").exit_code == 0
+    res = invoke("blockers", stream, "--html", page, "-q")
+    assert res.exit_code == 0, res.output
+    _check_steps(truth, str(page), "written_start_ns", atol_s=1e-9)
+
+
 def test_real_traces_step_is_marked(real_dir, tmp_path):
     """param-dlrm, the one complete real rank set: its one step,
     ProfilerStep#10, starts where the earliest rank's trace says (absolute
