@@ -24,9 +24,13 @@ import pandas as pd
 HEATMAP_MAX_CELLS = 150_000
 #: most instance columns of a heatmap, whatever the rank count
 HEATMAP_MAX_COLUMNS = 1_000
-#: most points of each scatter panel, over all kinds (plotly draws each
-#: point as an SVG element: on the dense set 12,000 took 1.5 s of chromium's time)
+#: most points of the skew and latency chart (two panels), over all kinds; a
+#: kind reduced to its share is drawn as a line, one SVG path, where markers
+#: are an SVG element each (on the dense set 12,000 markers took 1.5 s of
+#: chromium's time)
 SCATTER_MAX_POINTS = 3_000
+#: most markers of the bandwidth chart, over all series
+BANDWIDTH_MAX_POINTS = 1_000
 #: per-rank charts above this many ranks draw lines, not a bar or marker per rank
 PER_RANK_MARKS = 256
 #: most profiler steps marked on the time axis; beyond, every k-th step
@@ -329,8 +333,9 @@ def _skew_timeline(sheets, steps=None):
         for row, col in ((1, "skew"), (2, "latency")):
             shown, cut = _reduce_points(part, col, cap)
             reduced |= cut
-            fig.add_trace(go.Scatter(x=shown["t_s"], y=shown[col], mode="markers", name=_txt(_short(kind, 40)),
-                                     legendgroup=kind, showlegend=row == 1, marker=dict(size=5, color=colour),
+            fig.add_trace(go.Scatter(x=shown["t_s"], y=shown[col], mode="lines" if cut else "markers",
+                                     name=_txt(_short(kind, 40)), legendgroup=kind, showlegend=row == 1,
+                                     marker=dict(size=5, color=colour), line=dict(color=colour, width=1),
                                      customdata=np.stack([_txts(shown["collective_id"]), _txts(shown["pg"])],
                                                          axis=1),
                                      hovertemplate="%{customdata[0]} (group %{customdata[1]})<br>t %{x:.6f} s<br>"
@@ -349,8 +354,8 @@ def _skew_timeline(sheets, steps=None):
                 f"{worst['collective_id']} at {worst['t_s']:.3f} s); the median skew is "
                 f"{fmt_us(np.nanmedian(df['skew']))} and the median communication latency "
                 f"{fmt_us(np.nanmedian(df['latency']))}." if worst is not None else "No skew was measured.")
-    note = (f"{len(df):,} instances: each point is the largest value of a run of consecutive instances of its kind "
-            f"(at most {cap:,} points per kind)" if reduced else "")
+    note = (f"{len(df):,} instances: a kind with more than {cap:,} is drawn as a line through the largest value "
+            f"of each of {cap:,} runs of its consecutive instances" if reduced else "")
     note = "; ".join(x for x in (note, steps_note) if x)
     return Chart("skew_timeline", "Arrival skew and latency over time", fig, sentence + " " + steps_sentence, data,
                  note)
@@ -414,7 +419,7 @@ def _bandwidth(sheets):
     go = _go()
     fig = go.Figure()
     keys = list(dict.fromkeys(zip(df["kind"], df["group_size"])))
-    cap = max(100, SCATTER_MAX_POINTS // max(1, len(keys)))
+    cap = max(100, BANDWIDTH_MAX_POINTS // max(1, len(keys)))
     data, sampled, best = {"series": []}, False, None
     for i, (kind, n) in enumerate(keys):
         part = df[(df["kind"] == kind) & (df["group_size"] == n)]
