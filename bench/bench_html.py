@@ -6,8 +6,11 @@ inside the page: the report's render script writes ``performance.now()``
 (milliseconds since the navigation started: parsing the page and plotly.js,
 each chart's JSON and Plotly.newPlot) on <body> once every chart's newPlot
 promise has resolved -- each chart drawn, its plotly_afterplot fired.  The
-DOM is read back with ``--dump-dom`` (no virtual time: it would stop the
-page's clock while scripts run).
+DOM is read back with ``--dump-dom``, which waits for the page's load
+event: the promises resolve before it, and a page whose number is missing
+counts as not drawn.  Also printed: the CPU time of chromium's processes
+over the blank page's, which the machine's load changes far less than the
+wall-clock figures.
 
 Two baselines are loaded in the same rounds, the same way: a blank page (a
 script that records the same number at once) and a page holding only
@@ -28,6 +31,7 @@ import html
 import json
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -58,9 +62,11 @@ def baselines(directory):
 
 def draw_ms(page, nice=None):
     """(ms from navigation start to every chart drawn, as the page measured
-    it; {chart: ms of its synchronous part}) of one load in a fresh headless
-    chromium (under ``nice -n NICE`` when given)."""
+    it; {chart: ms of its synchronous part}; CPU seconds of chromium's
+    processes) of one load in a fresh headless chromium (under ``nice -n
+    NICE`` when given)."""
     profile = tempfile.mkdtemp(prefix="streamtrace-bench-chromium-")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         res = subprocess.run(
             (["nice", "-n", str(nice)] if nice is not None else [])
@@ -71,13 +77,15 @@ def draw_ms(page, nice=None):
             capture_output=True, text=True, timeout=300)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)   # chromium and the processes it waited for
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     body = re.search(r"<body[^>]*>", res.stdout)
     attrs = dict(re.findall(r'\s(data-[\w-]+)="([^"]*)"', body.group(0))) if body else {}
     if attrs.get("data-rendered") != "yes" or attrs.get("data-errors") != "[]":
         raise SystemExit(f"{page}: the page did not draw cleanly: "
                          f"{html.unescape(attrs.get('data-errors', '')) or res.stderr[-500:]}")
     charts = json.loads(html.unescape(attrs["data-chart-ms"])) if "data-chart-ms" in attrs else {}
-    return int(attrs["data-render-ms"]), charts
+    return int(attrs["data-render-ms"]), charts, cpu
 
 
 def make_page(spec, out):
@@ -112,22 +120,26 @@ def main():
           + (f"; chromium under nice -n {args.nice}" if args.nice is not None else ""), flush=True)
     draws = {page: [] for _, page in pages}
     loads = {page: [] for _, page in pages}
+    cpus = {page: [] for _, page in pages}
     charts = {}
     for _ in range(args.repeat):   # round by round: every page under the same load
         for _, page in pages:
             loads[page].append(os.getloadavg()[0])
-            ms, per_chart = draw_ms(page, args.nice)
+            ms, per_chart, cpu = draw_ms(page, args.nice)
             draws[page].append(ms)
+            cpus[page].append(cpu)
             charts.setdefault(page, per_chart)
     plotly_ms = statistics.median(draws[pages[1][1]])
+    blank_cpu = statistics.median(cpus[pages[0][1]])
     print(f"{'page':<24} {'report (s)':>10} {'size (MB)':>9} {'drawn, median (ms)':>18} {'min':>6} "
-          f"{'over plotly.js':>14} {'< 3 s':>6}  {'load avg':>11}  loads (ms)")
+          f"{'over plotly.js':>14} {'< 3 s':>6} {'CPU over blank (s)':>18}  {'load avg':>11}  loads (ms)")
     for name, page in pages:
         med = statistics.median(draws[page])
         report = f"{made[page]:.2f}" if page in made else ""
         over = f"{med - plotly_ms:+.0f}" if page != pages[1][1] else ""
         print(f"{name:<24} {report:>10} {os.path.getsize(page) / 1e6:>9.2f} {med:>18.0f} {min(draws[page]):>6} "
-              f"{over:>14} {'yes' if med < GOAL_MS else 'NO':>6}  {min(loads[page]):>5.2f}-{max(loads[page]):<5.2f}"
+              f"{over:>14} {'yes' if med < GOAL_MS else 'NO':>6} "
+              f"{statistics.median(cpus[page]) - blank_cpu:>18.2f}  {min(loads[page]):>5.2f}-{max(loads[page]):<5.2f}"
               f"  {' '.join(map(str, draws[page]))}")
     for name, page in pages[2:]:
         print(f"  {name}: each chart's synchronous part (ms, first load): {charts[page]}")
