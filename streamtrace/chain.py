@@ -128,6 +128,7 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None):
     their frames."""
     from .correlate.stage import TABLE_PREFIX, correlate_frames
     from .io.ranks import resolve_inputs
+    from .steps import TABLE as STEPS, StreamSteps, step_table
 
     spooled = []
     try:
@@ -145,7 +146,8 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None):
         if inputs is not None:
             return _correlated_tables(inputs, world_size, jobs, None, None, False, None, executor=executor)
         names = set().union(*(table_names(p) for p in paths))
-        frames = (f for p in paths for f in iter_frames(p))
+        steps = StreamSteps()
+        frames = steps.watch(f for p in paths for f in iter_frames(p))
         if not any(n.startswith(TABLE_PREFIX) for n in names):
             if "align.collectives" not in names:
                 from .align.stage import align_frames
@@ -157,6 +159,7 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None):
             if f.kind == Kind.TABLE:
                 name, df = f.table()
                 tables[name] = df
+        tables[STEPS] = step_table(steps.finish(), tables)
         return tables
     finally:
         for path in spooled:
@@ -189,20 +192,25 @@ class RankReading:
         """Every rank's RankResult, in input order.  The first failure (in
         input order) is raised; ranks not started by then are not read."""
         try:
-            results = list(self._results)
+            pairs = list(self._results)
         except BaseException as exc:
             self.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
             raise
         self.close()
+        results = [result for result, _ in pairs]
+        self.steps = [steps for _, steps in pairs]
         _check_distinct_ranks(self.inputs, results)
         return results
 
     def tables(self, align_clocks=None, gpus_per_node=None):
-        """The ``align.*`` tables of the ranks (waits for them)."""
+        """The ``align.*`` tables of the ranks (waits for them), and their
+        profiler steps (``steps.TABLE``)."""
         from .align.stage import align_options_table, match_ranks
+        from .steps import TABLE as STEPS, step_table
 
         tables = match_ranks(self.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
+        tables[STEPS] = step_table(self.steps, tables)
         return tables
 
     def close(self, wait=True):
@@ -222,23 +230,28 @@ READ_MAP_WINDOW = 8 << 20
 
 
 def _read_rank(item, world_size, strict):
-    """The map: one rank's trace -> its RankCollector (the rows align keeps)."""
+    """The map: one rank's trace -> its RankCollector (the rows align keeps)
+    and StepCollector (its profiler steps)."""
     from .align.collect import collected_rank
     from .extract import extract_rank
+    from .steps import StepCollector
 
     inp, progress = item
-    # align reads only kernels, their launches and collective CPU ops: the
-    # tokenizer leaves the other events out unparsed (flows alone are two per
-    # kernel launch, often a quarter of the events)
-    return collected_rank(extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict,
-                                       progress=progress, drop_flows=True, align_only=True,
-                                       map_window=READ_MAP_WINDOW), inp.rank)
+    # align reads only kernels, their launches and collective CPU ops (and
+    # the report its ProfilerStep ops): the tokenizer leaves the other events
+    # out unparsed (flows alone are two per kernel launch, often a quarter of
+    # the events)
+    steps = StepCollector(inp.rank)
+    frames = extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict, progress=progress,
+                          drop_flows=True, align_only=True, map_window=READ_MAP_WINDOW)
+    return collected_rank(steps.watch(frames), inp.rank), steps
 
 
-def _finish_rank(collector):
+def _finish_rank(pair):
     from .align.stage import finish_rank
 
-    return finish_rank(collector)
+    collector, steps = pair
+    return finish_rank(collector), steps.finish()
 
 
 def _summed_progress(progress, n):
@@ -279,6 +292,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .correlate.compute import compute_table
     from .correlate.inputs import ALIGN_COLUMNS_USED
     from .correlate.stage import TABLE_PREFIX, analyze_collected
+    from .steps import TABLE as STEPS, rank_steps, step_table
     from .stream.format import table_frame
 
     read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
@@ -290,6 +304,9 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     summaries.sort(key=lambda s: s[0].rank)
     results = [result for result, _ in summaries]
     timelines = {tl.rank: tl for _, tl in summaries}
+    # the steps in each trace's own ns (a timeline holds them moved by its ``shift``)
+    step_rows = [rank_steps(tl.rank, tl.steps[0], tl.steps[1] - tl.shift, tl.steps[2] - tl.shift)
+                 for tl in timelines.values()]
     align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     align["align.options"] = align_options_table(align_clocks, gpus_per_node)
     # every table as the staged chain hands it on (a table frame's decoded form)
@@ -299,6 +316,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     sheets = analyze_collected(timelines, used, compute=compute_table(timelines))
     for name, df in sheets.items():
         tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
+    tables[STEPS] = step_table(step_rows, tables)
     return tables
 
 
@@ -405,8 +423,10 @@ def _collective_report(a, files_only):
         paths_written = write_report(sheets, xlsx, csvs)
     if page:
         from .html_report import write_html
+        from .steps import TABLE as STEPS
 
-        paths_written.append(write_html(sheets, page, sources=[i.path for i in inputs], world_size=a["world_size"]))
+        paths_written.append(write_html(sheets, page, sources=[i.path for i in inputs], world_size=a["world_size"],
+                                        steps=tables.get(STEPS)))
     return sheets, paths_written
 
 
@@ -483,6 +503,7 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     from .report.sheets import build_report
     from .report.tables import collect_tables
     from .report.writers import write_report
+    from .steps import StreamSteps, step_table
 
     check_report_outputs(output_xlsx_path, output_csvs_dir, streams)
     if output_html_path:
@@ -490,6 +511,9 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
 
         check_output(output_html_path)
     frames = (f for s in streams for f in iter_frames(s))
+    steps = StreamSteps() if output_html_path else None   # from the streams' events, when they hold them
+    if steps is not None:
+        frames = steps.watch(frames)
     tables = collect_tables(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
@@ -498,7 +522,7 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     if output_html_path:
         from .html_report import write_html
 
-        written.append(write_html(sheets, output_html_path, sources=sources))
+        written.append(write_html(sheets, output_html_path, sources=sources, steps=step_table(steps.finish(), tables)))
         if not output_xlsx_path and not output_csvs_dir:
             return written, sheets
     if not output_xlsx_path and not output_csvs_dir:
@@ -526,7 +550,9 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
     if html_path:
         from .html_report import write_html
         from .report.sheets import build_report
+        from .steps import TABLE as STEPS
 
         sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
-        write_html(build_report(tables), html_path, title="streamtrace blockers", sources=sources)
+        write_html(build_report(tables), html_path, title="streamtrace blockers", sources=sources,
+                   steps=tables.get(STEPS))
     return text

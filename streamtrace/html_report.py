@@ -151,26 +151,33 @@ th{background:#f0f2f5;position:sticky;top:0}
 p.empty{font-size:16px;padding:18px 8px}
 """
 
-# Draws every chart from its embedded figure; records script errors and the
-# time taken (performance.now() since navigation) on <body> for the tests.
+# Draws every chart from its embedded figure.  For the tests and the bench it
+# records on <body> the script errors, each chart's drawing time and, once
+# every chart's Plotly.newPlot has finished (its promise resolved: the chart
+# drawn, plotly_afterplot fired), performance.now() -- milliseconds since the
+# navigation started, parsing the page and plotly.js included.
 _RENDER = """
 (function(){
-  var errors = [], times = {};
+  var errors = [], times = {}, body = document.body;
   window.addEventListener('error', function(e){ errors.push(String(e.message)); });
+  function done(){
+    body.dataset.errors = JSON.stringify(errors);
+    body.dataset.chartMs = JSON.stringify(times);
+    body.dataset.renderMs = performance.now().toFixed(0);
+    body.dataset.rendered = 'yes';
+  }
+  function failed(e){ errors.push(String(e && e.message || e)); }
   try {
-    var divs = document.querySelectorAll('div.chart');
+    var divs = document.querySelectorAll('div.chart'), drawn = [];
     for (var i = 0; i < divs.length; i++) {
-      var t0 = performance.now();
-      var fig = JSON.parse(document.getElementById('fig-' + divs[i].dataset.key).textContent);
+      var t0 = performance.now(), key = divs[i].dataset.key;
+      var fig = JSON.parse(document.getElementById('fig-' + key).textContent);
       var config = {responsive: true, displaylogo: false};
-      Plotly.newPlot(divs[i], fig.data, fig.layout, config);
-      times[divs[i].dataset.key] = Math.round(performance.now() - t0);
+      drawn.push(Plotly.newPlot(divs[i], fig.data, fig.layout, config));
+      times[key] = Math.round(performance.now() - t0);
     }
-  } catch (e) { errors.push(String(e && e.message || e)); }
-  document.body.dataset.errors = JSON.stringify(errors);
-  document.body.dataset.chartMs = JSON.stringify(times);
-  document.body.dataset.renderMs = performance.now().toFixed(0);
-  document.body.dataset.rendered = 'yes';
+    Promise.all(drawn).then(done, function(e){ failed(e); done(); });
+  } catch (e) { failed(e); done(); }
 })();
 """
 
@@ -196,8 +203,10 @@ def check_output(path):
         raise StreamtraceError(f"{path}: is a directory, not an output file")
 
 
-def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None):
-    """The report page as a string (see the module's docstring)."""
+def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None, steps=None):
+    """The report page as a string (see the module's docstring).  ``steps``:
+    the run's profiler steps (``streamtrace.steps.step_table``), marked on
+    the time axis; None when there was no step data to look in."""
     require_plotly()
     from plotly.offline import get_plotlyjs
 
@@ -209,7 +218,7 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
     for label, value in _summary(sheets, sources, world_size):
         parts.append(f"<dt>{_esc(label)}</dt><dd>{_esc(value)}</dd>")
     parts.append("</dl></header><main>")
-    found = charts(sheets)
+    found = charts(sheets, steps)
     if not found or not any(len(sheets.get(n, ())) for n in ("nccl_long", "nccl_implicit_sync")):
         parts.append("<section><p class=\"empty\">No collectives were found in this run, so there is nothing to "
                      "chart. The tables below show what the report holds.</p></section>")
@@ -233,9 +242,9 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
     return "".join(parts)
 
 
-def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None):
+def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None, steps=None):
     """Write the page to ``path`` (atomically, as every output); returns ``path``."""
-    page = render_html(sheets, title=title, sources=sources, world_size=world_size)
+    page = render_html(sheets, title=title, sources=sources, world_size=world_size, steps=steps)
     with atomic_file(path, suffix=".html") as f:
         f.write(page.encode("utf-8"))
     return str(path)

@@ -24,11 +24,17 @@ import pandas as pd
 HEATMAP_MAX_CELLS = 150_000
 #: most instance columns of a heatmap, whatever the rank count
 HEATMAP_MAX_COLUMNS = 1_000
-#: most points of each scatter panel, over all kinds (plotly draws each
-#: point as an SVG element: on the dense set 12,000 took 1.5 s of chromium's time)
+#: most points of the skew and latency chart (two panels), over all kinds; a
+#: kind reduced to its share is drawn as a line, one SVG path, where markers
+#: are an SVG element each (on the dense set 12,000 markers took 1.5 s of
+#: chromium's time)
 SCATTER_MAX_POINTS = 3_000
+#: most markers of the bandwidth chart, over all series
+BANDWIDTH_MAX_POINTS = 1_000
 #: per-rank charts above this many ranks draw lines, not a bar or marker per rank
 PER_RANK_MARKS = 256
+#: most profiler steps marked on the time axis; beyond, every k-th step
+STEP_MARKS_MAX = 20
 #: most process groups that get a heatmap (the ones with most instances)
 HEATMAP_MAX_GROUPS = 4
 #: most bars in the per-instance blocking chart (the largest delays)
@@ -300,7 +306,7 @@ def _reduce_points(df, value, cap):
     return df.iloc[keep], True
 
 
-def _skew_timeline(sheets):
+def _skew_timeline(sheets, steps=None):
     imp = _sheet(sheets, "nccl_implicit_sync")
     if imp is None or "skew in start time" not in imp:
         return None
@@ -327,8 +333,9 @@ def _skew_timeline(sheets):
         for row, col in ((1, "skew"), (2, "latency")):
             shown, cut = _reduce_points(part, col, cap)
             reduced |= cut
-            fig.add_trace(go.Scatter(x=shown["t_s"], y=shown[col], mode="markers", name=_txt(_short(kind, 40)),
-                                     legendgroup=kind, showlegend=row == 1, marker=dict(size=5, color=colour),
+            fig.add_trace(go.Scatter(x=shown["t_s"], y=shown[col], mode="lines" if cut else "markers",
+                                     name=_txt(_short(kind, 40)), legendgroup=kind, showlegend=row == 1,
+                                     marker=dict(size=5, color=colour), line=dict(color=colour, width=1),
                                      customdata=np.stack([_txts(shown["collective_id"]), _txts(shown["pg"])],
                                                          axis=1),
                                      hovertemplate="%{customdata[0]} (group %{customdata[1]})<br>t %{x:.6f} s<br>"
@@ -341,22 +348,58 @@ def _skew_timeline(sheets):
     fig.update_yaxes(title_text="us", row=2, col=1)
     fig.update_xaxes(title_text="time since the first collective (s)", row=2, col=1)
     _layout(fig, "Arrival skew and communication latency over time", height=560)
+    data["steps"], steps_sentence, steps_note = _step_marks(fig, steps, t0)
     worst = df.loc[df["skew"].idxmax()] if df["skew"].notna().any() else None
     sentence = (f"The largest arrival skew was {fmt_us(worst['skew'])} ({_short(worst['kind'], 40)} "
                 f"{worst['collective_id']} at {worst['t_s']:.3f} s); the median skew is "
                 f"{fmt_us(np.nanmedian(df['skew']))} and the median communication latency "
                 f"{fmt_us(np.nanmedian(df['latency']))}." if worst is not None else "No skew was measured.")
-    note = (f"{len(df):,} instances: each point is the largest value of a run of consecutive instances of its kind "
-            f"(at most {cap:,} points per kind)" if reduced else "")
-    note = "; ".join(x for x in (note, "profiler steps are not marked: the report's sheets hold no step times")
-                     if x)
-    return Chart("skew_timeline", "Arrival skew and latency over time", fig, sentence, data, note)
+    note = (f"{len(df):,} instances: a kind with more than {cap:,} is drawn as a line through the largest value "
+            f"of each of {cap:,} runs of its consecutive instances" if reduced else "")
+    note = "; ".join(x for x in (note, steps_note) if x)
+    return Chart("skew_timeline", "Arrival skew and latency over time", fig, sentence + " " + steps_sentence, data,
+                 note)
 
 
-def skew_timeline(sheets):
+def _step_marks(fig, steps, t0):
+    """Mark each profiler step's start (``steps``: ``steps.step_table``'s
+    DataFrame, on the sheets' timeline; None when there was no step data to
+    look in) on both panels as a dotted line, its number at the top:
+    (the steps as data, the sentence saying where they come from, a note
+    when only every k-th one is marked)."""
+    if steps is None:
+        return None, ("Profiler steps are not marked: the report had no events to find them in (a stream of "
+                      "tables only, or sheets alone)."), ""
+    steps = steps[np.isfinite(_floats(steps["start_us"]))].sort_values("step")
+    if not len(steps):
+        return {"step": []}, "Profiler steps are not marked: the traces hold no ProfilerStep#N annotations.", ""
+    number = steps["step"].astype(int).to_numpy()
+    t_s = (_floats(steps["start_us"]).to_numpy() - t0) / 1e6
+    every = -(-len(steps) // STEP_MARKS_MAX)
+    shapes, labels = [], []
+    for n, t in zip(number[::every].tolist(), t_s[::every].tolist()):
+        for axis in ("", "2"):
+            shapes.append(dict(type="line", xref="x" + axis, yref=f"y{axis} domain", x0=t, x1=t, y0=0, y1=1,
+                               line=dict(color="#6b7280", width=1, dash="dot"), layer="below"))
+        labels.append(dict(text=str(n), xref="x", yref="y domain", x=t, y=1, xanchor="left", yanchor="top",
+                           showarrow=False, font=dict(size=10, color="#6b7280")))
+    fig.update_layout(shapes=list(fig.layout.shapes) + shapes, annotations=list(fig.layout.annotations) + labels)
+    data = {"step": number.tolist(), "start_us": _list(steps["start_us"]), "t_s": _list(t_s),
+            "last_start_us": _list(steps["last_start_us"]), "ranks": steps["ranks"].astype(int).tolist(),
+            "marked_every": every}
+    span = f"#{number[0]}" if len(number) == 1 else f"#{number[0]} to #{number[-1]}"
+    sentence = (f"Dotted lines mark where each profiler step starts ({len(number):,} step"
+                f"{'s' if len(number) != 1 else ''}, {span}, numbered at the top): the earliest rank's "
+                "ProfilerStep#N annotation.")
+    note = f"one profiler step in {every} marked, of {len(number):,}" if every > 1 else ""
+    return data, sentence, note
+
+
+def skew_timeline(sheets, steps=None):
     """Arrival skew and communication latency (us) of each implicit-sync
-    instance against time, by collective kind."""
-    c = _skew_timeline(sheets)
+    instance against time, by collective kind; ``steps`` (the report's step
+    table, ``streamtrace.steps.step_table``) marks the profiler steps."""
+    c = _skew_timeline(sheets, steps)
     return c.figure if c else None
 
 
@@ -376,7 +419,7 @@ def _bandwidth(sheets):
     go = _go()
     fig = go.Figure()
     keys = list(dict.fromkeys(zip(df["kind"], df["group_size"])))
-    cap = max(100, SCATTER_MAX_POINTS // max(1, len(keys)))
+    cap = max(100, BANDWIDTH_MAX_POINTS // max(1, len(keys)))
     data, sampled, best = {"series": []}, False, None
     for i, (kind, n) in enumerate(keys):
         part = df[(df["kind"] == kind) & (df["group_size"] == n)]
@@ -679,6 +722,8 @@ _BUILDERS = [_wait_heatmap, _skew_timeline, _bandwidth, _all2allv, _blocking_bre
              _blocking_host_ops, _exposed, _contention, _clocks]
 
 
-def charts(sheets):
-    """Every chart the sheets have data for, in the report's order."""
-    return [c for c in (build(sheets) for build in _BUILDERS) if c is not None]
+def charts(sheets, steps=None):
+    """Every chart the sheets have data for, in the report's order;
+    ``steps`` (see ``skew_timeline``) goes to the one with a time axis."""
+    built = (build(sheets, steps) if build is _skew_timeline else build(sheets) for build in _BUILDERS)
+    return [c for c in built if c is not None]

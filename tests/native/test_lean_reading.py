@@ -32,12 +32,15 @@ def _without_index(rows):
 
 
 def _align_reads(ev, strings):
-    """Per event: would align's row selection (rankcollect) consider it?"""
+    """Per event: would align's row selection (rankcollect) consider it, or
+    is it a ProfilerStep#N op (the report's step marks)?"""
     cls = np.array([classify_string(s) for s in strings] + [0], dtype=np.int64)
+    step = np.array([s.startswith("ProfilerStep#") for s in strings] + [False])
     cat = cls[np.minimum(ev["cat"], len(strings))]
     name = cls[np.minimum(ev["name"], len(strings))]
     return ((cat & S_KERNEL_CAT) != 0) | (((cat & S_RUNTIME_CAT) != 0) & ((name & S_LAUNCH) != 0)) | \
-        (((cat & S_CPU_CAT) != 0) & ((name & (S_ANNOT | S_RPC | S_C10D)) != 0))
+        (((cat & S_CPU_CAT) != 0) & (((name & (S_ANNOT | S_RPC | S_C10D)) != 0) | step[np.minimum(ev["name"],
+                                                                                                len(strings))]))
 
 
 def _escaped(strings, ids):

@@ -23,6 +23,7 @@ LAYERS = [
     "io",
     "extract",
     "align",
+    "steps",
     "correlate",
     "report",
     "plots", "html_report",

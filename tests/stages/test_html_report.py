@@ -192,6 +192,122 @@ def test_blockers_page_names_the_injected_kernel(hostile_run):
     assert truth["slow_kernel"]["rank"] in late["late_rank"]
 
 
+# ---------------------------------------------------------------------- profiler steps on the time axis
+
+def _truth_steps(truth, key):
+    """{step number: (earliest rank's start, latest rank's start)} of the
+    truth's ProfilerStep ops, ns (``key``: written_start_ns or true_start_ns)."""
+    return {s["number"]: (min(int(p[key]) for p in s["per_rank"].values()),
+                          max(int(p[key]) for p in s["per_rank"].values())) for s in truth["profiler_steps"]}
+
+
+def _truth_first_arrival(truth, key):
+    """The chart's time origin: the first arrival at an implicit-sync collective, ns."""
+    return min(int(p[key]) for c in truth["collectives"] if c["implicit_sync"] for p in c["per_rank"].values())
+
+
+def _check_steps(truth, page, key, atol_s):
+    """The skew chart's embedded steps are the truth's: every step, each at
+    its earliest rank's start (seconds since the first arrival, within
+    ``atol_s``); one dotted line per panel and a number per step."""
+    steps = embedded(page, "data", "skew_timeline")["steps"]
+    want, t0 = _truth_steps(truth, key), _truth_first_arrival(truth, key)
+    assert len(want) == truth["steps"] and steps["step"] == sorted(want)
+    np.testing.assert_allclose(steps["t_s"], [(want[n][0] - t0) / 1e9 for n in steps["step"]], rtol=0, atol=atol_s)
+    np.testing.assert_allclose(np.subtract(steps["last_start_us"], steps["start_us"]),
+                               [(want[n][1] - want[n][0]) / 1e3 for n in steps["step"]], rtol=0, atol=2e6 * atol_s)
+    assert steps["ranks"] == [truth["ranks"]] * len(want) and steps["marked_every"] == 1
+    layout = embedded(page, "fig", "skew_timeline")["layout"]
+    lines = [sh["x0"] for sh in layout["shapes"] if sh.get("line", {}).get("dash") == "dot"]
+    np.testing.assert_allclose(sorted(lines), sorted(steps["t_s"] * 2))
+    labels = [a["text"] for a in layout["annotations"] if a.get("yref") == "y domain"]
+    assert labels == [str(n) for n in steps["step"]]
+    text = open(page, encoding="utf-8").read()
+    assert (f"Dotted lines mark where each profiler step starts ({len(want)} steps, #{min(want)} to #{max(want)}, "
+            "numbered at the top): the earliest rank&#x27;s ProfilerStep#N annotation.") in text
+    return steps
+
+
+def test_skew_timeline_marks_the_profiler_steps(straggler_run):
+    """Times as recorded (collective-report's default): the steps are where
+    the traces wrote them, on the sheets' clock; rank 3, the straggler,
+    starts every step 300 us after the earliest rank."""
+    truth, page, csvs = straggler_run
+    steps = _check_steps(truth, page, "written_start_ns", atol_s=1e-9)
+    imp = _implicit(csvs)
+    np.testing.assert_allclose(np.array(steps["start_us"]) - imp["_start"].min(), np.array(steps["t_s"]) * 1e6,
+                               atol=1e-3)
+    assert min(np.subtract(steps["last_start_us"], steps["start_us"])) >= 300.0
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["report", "blocking_analysis"])
+def test_profiler_steps_on_the_aligned_clock(tmp_path, blocking):
+    """--align_clocks on traces written with clock offsets of hundreds of us:
+    the steps move with the collectives, onto the true clock (the offsets are
+    estimated to within 1 us a rank, so 2 us here), whether the ranks are
+    read for the report alone or for the blocking analysis too."""
+    truth = generate_fixture.generate(str(tmp_path / "t"), ranks=4, steps=4, seed=3,
+                                      clock_offsets_us=[0, 400, -250, 900])
+    page = tmp_path / "r.html"
+    res = invoke("collective-report", "--trace_dir", tmp_path / "t", "--world_size", 4, "--align_clocks",
+                 "--output_html_path", page, "-q", *(["--blocking_analysis"] if blocking else []))
+    assert res.exit_code == 0, res.output
+    _check_steps(truth, str(page), "true_start_ns", atol_s=2e-6)
+
+
+def test_stream_of_tables_only_leaves_the_steps_unmarked(tmp_path):
+    """A stream that kept only align's tables has no events to find the
+    steps in: the chart is drawn unmarked and its sentence says why."""
+    from streamtrace.stream.format import Kind, StreamWriter, iter_frames
+
+    generate_fixture.generate(str(tmp_path / "t"), ranks=2, steps=2)
+    full, tables_only, page = tmp_path / "a.stev", tmp_path / "tables.stev", tmp_path / "r.html"
+    assert invoke("extract", "--trace_dir", tmp_path / "t", "--world_size", 2, "-o", tmp_path / "e.stev",
+                  "-q").exit_code == 0
+    assert invoke("align", tmp_path / "e.stev", "-o", full).exit_code == 0
+    with open(tables_only, "wb") as f:
+        w = StreamWriter(f)
+        w.write_all(fr for fr in iter_frames(str(full)) if fr.kind == Kind.TABLE)
+        w.close()
+    res = invoke("report", tables_only, "--output_html_path", page, "-q")
+    assert res.exit_code == 0, res.output
+    assert embedded(str(page), "data", "skew_timeline")["steps"] is None
+    assert "Profiler steps are not marked: the report had no events to find them in" in page.read_text()
+    assert not embedded(str(page), "fig", "skew_timeline")["layout"].get("shapes")
+
+
+def test_blockers_page_of_a_stream_marks_the_steps(tmp_path):
+    """blockers --html on an extracted stream (align and correlate run on its
+    frames): the steps come from the stream's events."""
+    truth = generate_fixture.generate(str(tmp_path / "t"), ranks=4, steps=3, straggler_rank=2, straggler_us=250.0)
+    stream, page = tmp_path / "e.stev", tmp_path / "b.html"
+    assert invoke("extract", "--trace_dir", tmp_path / "t", "--world_size", 4, "-o", stream, "-q").exit_code == 0
+    res = invoke("blockers", stream, "--html", page, "-q")
+    assert res.exit_code == 0, res.output
+    _check_steps(truth, str(page), "written_start_ns", atol_s=1e-9)
+
+
+def test_real_traces_step_is_marked(real_dir, tmp_path):
+    """param-dlrm, the one complete real rank set: its one step,
+    ProfilerStep#10, starts where the earliest rank's trace says (absolute
+    microseconds, each rank's own ts)."""
+    import gzip
+
+    d = os.path.join(real_dir, "param-dlrm")
+    starts = []
+    for name in sorted(os.listdir(d)):
+        with gzip.open(os.path.join(d, name), "rt") as f:
+            events = json.load(f)["traceEvents"]
+        starts += [float(e["ts"]) for e in events if e.get("name") == "ProfilerStep#10" and e.get("ph") == "X"]
+    assert len(starts) == 8
+    page = tmp_path / "dlrm.html"
+    res = invoke("collective-report", "--trace_dir", d, "--world_size", 8, "--output_html_path", page, "-q")
+    assert res.exit_code == 0, res.output
+    steps = embedded(str(page), "data", "skew_timeline")["steps"]
+    assert steps["step"] == [10] and steps["ranks"] == [8]
+    assert steps["start_us"] == [min(starts)] and steps["last_start_us"] == [max(starts)]
+
+
 # ---------------------------------------------------------------------- hostile names, empty runs
 
 def test_hostile_names_stay_text_in_the_page(hostile_run):
@@ -321,11 +437,31 @@ def test_large_runs_give_small_pages_that_draw(tmp_path, ranks, instances):
     browser.assert_not_blank(png)
 
 
+def test_many_steps_mark_one_in_k():
+    """3,572 steps (the dense set's count): every step is in the chart's data,
+    one in ceil(3572 / STEP_MARKS_MAX) is drawn and numbered, and the note says so."""
+    sheets = _synthetic_sheets(4, 600)
+    t0 = sheets["nccl_implicit_sync"][[f"rank_{r}_ts" for r in range(4)]].min(axis=1).min()
+    n = 3572
+    steps = pd.DataFrame({"step": np.arange(12, 12 + n), "start_us": t0 + 80.0 * np.arange(n),
+                          "last_start_us": t0 + 80.0 * np.arange(n) + 5, "end_us": t0 + 80.0 * np.arange(n) + 70,
+                          "ranks": 4})
+    (chart,) = [c for c in plots.charts(sheets, steps) if c.key == "skew_timeline"]
+    every = -(-n // plots.STEP_MARKS_MAX)
+    assert chart.data["steps"]["step"] == list(range(12, 12 + n)) and chart.data["steps"]["marked_every"] == every
+    np.testing.assert_allclose(chart.data["steps"]["t_s"], 80e-6 * np.arange(n))
+    labels = [a.text for a in chart.figure.layout.annotations if a.yref == "y domain"]
+    assert labels == [str(12 + i) for i in range(0, n, every)] and len(labels) <= plots.STEP_MARKS_MAX
+    assert len(chart.figure.layout.shapes) == 2 * len(labels)
+    assert f"one profiler step in {every} marked, of 3,572" in chart.note
+    assert "(3,572 steps, #12 to #3583, numbered at the top)" in chart.sentence
+
+
 # ---------------------------------------------------------------------- command line
 
 def test_report_through_pipes_writes_only_the_page(tmp_path):
     d = tmp_path / "t"
-    generate_fixture.generate(str(d), ranks=4, steps=2, straggler_rank=1, straggler_us=200.0)
+    truth = generate_fixture.generate(str(d), ranks=4, steps=2, straggler_rank=1, straggler_us=200.0)
     page = tmp_path / "piped.html"
     extract = subprocess.Popen([BIN, "extract", "--trace_dir", str(d), "--world_size", "4", "-q"],
                                stdout=subprocess.PIPE)
@@ -340,6 +476,8 @@ def test_report_through_pipes_writes_only_the_page(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["piped.html", "t"]   # no workbook beside it
     group = embedded(str(page), "data", "wait_heatmap")["groups"][0]
     assert set(group["late_rank"]) == {1}
+    # the steps, from the stream's events (one node: times as recorded)
+    _check_steps(truth, str(page), "written_start_ns", atol_s=1e-9)
 
 
 @pytest.mark.parametrize("command", ["collective-report", "report", "blockers"])

@@ -1,0 +1,166 @@
+"""The profiler steps of a run, for the HTML report's time axis.
+
+PyTorch's profiler writes one ``ProfilerStep#<n>`` CPU op (category
+``user_annotation``, ``cpu_op`` or ``Operator``) per step on each rank.
+``StepCollector`` picks a rank's out of its frames as they stream past (one C
+row selection per EVENTS frame, skipped while the rank has no such name);
+``step_table`` puts every rank's on the report's time axis.
+
+A step starts, on the report's timeline, when its **earliest rank** starts
+it: every collective of step n then lies at or after step n's mark (a rank's
+collective kernels start after it entered the step, so the first arrival at
+an instance does too), which a per-rank median would not guarantee.  The
+timeline is the sheets' own: microseconds since the earliest rank's base
+time, with the clock offsets subtracted when the report applied them.
+
+The table travels beside the report's sheets (``tables[TABLE]``, then the
+HTML writer's ``steps``), never as a sheet or a stream table: the workbook
+and CSVs stay TraceLens's.
+"""
+import re
+
+import numpy as np
+
+from . import _native
+from .stream.format import Kind
+
+#: the key of the step table in the report's ``{name: DataFrame}`` tables
+TABLE = "steps"
+
+_CPU_CATEGORIES = ("cpu_op", "Operator", "user_annotation")
+_STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
+# string classes: a CPU category; a ProfilerStep#<n> name
+_CAT, _NAME = 1, 2
+
+
+class StepCollector:
+    """One rank's ProfilerStep#<n> ops, from its frames (a STRINGS frame
+    before the EVENTS frames that use its strings, as extract writes them)."""
+
+    def __init__(self, rank):
+        self.rank = rank
+        self.strings = []
+        self._cls = np.zeros(1024, dtype=np.uint16)   # slot len(strings) stays 0: ids not yet defined
+        self._step_names = 0
+        self._parts = []
+
+    def add(self, frame):
+        if self.rank is None:   # the trace's own rank, when the input named none
+            self.rank = frame.rank
+        if frame.kind == Kind.STRINGS:
+            self._add_strings(frame.strings()[1])
+        elif frame.kind == Kind.EVENTS and self._step_names:
+            self._add_events(frame.records())
+
+    def watch(self, frames):
+        """``frames``, unchanged, taking each on the way."""
+        for frame in frames:
+            self.add(frame)
+            yield frame
+
+    def _add_strings(self, strings):
+        n0 = len(self.strings)
+        if n0 + len(strings) + 1 > len(self._cls):
+            grown = np.zeros(max(n0 + len(strings) + 1, 2 * len(self._cls)), dtype=np.uint16)
+            grown[:n0] = self._cls[:n0]
+            self._cls = grown
+        for i, s in enumerate(strings, start=n0):
+            if s in _CPU_CATEGORIES:
+                self._cls[i] = _CAT
+            elif s.startswith("ProfilerStep#"):
+                self._cls[i] = _NAME
+                self._step_names += 1
+        self.strings.extend(strings)
+
+    def _add_events(self, records):
+        (rows,) = _native.select_many(records, self._cls, len(self.strings), (
+            dict(cat_any=_CAT, name_any=_NAME, flags_all=_native.FLAGS["has_ts"], ph=b"X"),))
+        if len(rows):
+            ts = records["ts"][rows]
+            self._parts.append((records["name"][rows], ts, ts + records["dur"][rows]))
+
+    def finish(self):
+        """(rank, step numbers, starts, ends): raw ns of the rank's trace (from
+        its base time), one row per step number (its earliest op)."""
+        if self._parts:
+            names, starts, ends = (np.concatenate(c) for c in zip(*self._parts))
+        else:
+            names = starts = ends = np.empty(0, np.int64)
+        return rank_steps(self.rank, names, starts, ends, strings=self.strings)
+
+
+def rank_steps(rank, names, starts, ends, strings=None):
+    """(rank, step numbers, starts, ends) of one rank's ProfilerStep ops:
+    ``names`` are string ids into ``strings``, or the names themselves.
+    Names that are not ProfilerStep#<n> are left out; a step number seen
+    twice keeps its earliest op."""
+    names = [strings[int(i)] if strings is not None else str(i) for i in np.asarray(names).tolist()]
+    numbers = np.array([int(m.group(1)) if m else -1 for m in map(_STEP_NAME.match, names)], dtype=np.int64)
+    starts, ends = np.asarray(starts, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+    keep = numbers >= 0
+    numbers, starts, ends = numbers[keep], starts[keep], ends[keep]
+    order = np.lexsort((starts, numbers))
+    numbers, starts, ends = numbers[order], starts[order], ends[order]
+    first = np.r_[True, numbers[1:] != numbers[:-1]] if len(numbers) else np.zeros(0, dtype=bool)
+    return rank, numbers[first], starts[first], ends[first]
+
+
+class StreamSteps:
+    """The StepCollectors of every rank of a stream (frames of any ranks, interleaved)."""
+
+    def __init__(self):
+        self.ranks = {}
+
+    def watch(self, frames):
+        for frame in frames:
+            if frame.kind in (Kind.STRINGS, Kind.EVENTS):
+                collector = self.ranks.get(frame.rank)
+                if collector is None:
+                    collector = self.ranks[frame.rank] = StepCollector(frame.rank)
+                collector.add(frame)
+            yield frame
+
+    def finish(self):
+        """Every rank's ``StepCollector.finish()``, or None when the stream had
+        no events to look in (tables only)."""
+        return [c.finish() for c in self.ranks.values()] if self.ranks else None
+
+
+def step_table(per_rank, tables):
+    """The run's steps on the report's timeline (a DataFrame, one row per
+    step number, in order), from ``per_rank`` (``StepCollector.finish()``
+    results) and the align tables in ``tables`` (``align.ranks``' base
+    times, ``align.clocks``' offsets where applied).  None without
+    ``per_rank`` (no step data to look in).
+
+    Columns: ``step`` (n of ProfilerStep#n), ``start_us`` (the earliest
+    rank's start), ``last_start_us`` (the latest rank's), ``end_us`` (the
+    latest rank's end), ``ranks`` (how many ranks have it)."""
+    import pandas as pd
+
+    columns = ["step", "start_us", "last_start_us", "end_us", "ranks"]
+    if per_rank is None:
+        return None
+    ranks = tables.get("align.ranks")
+    if ranks is None or not len(ranks):
+        return pd.DataFrame({c: [] for c in columns})
+    base = dict(zip(ranks["rank"].astype(int).tolist(), ranks["base_ns"].astype(np.int64).tolist()))
+    common_base = min(base.values())   # the sheets' origin (report.sheets)
+    offset = {}
+    clocks = tables.get("align.clocks")
+    if clocks is not None and len(clocks):
+        applied = clocks["applied"].astype(str).str.lower() == "true"
+        offset = dict(zip(clocks["rank"].astype(int).tolist(),
+                          np.where(applied, clocks["offset_ns"].astype(np.int64), 0).tolist()))
+    parts = []
+    for rank, numbers, starts, ends in per_rank:
+        if rank not in base or not len(numbers):
+            continue
+        shift = base[rank] - common_base - offset.get(rank, 0)
+        parts.append(pd.DataFrame({"step": numbers, "start": starts + shift, "end": ends + shift}))
+    if not parts:
+        return pd.DataFrame({c: [] for c in columns})
+    by_step = pd.concat(parts, ignore_index=True).groupby("step", sort=True)
+    out = pd.DataFrame({"start_us": by_step["start"].min() / 1000.0, "last_start_us": by_step["start"].max() / 1000.0,
+                        "end_us": by_step["end"].max() / 1000.0, "ranks": by_step.size()})
+    return out.reset_index()[columns]
