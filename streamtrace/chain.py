@@ -323,10 +323,14 @@ def _read_rank_for_blocking(item, world_size, strict):
 
 
 def _finish_rank_for_blocking(pair):
+    """A rank's RankResult and correlate's summary of it (its Timeline
+    reduced to what the cross-rank analyses read: correlate/summary.py)."""
     from .align.stage import finish_rank
+    from .correlate.summary import compact
 
     rows, timeline = pair
-    return finish_rank(rows), timeline.finish()
+    result = finish_rank(rows)
+    return result, compact(timeline.finish(), result.rows["event"], result.rows["launch_tid"])
 
 
 def _check_distinct_ranks(inputs, results):

@@ -82,7 +82,7 @@ class Inputs:
             linked = inst_event[inst_rank == r]
             # the rank was classified by kernel name at its end: linking only
             # adds events to comm, so it changes nothing when all are in comm already
-            if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
+            if not np.isin(linked, tl.comm_events).all():
                 _classify(tl, linked)
         self._compute = compute if compute is not None and compute.holds(timelines) else None
 

@@ -1,0 +1,101 @@
+"""A rank's Timeline reduced, at the rank's end, to what the cross-rank
+analyses read of it (``compact``): the blocking analysis' per-rank summary.
+
+What every analysis reads of a rank, and what is kept for it:
+
+- late_rank: the compute kernels (start, end, identity) of the windows
+  before each collective, and their median durations across ranks: every
+  compute kernel's start, end and identity code is kept (the medians are
+  exact, so every duration counts), with its stream and launch shape as
+  one small code per kernel into a table of the rank's distinct shapes
+  (``compute_shape``, ``compute_shapes``).  Host ops: the CPU ops on the
+  threads that launched the rank's collectives (the only threads looked
+  at), in narrow columns (``_pack_ops``) and unpacked per rank when its gaps are read.
+- overlap: the compute union and the same kernels; the CTAs of the rank's
+  comm kernels (``by_event`` keeps those only).
+- inflation: the buckets are worked out again from the kernels and the comm
+  union when used (``Timeline.buckets``).
+- exposed_comm: the window lengths (taken at the rank's end), the comm and
+  compute unions, the GPU extent and the profiler steps.
+
+Everything else of the rank (its other GPU activities: comm kernels,
+memcpy, memset; CPU ops on other threads; the copy and busy unions) is
+dropped.  The result is still a ``Timeline`` (``gpu`` is None), plain numpy
+arrays, dicts and lists: it pickles.
+
+A rank whose collectives align may link include a kernel its name did not
+mark as comm is left whole: align may then take that kernel out of compute,
+and the rank is classified again from its GPU rows (``Inputs``).
+"""
+import numpy as np
+
+from .. import _native
+
+#: what compact keeps of each compute kernel's GPU row, in a table of the rank's distinct values
+SHAPE_COLUMNS = ("stream", "ctas", "threads", "regs", "smem")
+
+
+def compact(tl, linked, launch_tids):
+    """Reduce Timeline ``tl`` in place to its summary and return it.
+
+    ``linked``: the event indices of the rank's kernels align may link to a
+    collective; ``launch_tids``: the threads that launched them (the late
+    rank's host ops are looked for on those only)."""
+    if not np.isin(np.asarray(linked, dtype=np.int64), tl.comm_events).all():
+        return tl   # align may take one of its compute kernels out: kept whole (see above)
+    g, rows = tl.gpu, tl.compute_rows
+    shape = np.column_stack([tl.compute_lcode.astype(np.int64), g["stream"][rows].astype(np.int64)]
+                            + [np.ascontiguousarray(g[c][rows], dtype=np.float64).view(np.int64)
+                               for c in SHAPE_COLUMNS[1:]])
+    codes, first = _native.factorize_rows(shape) if len(rows) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    tl.compute_shape = codes.astype(np.uint16 if len(first) <= 1 << 16 else np.int64)
+    tl.compute_shapes = {c: g[c][rows[first]] for c in SHAPE_COLUMNS}
+    tl.compute_shapes["lcode"] = tl.compute_lcode[first]
+    tl.compute_lcode = None   # the shape's (``Timeline.lcodes``)
+    ev, ctas = tl.by_event
+    keep = np.isin(ev, tl.comm_events)
+    tl.by_event = (ev[keep], ctas[keep])
+    tl.cpu_ops = _pack_ops(tl.cpu_parts, np.asarray(launch_tids, dtype=np.int64))
+    tl.cpu_parts = None
+    tl.gpu = tl.compute_rows = tl.compute_buckets = None
+    tl.unions = {"comm": tl.unions["comm"]}   # the compute union is made again when used (as large as the kernels)
+    tl.nccl_name = None
+    return tl
+
+
+def _narrow(a):
+    """a as int32 when every value fits (the usual case), else as it is."""
+    if len(a) and (a.min() < -(1 << 31) or a.max() >= 1 << 31):
+        return a
+    return a.astype(np.int32)
+
+
+def _pack_ops(parts, tids):
+    """The ops of ``parts`` ((start, end, tid, name id) arrays per frame) on
+    threads ``tids``, in stream order, in narrow columns: start as the
+    first one and int32 steps from the one before, durations as int32 (each int64 when a value
+    does not fit), the thread as an index into ``tids``, names as uint16
+    when the rank's strings allow: 11 bytes an op instead of 28."""
+    tids = np.unique(tids)
+    picked = []
+    for start, end, tid, name in parts:
+        on = np.isin(tid, tids)
+        if on.any():
+            picked.append((start[on], end[on], tid[on], name[on]))
+    if not picked:
+        return None
+    start, end, tid, name = (np.concatenate(c) for c in zip(*picked))
+    return {"first": int(start[0]), "step": _narrow(np.diff(start, prepend=start[:1])), "dur": _narrow(end - start),
+            "tids": tids,
+            "tid": np.searchsorted(tids, tid).astype(np.uint8 if len(tids) <= 256 else np.int64),
+            "name": name.astype(np.uint16) if len(name) and name.max() < 1 << 16 else name}
+
+
+def unpack_ops(packed):
+    """``_pack_ops``' ops as one (start, end, tid, name id) part, in a list
+    (the form of ``Timeline.cpu_parts``)."""
+    if packed is None:
+        return []
+    start = np.cumsum(packed["step"], dtype=np.int64)
+    start += packed["first"]
+    return [(start, start + packed["dur"], packed["tids"][packed["tid"]], packed["name"].astype(np.uint32))]
