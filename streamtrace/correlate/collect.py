@@ -4,10 +4,12 @@ the rank's end; ``StreamCollector`` does so for every rank of a stream and
 keeps align's collectives table.
 
 Memory: per rank, the GPU activities (about 100 bytes each with launch
-geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
-thread, name), picked out of each EVENTS frame by a C pass as it streams
-past, with launch geometry joined per KERNELS frame; a rank is compacted at
-its META frame.  Nothing else of the trace is kept.
+geometry) and the CPU ops and runtime calls (about 14 bytes each: start,
+end, thread, name in narrow columns), picked out of each EVENTS frame by a C
+pass as it streams past, with launch geometry joined per KERNELS frame; a
+rank is compacted at its META frame.  Nothing else of the trace is kept.
+The blocking analysis' map then reduces the Timeline to its summary
+(``summary.compact``).
 """
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ from ..errors import StreamtraceError
 from .compute import _Compute
 from .growing import _Growing
 from .inputs import ALIGN_COLUMNS_USED
+from .summary import pack_ops
 from .timeline import Timeline, _cat_kind, _classify
 
 
@@ -108,10 +111,11 @@ class RankTimeline:
         if len(steps):
             ts = records["ts"][steps]
             self.step_parts.append((ts, ts + records["dur"][steps], records["name"][steps]))
-        # CPU ops are most events: kept as spans, 28 bytes each (an event record is 96)
+        # CPU ops are most events: kept as spans in narrow columns, about 14
+        # bytes each (an event record is 96; the spans as selected, 28)
         spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
         if len(spans[0]):
-            self.cpu_parts.append(spans)
+            self.cpu_parts.append(pack_ops(*spans))
         rows = self.gpu.extend(len(g))
         self.last_part = rows
         if len(g):
@@ -156,7 +160,7 @@ class RankTimeline:
         keys = gpu.pop("keys")
         keys[nostr, 0] = n_str
         for part in cpu_parts:
-            part[3][part[3] == _native.NOSTR] = n_str
+            part["name"][part["name"] == _native.NOSTR] = n_str   # (a uint16 column holds no NOSTR)
         by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None

@@ -10,7 +10,8 @@ What every analysis reads of a rank, and what is kept for it:
   one small code per kernel into a table of the rank's distinct shapes
   (``compute_shape``, ``compute_shapes``).  Host ops: the CPU ops on the
   threads that launched the rank's collectives (the only threads looked
-  at), in narrow columns (``_pack_ops``) and unpacked per rank when its gaps are read.
+  at), in narrow columns (``pack_ops``: kept so as the rank streams past),
+  unpacked one rank at a time when its gaps are read.
 - overlap: the compute union and the same kernels; the CTAs of the rank's
   comm kernels (``by_event`` keeps those only).
 - inflation: the buckets are worked out again from the kernels and the comm
@@ -55,8 +56,7 @@ def compact(tl, linked, launch_tids):
     ev, ctas = tl.by_event
     keep = np.isin(ev, tl.comm_events)
     tl.by_event = (ev[keep], ctas[keep])
-    tl.cpu_ops = _pack_ops(tl.cpu_parts, np.asarray(launch_tids, dtype=np.int64))
-    tl.cpu_parts = None
+    tl.cpu_ops = _ops_on_threads(tl.cpu_ops, np.asarray(launch_tids, dtype=np.int64))
     tl.gpu = tl.compute_rows = tl.compute_buckets = None
     tl.unions = {"comm": tl.unions["comm"]}   # the compute union is made again when used (as large as the kernels)
     tl.nccl_name = None
@@ -70,32 +70,31 @@ def _narrow(a):
     return a.astype(np.int32)
 
 
-def _pack_ops(parts, tids):
-    """The ops of ``parts`` ((start, end, tid, name id) arrays per frame) on
-    threads ``tids``, in stream order, in narrow columns: start as the
-    first one and int32 steps from the one before, durations as int32 (each int64 when a value
-    does not fit), the thread as an index into ``tids``, names as uint16
-    when the rank's strings allow: 11 bytes an op instead of 28."""
-    tids = np.unique(tids)
-    picked = []
-    for start, end, tid, name in parts:
-        on = np.isin(tid, tids)
-        if on.any():
-            picked.append((start[on], end[on], tid[on], name[on]))
-    if not picked:
-        return None
-    start, end, tid, name = (np.concatenate(c) for c in zip(*picked))
-    return {"first": int(start[0]), "step": _narrow(np.diff(start, prepend=start[:1])), "dur": _narrow(end - start),
-            "tids": tids,
-            "tid": np.searchsorted(tids, tid).astype(np.uint8 if len(tids) <= 256 else np.int64),
+def pack_ops(start, end, tid, name):
+    """CPU op spans (start, end, tid as int64, name id as uint32; starts
+    ascending, as a frame's are) in narrow columns: the first start and
+    int32 steps from one start to the next, int32 durations and threads
+    (each left int64 when a value does not fit), names as uint16 when
+    every id fits: 14 bytes an op instead of 28."""
+    return {"first": int(start[0]) if len(start) else 0, "step": _narrow(np.diff(start, prepend=start[:1])),
+            "dur": _narrow(end - start), "tid": _narrow(tid),
             "name": name.astype(np.uint16) if len(name) and name.max() < 1 << 16 else name}
 
 
 def unpack_ops(packed):
-    """``_pack_ops``' ops as one (start, end, tid, name id) part, in a list
-    (the form of ``Timeline.cpu_parts``)."""
-    if packed is None:
-        return []
+    """``pack_ops``' spans again, as (start, end, tid, name id) arrays."""
     start = np.cumsum(packed["step"], dtype=np.int64)
     start += packed["first"]
-    return [(start, start + packed["dur"], packed["tids"][packed["tid"]], packed["name"].astype(np.uint32))]
+    return start, start + packed["dur"], packed["tid"].astype(np.int64), packed["name"].astype(np.uint32)
+
+
+def _ops_on_threads(packed_parts, tids):
+    """The packed parts' ops on threads ``tids``, in stream order, packed as one part."""
+    tids = np.unique(tids)
+    picked = []
+    for packed in packed_parts:
+        start, end, tid, name = unpack_ops(packed)
+        on = np.isin(tid, tids)
+        if on.any():
+            picked.append((start[on], end[on], tid[on], name[on]))
+    return [pack_ops(*(np.concatenate(c) for c in zip(*picked)))] if picked else []

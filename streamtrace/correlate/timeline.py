@@ -39,16 +39,15 @@ class Timeline:
     until Inputs shifts them to the aligned clock: columns start, end, stream,
     kind, name (string id), event, ctas, threads, regs, smem and lcode,
     the rank's kernel identity code (``lkeys[lcode]``: name id, grid x, y,
-    z, block x, y, z with -1 when absent, 0).  ``cpu_parts``: the CPU ops and
-    runtime calls, per EVENTS frame in stream order, as (start, end, tid,
-    name id) arrays, raw ns.  ``steps``: ProfilerStep#N ops as (names,
+    z, block x, y, z with -1 when absent, 0).  ``cpu_ops``: the CPU ops and
+    runtime calls, per EVENTS frame in stream order, each packed by
+    ``summary.pack_ops`` (start, end, tid, name id; raw ns).  ``steps``: ProfilerStep#N ops as (names,
     starts, ends), sorted by start.
     """
 
-    def __init__(self, rank, meta, names, gpu, by_event, cpu_parts, steps):
+    def __init__(self, rank, meta, names, gpu, by_event, cpu_ops, steps):
         self.rank, self.meta, self.names = rank, meta, names
-        self.gpu, self.by_event, self.cpu_parts, self.steps = gpu, by_event, cpu_parts, steps
-        self.cpu_ops = None     # cpu_parts packed, once compacted (summary.compact)
+        self.gpu, self.by_event, self.cpu_ops, self.steps = gpu, by_event, cpu_ops, steps
         self.shift = 0          # ns to the aligned clock (base time at the rank's end, offset by Inputs)
         self.gpu_extent = None  # (first start, last end) of its GPU activity, set by _classify
         device = gpu.pop("device")
