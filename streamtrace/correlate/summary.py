@@ -11,7 +11,8 @@ What every analysis reads of a rank, and what is kept for it:
   (``compute_shape``, ``compute_shapes``).  Host ops: the CPU ops on the
   threads that launched the rank's collectives (the only threads looked
   at), in narrow columns (``pack_ops``: kept so as the rank streams past),
-  unpacked one rank at a time when its gaps are read.
+  compressed at the rank's end and unpacked one rank at a time when its
+  gaps are read.
 - overlap: the compute union and the same kernels; the CTAs of the rank's
   comm kernels (``by_event`` keeps those only).
 - inflation: the buckets are worked out again from the kernels and the comm
@@ -81,8 +82,33 @@ def pack_ops(start, end, tid, name):
             "name": name.astype(np.uint16) if len(name) and name.max() < 1 << 16 else name}
 
 
+_COLUMNS = ("step", "dur", "tid", "name")
+
+
+def _squeeze(packed):
+    """A packed part's columns zstd-compressed into one bytes object (kept
+    for the whole run; runs of near-equal steps and few names compress 2-3x)."""
+    import zstandard
+
+    cols = [np.ascontiguousarray(packed[c]) for c in _COLUMNS]
+    return {"first": packed["first"], "n": len(cols[0]), "dtypes": [a.dtype.str for a in cols],
+            "data": zstandard.ZstdCompressor(level=1).compress(b"".join(a.tobytes() for a in cols))}
+
+
+def _unsqueeze(packed):
+    import zstandard
+
+    raw, at, out = zstandard.ZstdDecompressor().decompress(packed["data"]), 0, {"first": packed["first"]}
+    for c, dt in zip(_COLUMNS, packed["dtypes"]):
+        out[c] = np.frombuffer(raw, dtype=dt, count=packed["n"], offset=at)
+        at += out[c].nbytes
+    return out
+
+
 def unpack_ops(packed):
-    """``pack_ops``' spans again, as (start, end, tid, name id) arrays."""
+    """``pack_ops``' spans again (compressed or not), as (start, end, tid, name id) arrays."""
+    if "data" in packed:
+        packed = _unsqueeze(packed)
     start = np.cumsum(packed["step"], dtype=np.int64)
     start += packed["first"]
     return start, start + packed["dur"], packed["tid"].astype(np.int64), packed["name"].astype(np.uint32)
@@ -97,4 +123,4 @@ def _ops_on_threads(packed_parts, tids):
         on = np.isin(tid, tids)
         if on.any():
             picked.append((start[on], end[on], tid[on], name[on]))
-    return [pack_ops(*(np.concatenate(c) for c in zip(*picked)))] if picked else []
+    return [_squeeze(pack_ops(*(np.concatenate(c) for c in zip(*picked))))] if picked else []
