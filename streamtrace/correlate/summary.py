@@ -13,12 +13,14 @@ What every analysis reads of a rank, and what is kept for it:
   at), in narrow columns (``pack_ops``: kept so as the rank streams past),
   compressed at the rank's end and unpacked one rank at a time when its
   gaps are read.
-- overlap: the compute union and the same kernels; the CTAs of the rank's
-  comm kernels (``by_event`` keeps those only).
+- overlap: the same kernels and their union (made again when used,
+  ``Timeline.compute_union``); the CTAs of the rank's comm kernels
+  (``by_event`` keeps those only).
 - inflation: the buckets are worked out again from the kernels and the comm
   union when used (``Timeline.buckets``).
-- exposed_comm: the window lengths (taken at the rank's end), the comm and
-  compute unions, the GPU extent and the profiler steps.
+- exposed_comm: the window lengths (taken at the rank's end), the comm
+  union, the compute union (made again), the GPU extent and the profiler
+  steps.
 
 Everything else of the rank (its other GPU activities: comm kernels,
 memcpy, memset; CPU ops on other threads; the copy and busy unions) is
@@ -53,7 +55,7 @@ def compact(tl, linked, launch_tids):
     tl.compute_shape = codes.astype(np.uint16 if len(first) <= 1 << 16 else np.int64)
     tl.compute_shapes = {c: g[c][rows[first]] for c in SHAPE_COLUMNS}
     tl.compute_shapes["lcode"] = tl.compute_lcode[first]
-    tl.compute_lcode = None   # the shape's (``Timeline.lcodes``)
+    tl.compute_lcode = None   # held by the shape (``Timeline.by_lcode``)
     ev, ctas = tl.by_event
     keep = np.isin(ev, tl.comm_events)
     tl.by_event = (ev[keep], ctas[keep])
