@@ -47,8 +47,12 @@ def _assert_same(got, want):
 
 
 def _whole(monkeypatch):
-    """The map without summaries: every rank's Timeline kept whole (the reference)."""
+    """The map and the stream's collection without summaries: every rank's
+    Timeline kept whole (the reference)."""
+    from streamtrace.correlate import collect
+
     monkeypatch.setattr(summary, "compact", lambda tl, linked, tids: tl)
+    monkeypatch.setattr(collect, "compact", lambda tl, linked, tids: tl)
 
 
 CASES = {
@@ -74,7 +78,21 @@ def test_summaries_give_the_sheets_of_whole_timelines(case, monkeypatch):
     _assert_same(got, _streamed(out, truth))
     _whole(monkeypatch)
     _assert_same(got, _summarized(out, truth["ranks"]))
+    _assert_same(got, _streamed(out, truth))
     assert len(got["collective_blockers"]) and len(got["collective_overlap"])
+
+
+def test_a_stream_is_collected_into_summaries(tmp_path):
+    """correlate on a stream keeps each rank as its summary from the rank's
+    end on (align's collection of the rank beside it says what may be linked)."""
+    from streamtrace.correlate.collect import collect
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=3, host_delay_rank=1)
+    frames = itertools.chain.from_iterable(extract_rank(str(tmp_path / f), int(r))
+                                           for r, f in sorted(truth["files"].items()))
+    timelines, _ = collect(frames)
+    assert sorted(timelines) == [0, 1]
+    assert all(tl.gpu is None and len(tl.cpu_ops) == 1 and "data" in tl.cpu_ops[0] for tl in timelines.values())
 
 
 def test_summaries_find_the_injected_truths(case):
