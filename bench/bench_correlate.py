@@ -1,6 +1,7 @@
 """Cost of align + correlate on top of extraction (issue: correlate adds <= 20 %).
 
     python bench/bench_correlate.py [--ranks 4] [--mb 500]
+    python bench/bench_correlate.py --bounded --base main [--scale 1]   # issue #26: bounded memory
 
 Generates RANKS traces of about MB each (reused when present), then measures,
 each in a fresh process: (1) extract alone, every rank, every event kept (as
@@ -25,8 +26,10 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 from measure import machine_speed  # bench/ is on sys.path when run as a script
@@ -90,9 +93,72 @@ def measure(mode, directory, ranks, jobs):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def run_cli(tree, argv):
+    """(wall seconds, peak RSS MB) of one streamtrace command run from ``tree`` (its own process)."""
+    env = dict(os.environ, PYTHONPATH=tree)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "streamtrace.cli"] + argv, cwd=tree, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status):
+        sys.exit(f"{' '.join(argv)} failed on {tree}: {proc.stderr.read().decode()[-500:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def bounded(args):
+    """Issue #26's bounded blocking analysis: ``collective-report
+    --blocking_analysis`` on 8 ranks x 1 GB .json.gz (bench_report's gz set)
+    on ``--base`` and on this tree, rounds alternating, time ratio as the
+    median of the rounds' own ratios; and on 4 x 512 MB (this benchmark's
+    set) its peak RSS against the plain report's."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    from bench_report import generate as generate_set
+    from compare_outputs import two_trees
+
+    mb = max(1.0, 1000 * args.scale)
+    gz, _ = generate_set(args.workdir, f"gz-{mb:g}", ranks=8, target_mb=mb, format="json.gz", jobs=2,
+                         compress_level=1)
+    small = generate(4, max(10, int(512 * args.scale)))
+    with two_trees(args.base, None, "streamtrace-bounded-") as (work, base, this):
+        def report(tree, d, n, *extra):
+            return run_cli(tree, ["collective-report", "--trace_dir", d, "--world_size", str(n), "-q", "-j", "2",
+                                  "--output_csvs_dir", os.path.join(work, "csv")] + list(extra))
+
+        runs = {"base": [], "this": [], "plain": [], "small": [], "small_plain": []}
+        for k in range(args.rounds):
+            order = [("base", base), ("this", this)]
+            for label, tree in (order if k % 2 == 0 else order[::-1]):
+                runs[label].append(report(tree, gz, 8, "--blocking_analysis"))
+            runs["plain"].append(report(this, gz, 8))
+            runs["small"].append(report(this, small, 4, "--blocking_analysis"))
+            runs["small_plain"].append(report(this, small, 4))
+    median = statistics.median
+    ratio = median(t / b for (t, _), (b, _) in zip(runs["this"], runs["base"]))
+    peak = {k: max(m for _, m in v) for k, v in runs.items()}
+    wall = {k: median(w for w, _ in v) for k, v in runs.items()}
+    print(f"bounded blocking analysis, {args.rounds} rounds, base {args.base} vs this tree; {machine_speed()}")
+    print(f"  8 x {mb:g} MB .json.gz, collective-report -j 2 --blocking_analysis: base {wall['base']:.1f} s "
+          f"{peak['base']:.0f} MB; this {wall['this']:.1f} s {peak['this']:.0f} MB (time ratio {ratio:.2f}, "
+          f"median of the rounds'); plain report {wall['plain']:.1f} s {peak['plain']:.0f} MB")
+    print(f"  4 x {max(10, int(512 * args.scale))} MB .json: --blocking_analysis {wall['small']:.1f} s "
+          f"{peak['small']:.0f} MB; plain report {wall['small_plain']:.1f} s {peak['small_plain']:.0f} MB "
+          f"(peak ratio {peak['small'] / peak['small_plain']:.2f})")
+    print("  targets: peak <= 400 MB on 8 x 1 GB with time ratio <= 1.00; on 4 x 512 MB peak ratio <= 1.5")
+
+
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         return child(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    if "--bounded" in sys.argv:
+        ap = argparse.ArgumentParser(description=bounded.__doc__.splitlines()[0])
+        ap.add_argument("--bounded", action="store_true")
+        ap.add_argument("--base", required=True, help="the commit to compare against (a worktree is built)")
+        ap.add_argument("--scale", type=float, default=1.0, help="of the sizes (make bench's BENCH_SCALE)")
+        ap.add_argument("--rounds", type=int, default=3)
+        ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"),
+                        help="where bench_report keeps its generated sets (shared with it)")
+        return bounded(ap.parse_args())
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--mb", type=int, default=500)

@@ -341,10 +341,30 @@ def _read_rank_for_blocking(item, world_size, strict):
 
 
 def _finish_rank_for_blocking(pair):
+    """A rank's RankResult and correlate's summary of it (its Timeline
+    reduced to what the cross-rank analyses read: correlate/summary.py)."""
     from .align.stage import finish_rank
+    from .correlate.summary import compact
 
     rows, timeline = pair
-    return finish_rank(rows), timeline.finish()
+    result = finish_rank(rows)
+    summary = compact(timeline.finish(), result.rows["event"], result.rows["launch_tid"])
+    _give_back_freed_memory()
+    return result, summary
+
+
+def _give_back_freed_memory():
+    """Hand the heap's free pages back to the system (glibc's malloc_trim).
+    A rank's collection frees hundreds of MB in arrays that glibc, having
+    raised its mmap threshold, took from the heap; without this the freed
+    pages stay resident beside the summaries that outlive them (8 x 1 GB:
+    ~290 MB less RSS after the map, about 3 % more CPU).  A no-op elsewhere."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _check_distinct_ranks(inputs, results):

@@ -31,6 +31,9 @@ Modules, lowest first:
 - ``compute``: ``_Compute``, every rank's compute kernels in one table.
 - ``inputs``: align's collectives as an instance table; ``Inputs``, the
   timelines on the aligned clock.
+- ``summary``: ``compact``, a rank's Timeline reduced to what the
+  cross-rank analyses read (the blocking analysis' per-rank summary:
+  picklable, a fraction of the rank's events), and the packed CPU ops.
 - ``collect``: ``RankTimeline`` and ``StreamCollector``, a rank's frames
   kept as they stream past and finished into a Timeline at the rank's end.
 - ``late_rank``: part 1 (collective_blockers, blocking_kernels,

@@ -4,20 +4,24 @@ the rank's end; ``StreamCollector`` does so for every rank of a stream and
 keeps align's collectives table.
 
 Memory: per rank, the GPU activities (about 100 bytes each with launch
-geometry) and the CPU ops and runtime calls (28 bytes each: start, end,
-thread, name), picked out of each EVENTS frame by a C pass as it streams
-past, with launch geometry joined per KERNELS frame; a rank is compacted at
-its META frame.  Nothing else of the trace is kept.
+geometry) and the CPU ops and runtime calls (about 14 bytes each: start,
+end, thread, name in narrow columns), picked out of each EVENTS frame by a C
+pass as it streams past, with launch geometry joined per KERNELS frame; a
+rank is compacted at its META frame.  Nothing else of the trace is kept.
+The blocking analysis' map then reduces the Timeline to its summary
+(``summary.compact``).
 """
 import numpy as np
 import pandas as pd
 
 from .. import _native
 from ..collectives import is_collective_kernel_name
+from ..align.collect import RankCollector
 from ..errors import StreamtraceError
 from .compute import _Compute
 from .growing import _Growing
 from .inputs import ALIGN_COLUMNS_USED
+from .summary import compact, pack_ops
 from .timeline import Timeline, _cat_kind, _classify
 
 
@@ -108,10 +112,11 @@ class RankTimeline:
         if len(steps):
             ts = records["ts"][steps]
             self.step_parts.append((ts, ts + records["dur"][steps], records["name"][steps]))
-        # CPU ops are most events: kept as spans, 28 bytes each (an event record is 96)
+        # CPU ops are most events: kept as spans in narrow columns, about 14
+        # bytes each (an event record is 96; the spans as selected, 28)
         spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
         if len(spans[0]):
-            self.cpu_parts.append(spans)
+            self.cpu_parts.append(pack_ops(*spans))
         rows = self.gpu.extend(len(g))
         self.last_part = rows
         if len(g):
@@ -156,7 +161,7 @@ class RankTimeline:
         keys = gpu.pop("keys")
         keys[nostr, 0] = n_str
         for part in cpu_parts:
-            part[3][part[3] == _native.NOSTR] = n_str
+            part["name"][part["name"] == _native.NOSTR] = n_str   # (a uint16 column holds no NOSTR)
         by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
@@ -222,10 +227,13 @@ def _join_geometry(events, records, dims, regs, smem, ctas, threads):
 class StreamCollector:
     """Feeds frames to per-rank collectors and keeps align's collectives
     table (the columns correlate reads).  A rank is finished (compacted into its Timeline) at its META frame, which
-    extract writes after the rank's events."""
+    extract writes after the rank's events, and reduced to its summary
+    (``summary.compact``): align's own collection of the rank, made beside
+    it, says which kernels align may link and which threads launched them
+    (align's tables come after every rank in a stream)."""
 
     def __init__(self):
-        self.collectors, self.done, self.tables = {}, {}, {}
+        self.collectors, self.links, self.done, self.tables = {}, {}, {}, {}
         # ranks are alike: a rank starts with room for as many GPU rows as
         # the largest one so far (no doubling copies; room never written to
         # costs no memory)
@@ -234,9 +242,17 @@ class StreamCollector:
         # while ranks come in ascending order (else made when first used)
         self.compute = _Compute()
 
+    def _finish(self, r):
+        """Rank r's collection finished into its Timeline and reduced to its summary."""
+        from ..align.describe import finish_rank
+
+        tl = self.collectors.pop(r).finish()
+        self.gpu_rows = max(self.gpu_rows, len(tl.gpu["start"]))
+        result = finish_rank(self.links.pop(r))
+        return compact(tl, result.rows["event"], result.rows["launch_tid"])
+
     def _finished(self, r, tl):
         self.done[r] = tl
-        self.gpu_rows = max(self.gpu_rows, len(tl.gpu["start"]))
         if self.compute is not None and self.compute.timelines and r < max(self.compute.timelines):
             self.compute = None
         if self.compute is not None:
@@ -247,24 +263,27 @@ class StreamCollector:
         from ..stream.format import Kind
 
         kind = frame.kind
-        if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META):
+        if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META, Kind.COMMS):
             if frame.rank in self.done:
                 raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
             c = self.collectors.get(frame.rank)
             if c is None:
                 c = self.collectors[frame.rank] = RankTimeline(frame.rank, self.gpu_rows)
-            c.add(frame)
+                self.links[frame.rank] = RankCollector(frame.rank)
+            if kind != Kind.COMMS:
+                c.add(frame)
+            if kind != Kind.KERNELS:
+                self.links[frame.rank].add(frame)
             if kind == Kind.META:
-                self._finished(frame.rank, self.collectors.pop(frame.rank).finish())
+                self._finished(frame.rank, self._finish(frame.rank))
         elif kind == Kind.TABLE and frame.table_name() == "align.collectives":   # the only table used
             name, df = frame.table(ALIGN_COLUMNS_USED)
             self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
 
     def finish(self):
         """({rank: Timeline}, {table name: DataFrame})"""
-        for r, c in self.collectors.items():   # ranks whose section has no META frame
-            self._finished(r, c.finish())
-        self.collectors = {}
+        for r in list(self.collectors):   # ranks whose section has no META frame
+            self._finished(r, self._finish(r))
         return dict(sorted(self.done.items())), self.tables
 
 

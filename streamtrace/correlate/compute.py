@@ -29,7 +29,7 @@ class _Compute:
     @classmethod
     def of(cls, timelines):
         """The table of these timelines, in their order."""
-        comp = cls(sum(len(tl.compute_rows) for tl in timelines.values()))
+        comp = cls(sum(len(tl.compute_start) for tl in timelines.values()))
         for r, tl in timelines.items():
             comp.add(r, tl)
         return comp
@@ -37,7 +37,7 @@ class _Compute:
     def add(self, r, tl, room_for=1):
         """Append rank r's kernels, with room for ``room_for`` ranks of this
         size in all when the arrays must grow (untouched room costs no memory)."""
-        m = len(tl.compute_rows)
+        m = len(tl.compute_start)
         before = self._rows.cols["start"]
         block = self._rows.extend(m, at_least=m * room_for)
         c = self._rows.cols
@@ -57,8 +57,8 @@ class _Compute:
             if l_key[i] == len(self.triples):
                 self.triples.append(triple)
         c["start"][block], c["end"][block] = tl.compute_start, tl.compute_end
-        np.take(l_ident, tl.compute_lcode, out=c["ident"][block])
-        np.take(l_key, tl.compute_lcode, out=c["key"][block])
+        np.take(*tl.by_lcode(l_ident), out=c["ident"][block])
+        np.take(*tl.by_lcode(l_key), out=c["key"][block])
         tl.compute_start, tl.compute_end = c["start"][block], c["end"][block]
         self.timelines[r] = tl
         self.offset[r], self.offset_end[r] = block.start, block.stop
@@ -84,8 +84,7 @@ class _Compute:
     def column(self, r, name, j):
         """Timeline column ``name`` of compute kernels j (indices into this
         table) of rank r."""
-        tl = self.timelines[r]
-        return tl.gpu[name][tl.compute_rows[np.asarray(j) - self.offset[r]]]
+        return self.timelines[r].compute_column(name, np.asarray(j) - self.offset[r])
 
 
 def compute_table(timelines):

@@ -32,9 +32,8 @@ def _exposed_comm(inputs):
         waiting = _union(wait_s, np.maximum(wait_e, wait_s))
         names = ["all"] + list(tl.steps[0])
         lo, hi = _exposed_windows(tl)
-        u = tl.unions
-        wait_comm = _intersect(waiting, u["comm"])
-        unions = {"wait_in_comm": wait_comm, "wait_hidden": _intersect(wait_comm, u["compute"])}
+        wait_comm = _intersect(waiting, tl.unions["comm"])
+        unions = {"wait_in_comm": wait_comm, "wait_hidden": _intersect(wait_comm, tl.compute_union())}
         length = {k: _native.overlap_with_union(lo, hi, *u).tolist() if len(u[0]) else [0] * len(lo)
                   for k, u in unions.items()}
         length.update(tl.window_lengths)

@@ -57,7 +57,7 @@ def _compute_inflation(inputs):
         return pd.DataFrame(columns=COMPUTE_INFLATION_COLUMNS)
     by_key = {}   # {key: {rank: [bucket, ...]}}, ranks in comp's order
     for r, tl in inputs.timelines.items():
-        for lcode, bucket in tl.compute_buckets.items():
+        for lcode, bucket in tl.buckets().items():
             by_key.setdefault(int(comp.l_key[r][lcode]), {}).setdefault(r, []).append(bucket)
     rows = []
     for key in sorted(by_key):   # in order of first appearance, as a groupby

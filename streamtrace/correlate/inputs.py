@@ -3,6 +3,7 @@ the ranks' timelines moved onto the aligned clock (``Inputs``)."""
 import numpy as np
 import pandas as pd
 
+from ..errors import StreamtraceError
 from .compute import _Compute
 from .timeline import _classify
 
@@ -82,7 +83,10 @@ class Inputs:
             linked = inst_event[inst_rank == r]
             # the rank was classified by kernel name at its end: linking only
             # adds events to comm, so it changes nothing when all are in comm already
-            if not np.isin(linked, tl.gpu["event"][tl.gpu["comm"]]).all():
+            if not np.isin(linked, tl.comm_events).all():
+                if tl.gpu is None:   # a summary made with other links than align's tables say
+                    raise StreamtraceError(f"rank {r}: align linked kernels this rank's summary took for compute "
+                                           "(align's tables come from other input than the ranks' events)")
                 _classify(tl, linked)
         self._compute = compute if compute is not None and compute.holds(timelines) else None
 

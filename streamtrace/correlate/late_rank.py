@@ -11,6 +11,7 @@ import pandas as pd
 
 from .. import _native
 from .constants import NS_PER_US, TOP_N
+from .summary import unpack_ops
 from .timeline import _union
 
 P2P_NAMES = ("send", "recv")
@@ -117,7 +118,7 @@ class _Waits:
         for r in np.unique(self.late_rank):
             q = np.flatnonzero(self.late_rank == r)
             gap_busy[q] = _native.overlap_with_union(self.gap_start[q], self.late_arrival[q],
-                                                     *timelines[int(r)].unions["compute"])
+                                                     *timelines[int(r)].compute_union())
         self.late_previous_end = _previous_ends_by_rank(collective_ends, self.late_rank, self.late_arrival)
         self.backlog = np.minimum(gap_busy, self.delta - self.host)
         self.dependency = self.delta - self.host - self.backlog
@@ -239,7 +240,7 @@ def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
         tl = tls[r]
         mine = todo[ranks[todo] == r]
         q_lo, q_hi = lo[mine] - tl.shift, hi[mine] - tl.shift     # CPU ops are raw ns
-        ops = _ops_meeting(tl.cpu_parts, tids[mine], q_lo, q_hi)
+        ops = _ops_meeting([unpack_ops(p) for p in tl.cpu_ops], tids[mine], q_lo, q_hi)   # one rank at a time
         for tid, (start, end, name_ids) in ops.items():
             on = tids[mine] == tid
             q, w_lo, w_hi = mine[on], q_lo[on], q_hi[on]

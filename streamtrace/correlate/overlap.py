@@ -116,7 +116,7 @@ def _overlap_of_rank(inputs, r, mine, sig_fields, sig_cache):
         inputs.quality.append(("no deviceProperties", r, "SM share and wave risk left empty"))
     starts, ends = inst["start"].to_numpy(np.int64)[mine], inst["end"].to_numpy(np.int64)[mine]
     dur = ends - starts
-    overlap = _native.overlap_with_union(starts, ends, *tl.unions["compute"])
+    overlap = _native.overlap_with_union(starts, ends, *tl.compute_union())
     ctas = tl.ctas_of_events(inst["event"].to_numpy()[mine])   # the NCCL kernels' CTAs
     sig = np.array([_cached_signature(sig_cache, row) for row in zip(*(f[mine].tolist() for f in sig_fields))],
                    dtype=object)

@@ -39,16 +39,17 @@ class Timeline:
     until Inputs shifts them to the aligned clock: columns start, end, stream,
     kind, name (string id), event, ctas, threads, regs, smem and lcode,
     the rank's kernel identity code (``lkeys[lcode]``: name id, grid x, y,
-    z, block x, y, z with -1 when absent, 0).  ``cpu_parts``: the CPU ops and
-    runtime calls, per EVENTS frame in stream order, as (start, end, tid,
-    name id) arrays, raw ns.  ``steps``: ProfilerStep#N ops as (names,
+    z, block x, y, z with -1 when absent, 0).  ``cpu_ops``: the CPU ops and
+    runtime calls, per EVENTS frame in stream order, each packed by
+    ``summary.pack_ops`` (start, end, tid, name id; raw ns).  ``steps``: ProfilerStep#N ops as (names,
     starts, ends), sorted by start.
     """
 
-    def __init__(self, rank, meta, names, gpu, by_event, cpu_parts, steps):
+    def __init__(self, rank, meta, names, gpu, by_event, cpu_ops, steps):
         self.rank, self.meta, self.names = rank, meta, names
-        self.gpu, self.by_event, self.cpu_parts, self.steps = gpu, by_event, cpu_parts, steps
+        self.gpu, self.by_event, self.cpu_ops, self.steps = gpu, by_event, cpu_ops, steps
         self.shift = 0          # ns to the aligned clock (base time at the rank's end, offset by Inputs)
+        self.gpu_extent = None  # (first start, last end) of its GPU activity, set by _classify
         device = gpu.pop("device")
         self.device = _mode(device[device >= 0])   # the rank's GPU
 
@@ -59,8 +60,11 @@ class Timeline:
             return
         self.shift += ns
         g = self.gpu
-        g["start"] += ns
-        g["end"] += ns
+        if g is not None:   # None once compacted (summary.compact)
+            g["start"] += ns
+            g["end"] += ns
+        if self.gpu_extent is not None:
+            self.gpu_extent = (self.gpu_extent[0] + ns, self.gpu_extent[1] + ns)
         self.steps = (self.steps[0], self.steps[1] + ns, self.steps[2] + ns)
         self.compute_start += ns
         self.compute_end += ns
@@ -81,6 +85,37 @@ class Timeline:
             if isinstance(p, dict) and p.get("id") == want:
                 return p
         return props[0] if isinstance(props[0], dict) else None
+
+    def compute_column(self, name, j):
+        """Timeline column ``name`` (stream, ctas, threads, regs or smem) of
+        the compute kernels j (indices into the rank's compute kernels)."""
+        if self.gpu is None:   # compacted: one code per kernel into a small table
+            return self.compute_shapes[name][self.compute_shape[j]]
+        return self.gpu[name][self.compute_rows[j]]
+
+    def compute_union(self):
+        """The union of the compute kernels: kept from the rank's end, or
+        made again from them (a compacted timeline keeps the kernels only)."""
+        u = self.unions.get("compute")
+        return u if u is not None else _native.interval_union(self.compute_start, self.compute_end)
+
+    def buckets(self):
+        """compute_inflation's buckets (``_buckets_by_identity``): kept from
+        the rank's end, or worked out again from the kept compute kernels and
+        comm union (a compacted timeline keeps only those)."""
+        if self.compute_buckets is not None:
+            return self.compute_buckets
+        dur = self.compute_end - self.compute_start
+        table, index = self.by_lcode(np.arange(len(self.lkeys)))
+        return _buckets_by_identity(table[index], dur, _comm_fractions(self, dur))
+
+    def by_lcode(self, values):
+        """(table, index) with ``table[index]`` the ``values[lcode]`` of each
+        compute kernel (a compacted timeline holds a kernel's lcode in its
+        shape: no array of lcodes is made)."""
+        if self.compute_lcode is not None:
+            return values, self.compute_lcode
+        return values[self.compute_shapes["lcode"]], self.compute_shape
 
     def ctas_of_events(self, events):
         """NCCL-kernel CTAs (float, NaN when unknown) for event indices."""
@@ -161,6 +196,8 @@ def _classify(tl, linked):
     comm = is_coll | ((g["kind"] == KIND_MEMCPY) & np.isin(g["stream"], coll_streams))
     g["comm"] = comm
     g["compute"] = (g["kind"] == KIND_KERNEL) & ~comm
+    tl.comm_events = g["event"][comm]
+    tl.gpu_extent = (int(g["start"].min()), int(g["end"].max())) if len(g["start"]) else None
     rows = tl.compute_rows = np.flatnonzero(g["compute"])   # already sorted by start
     tl.compute_start, tl.compute_end = g["start"][rows], g["end"][rows]
     tl.compute_lcode = g["lcode"][rows]
@@ -172,14 +209,9 @@ def _classify(tl, linked):
                  "comm": _native.interval_union(g["start"][comm], g["end"][comm]),
                  "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
                  "busy": _native.interval_union(g["start"], g["end"])}
-    # per compute kernel, the share of it under comm (for compute_inflation)
-    u = tl.unions["comm"]
-    ov = _native.overlap_with_union(tl.compute_start, tl.compute_end, *u) if len(u[0]) else \
-        np.zeros(len(rows), dtype=np.int64)
     dur = tl.compute_end - tl.compute_start
     tl.compute_max_dur = int(dur.max()) if len(dur) else 0
-    tl.compute_comm_frac = np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)
-    tl.compute_buckets = _buckets_by_identity(tl.compute_lcode, dur, tl.compute_comm_frac)
+    tl.compute_buckets = _buckets_by_identity(tl.compute_lcode, dur, _comm_fractions(tl, dur))
     # exposed_comm's lengths that need no other rank: |W ∩ U| per window W
     u = dict(tl.unions, hidden=_intersect(tl.unions["comm"], tl.unions["compute"]))
     lo, hi = _exposed_windows(tl)
@@ -187,13 +219,20 @@ def _classify(tl, linked):
                          for k in ("comm", "hidden", "compute", "copy", "busy")}
 
 
+def _comm_fractions(tl, dur):
+    """Per compute kernel (of duration ``dur``), the share of it under comm
+    (for compute_inflation's buckets)."""
+    u = tl.unions["comm"]
+    ov = _native.overlap_with_union(tl.compute_start, tl.compute_end, *u) if len(u[0]) else \
+        np.zeros(len(dur), dtype=np.int64)
+    return np.divide(ov, dur, out=np.zeros(len(dur)), where=dur > 0)
+
+
 def _exposed_windows(tl):
     """exposed_comm's windows of a rank, (starts, ends): its whole GPU span,
     then each ProfilerStep#N."""
-    g = tl.gpu
-    lo = np.r_[int(g["start"].min()) if len(g["start"]) else 0, tl.steps[1]].astype(np.int64)
-    hi = np.r_[int(g["end"].max()) if len(g["end"]) else 0, tl.steps[2]].astype(np.int64)
-    return lo, hi
+    lo, hi = tl.gpu_extent if tl.gpu_extent is not None else (0, 0)
+    return np.r_[lo, tl.steps[1]].astype(np.int64), np.r_[hi, tl.steps[2]].astype(np.int64)
 
 
 def _buckets_by_identity(lcode, dur, frac):

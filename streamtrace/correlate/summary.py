@@ -1,0 +1,128 @@
+"""A rank's Timeline reduced, at the rank's end, to what the cross-rank
+analyses read of it (``compact``): the blocking analysis' per-rank summary.
+
+What every analysis reads of a rank, and what is kept for it:
+
+- late_rank: the compute kernels (start, end, identity) of the windows
+  before each collective, and their median durations across ranks: every
+  compute kernel's start, end and identity code is kept (the medians are
+  exact, so every duration counts), with its stream and launch shape as
+  one small code per kernel into a table of the rank's distinct shapes
+  (``compute_shape``, ``compute_shapes``).  Host ops: the CPU ops on the
+  threads that launched the rank's collectives (the only threads looked
+  at), in narrow columns (``pack_ops``: kept so as the rank streams past),
+  compressed at the rank's end and unpacked one rank at a time when its
+  gaps are read.
+- overlap: the same kernels and their union (made again when used,
+  ``Timeline.compute_union``); the CTAs of the rank's comm kernels
+  (``by_event`` keeps those only).
+- inflation: the buckets are worked out again from the kernels and the comm
+  union when used (``Timeline.buckets``).
+- exposed_comm: the window lengths (taken at the rank's end), the comm
+  union, the compute union (made again), the GPU extent and the profiler
+  steps.
+
+Everything else of the rank (its other GPU activities: comm kernels,
+memcpy, memset; CPU ops on other threads; the copy and busy unions) is
+dropped.  The result is still a ``Timeline`` (``gpu`` is None), plain numpy
+arrays, dicts and lists: it pickles.
+
+A rank whose collectives align may link include a kernel its name did not
+mark as comm is left whole: align may then take that kernel out of compute,
+and the rank is classified again from its GPU rows (``Inputs``).
+"""
+import numpy as np
+
+from .. import _native
+
+#: what compact keeps of each compute kernel's GPU row, in a table of the rank's distinct values
+SHAPE_COLUMNS = ("stream", "ctas", "threads", "regs", "smem")
+
+
+def compact(tl, linked, launch_tids):
+    """Reduce Timeline ``tl`` in place to its summary and return it.
+
+    ``linked``: the event indices of the rank's kernels align may link to a
+    collective; ``launch_tids``: the threads that launched them (the late
+    rank's host ops are looked for on those only)."""
+    if not np.isin(np.asarray(linked, dtype=np.int64), tl.comm_events).all():
+        return tl   # align may take one of its compute kernels out: kept whole (see above)
+    g, rows = tl.gpu, tl.compute_rows
+    shape = np.column_stack([tl.compute_lcode.astype(np.int64), g["stream"][rows].astype(np.int64)]
+                            + [np.ascontiguousarray(g[c][rows], dtype=np.float64).view(np.int64)
+                               for c in SHAPE_COLUMNS[1:]])
+    codes, first = _native.factorize_rows(shape) if len(rows) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    tl.compute_shape = codes.astype(np.uint16 if len(first) <= 1 << 16 else np.int64)
+    tl.compute_shapes = {c: g[c][rows[first]] for c in SHAPE_COLUMNS}
+    tl.compute_shapes["lcode"] = tl.compute_lcode[first]
+    tl.compute_lcode = None   # held by the shape (``Timeline.by_lcode``)
+    ev, ctas = tl.by_event
+    keep = np.isin(ev, tl.comm_events)
+    tl.by_event = (ev[keep], ctas[keep])
+    tl.cpu_ops = _ops_on_threads(tl.cpu_ops, np.asarray(launch_tids, dtype=np.int64))
+    tl.gpu = tl.compute_rows = tl.compute_buckets = None
+    tl.unions = {"comm": tl.unions["comm"]}   # the compute union is made again when used (as large as the kernels)
+    tl.nccl_name = None
+    return tl
+
+
+def _narrow(a):
+    """a as int32 when every value fits (the usual case), else as it is."""
+    if len(a) and (a.min() < -(1 << 31) or a.max() >= 1 << 31):
+        return a
+    return a.astype(np.int32)
+
+
+def pack_ops(start, end, tid, name):
+    """CPU op spans (start, end, tid as int64, name id as uint32; starts
+    ascending, as a frame's are) in narrow columns: the first start and
+    int32 steps from one start to the next, int32 durations and threads
+    (each left int64 when a value does not fit), names as uint16 when
+    every id fits: 14 bytes an op instead of 28."""
+    return {"first": int(start[0]) if len(start) else 0, "step": _narrow(np.diff(start, prepend=start[:1])),
+            "dur": _narrow(end - start), "tid": _narrow(tid),
+            "name": name.astype(np.uint16) if len(name) and name.max() < 1 << 16 else name}
+
+
+_COLUMNS = ("step", "dur", "tid", "name")
+
+
+def _squeeze(packed):
+    """A packed part's columns zstd-compressed into one bytes object (kept
+    for the whole run; runs of near-equal steps and few names compress 2-3x)."""
+    import zstandard
+
+    cols = [np.ascontiguousarray(packed[c]) for c in _COLUMNS]
+    return {"first": packed["first"], "n": len(cols[0]), "dtypes": [a.dtype.str for a in cols],
+            "data": zstandard.ZstdCompressor(level=1).compress(b"".join(a.tobytes() for a in cols))}
+
+
+def _unsqueeze(packed):
+    import zstandard
+
+    raw, at, out = zstandard.ZstdDecompressor().decompress(packed["data"]), 0, {"first": packed["first"]}
+    for c, dt in zip(_COLUMNS, packed["dtypes"]):
+        out[c] = np.frombuffer(raw, dtype=dt, count=packed["n"], offset=at)
+        at += out[c].nbytes
+    return out
+
+
+def unpack_ops(packed):
+    """``pack_ops``' spans again (compressed or not), as (start, end, tid, name id) arrays."""
+    if "data" in packed:
+        packed = _unsqueeze(packed)
+    start = np.cumsum(packed["step"], dtype=np.int64)
+    start += packed["first"]
+    return start, start + packed["dur"], packed["tid"].astype(np.int64), packed["name"].astype(np.uint32)
+
+
+def _ops_on_threads(packed_parts, tids):
+    """The packed parts' ops on threads ``tids``, in stream order, packed as one part."""
+    tids = np.unique(tids)
+    picked = []
+    for packed in packed_parts:
+        start, end, tid, name = unpack_ops(packed)
+        on = np.isin(tid, tids)
+        if on.any():
+            picked.append((start[on], end[on], tid[on], name[on]))
+    return [_squeeze(pack_ops(*(np.concatenate(c) for c in zip(*picked))))] if picked else []
