@@ -110,8 +110,9 @@ def cluster_executor(scheduler, jobs, items=None):
     if not scheduler:
         yield None
         return
-    from .parallel.dask import open_executor
+    from .parallel.dask import open_executor, quiet_logs
 
+    quiet_logs()   # a failure Dask cannot recover from comes back as this command's one line
     executor = open_executor(scheduler, jobs, items)
     try:
         yield executor

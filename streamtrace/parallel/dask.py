@@ -20,6 +20,7 @@ Where the cluster is (``open_executor``'s ``scheduler``):
 imported only here and only when a cluster is asked for.
 """
 import concurrent.futures as cf
+import uuid
 
 from ..errors import StreamtraceError
 from .executor import Executor, worker_count
@@ -63,8 +64,10 @@ class DaskExecutor(Executor):
             self.workers = 1
 
     def submit(self, fn, item):
-        # pure=False: two equal items are still two tasks (and no hashing of them)
-        future = self.client.submit(fn, item, pure=False)
+        # a key of our own: unique (two equal items are two tasks, and nothing
+        # is hashed), and readable in the dashboard and in errors
+        key = f"streamtrace-{_name(fn)}-{len(self._futures)}-{uuid.uuid4().hex[:12]}"
+        future = self.client.submit(fn, item, key=key)
         self._futures.append(future)
         return _ClusterFuture(future, self.address)
 
@@ -102,9 +105,9 @@ class _ClusterFuture:
             raise DaskError(f"{self._address}: the task was cancelled ({_reason(exc)})") from None
         except cf.CancelledError:
             raise DaskError(f"{self._address}: the task was cancelled (lost the scheduler?)") from None
-        except _killed_worker() as exc:
-            raise DaskError(f"{self._address}: the workers running a rank died "
-                            f"(Dask gave up after retrying it): {_reason(exc)}") from None
+        except _killed_worker():
+            raise DaskError(f"{self._address}: the workers running task {self._future.key} died; Dask gave up "
+                            "on it (its allowed-failures); see the workers' logs") from None
         except (OSError, TimeoutError) as exc:
             if isinstance(exc, StreamtraceError) or getattr(exc, "filename", None):
                 raise   # the task's own, e.g. a trace it could not open
@@ -115,6 +118,13 @@ class _ClusterFuture:
             self._future.cancel()
         except Exception:  # noqa: BLE001 - the connection may be gone already
             pass
+
+
+def _name(fn):
+    """What a task runs, for its key: the function's name."""
+    fn = getattr(fn, "fn", fn)             # executor._Finished
+    fn = getattr(fn, "func", fn)           # functools.partial
+    return getattr(fn, "__name__", type(fn).__name__).strip("_")
 
 
 def _killed_worker():
@@ -128,6 +138,18 @@ def _killed_worker():
 def _reason(exc):
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def quiet_logs():
+    """Dask's client logs what it recovers from (a lost worker's results
+    computed again) as warnings; a command that reports failures in one
+    line of its own keeps only Dask's errors."""
+    import logging
+
+    _distributed()
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def as_executor(executor):
