@@ -587,11 +587,12 @@ def _fuse_progress(quiet):
 @click.option("--time_base", "--time-base", "time_base", is_flag=True,
         help="Put ranks whose ts are relative to baseTimeNanoseconds on one epoch.")
 @jobs_option
+@scheduler_option
 @quiet_option
 @handle_errors
 def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
                  output, ranks, include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks,
-                 time_base, jobs, quiet):
+                 time_base, jobs, scheduler, quiet):
     """Per-rank traces -> one Perfetto / chrome://tracing JSON file, streamed.
 
     Every rank gets its own pid, flow-id, correlation and External id range,
@@ -611,9 +612,11 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
     cat_list = [c.strip() for c in cats.split(",") if c.strip()] if cats else None
     if cats is not None and not cat_list:
         raise click.BadParameter("give at least one category", param_hint="--cat")
-    result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
-                      name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
-                      time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet))
+    with cluster_executor(scheduler, jobs, len(inputs)) as executor:
+        result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
+                          name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
+                          time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet),
+                          executor=executor)
     if not quiet and output != "-":
         if sys.stderr.isatty():
             click.echo("", err=True)

@@ -344,7 +344,8 @@ def _extract_remote(inputs, output, writer, claims, executor, options):
     frames come back as bytes and are written here in rank order (a rank's
     stream waits on its worker until its turn)."""
     items = [(inp, *options) for inp in inputs]
-    for i, (data, ranks) in enumerate(executor.map(_extract_to_bytes, items)):
+    # one rank's stream on this side at a time: a stream is the size of its events
+    for i, (data, ranks) in enumerate(executor.map(_extract_to_bytes, items, fetch_ahead=1)):
         for r in ranks:
             claims.claim(r, i, inputs[i].path)
         output.write(data)

@@ -23,10 +23,16 @@ import concurrent.futures as cf
 import uuid
 
 from ..errors import StreamtraceError
-from .executor import Executor, worker_count
+from .executor import Executor, _Finished, worker_count
 
 #: seconds to wait for a scheduler to answer before giving up
 CONNECT_TIMEOUT_S = 5
+
+#: tasks whose results are fetched in one request, at most (see DaskExecutor.map)
+FETCH_AHEAD = 64
+
+#: items in one task, at most, and tasks per worker, at least (items_per_task)
+MAX_ITEMS_PER_TASK, TASKS_PER_WORKER = 16, 4
 
 #: the ``scheduler`` values that are not addresses
 LOCAL, AUTO = "local", "auto"
@@ -56,7 +62,8 @@ class DaskExecutor(Executor):
     def __init__(self, client, owned=()):
         self.client = client
         self._owned = list(owned)
-        self._futures = []
+        self._pending = []   # the running map's futures not yet consumed (cancelled by close)
+        self._submitted = 0
         self.address = getattr(client.scheduler, "address", None) or "the Dask scheduler"
         try:
             self.workers = max(1, sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values()))
@@ -66,20 +73,78 @@ class DaskExecutor(Executor):
     def submit(self, fn, item):
         # a key of our own: unique (two equal items are two tasks, and nothing
         # is hashed), and readable in the dashboard and in errors
-        key = f"streamtrace-{_name(fn)}-{len(self._futures)}-{uuid.uuid4().hex[:12]}"
-        future = self.client.submit(fn, item, key=key)
-        self._futures.append(future)
-        return _ClusterFuture(future, self.address)
+        key = f"streamtrace-{_name(fn)}-{self._submitted}-{uuid.uuid4().hex[:12]}"
+        self._submitted += 1
+        return self.client.submit(fn, item, key=key)
 
-    def close(self, wait=True):
-        """Cancel what has not finished (on the workers too), then close
-        what this executor opened (its client, its LocalCluster)."""
-        futures, self._futures = self._futures, []
-        if futures and not wait:
+    def map(self, fn, items, finish=None, fetch_ahead=FETCH_AHEAD):
+        """As ``Executor.map``.  Consecutive items go together in one task
+        (``items_per_task``), and the results are fetched in item order, each
+        task's with those after it that are done already, up to
+        ``fetch_ahead`` tasks in one request: a task, and a request, per rank
+        would cost the scheduler and this side milliseconds of CPU per rank.
+        ``fetch_ahead`` 1: one item per task, one result held here at a
+        time (for results the size of a rank's events)."""
+        items = list(items)
+        fetch_ahead = max(1, int(fetch_ahead))
+        size = 1 if fetch_ahead == 1 else items_per_task(len(items), self.workers)
+        task = _Batch(_Finished(fn, finish) if finish is not None else fn)
+        futures = [self.submit(task, items[i:i + size]) for i in range(0, len(items), size)]
+        self._pending = futures
+        return (result for batch in self._in_order(futures, fetch_ahead) for result in batch)
+
+    def _in_order(self, futures, fetch_ahead):
+        try:
+            i = 0
+            while i < len(futures):
+                # the next item's result is waited for (its failure raised as
+                # itself); those after it that are done come along
+                batch = [futures[i]]
+                if batch[0].status == "finished":
+                    for f in futures[i + 1:i + fetch_ahead]:
+                        if f.status != "finished":
+                            break
+                        batch.append(f)
+                results = self._fetch(batch)
+                for j, result in enumerate(results):
+                    futures[i + j] = None   # released: the worker may drop its copy
+                    yield result
+                i += len(results)
+        except BaseException:
+            self.cancel_pending()
+            raise
+        finally:
+            self._pending = []
+
+    def _fetch(self, futures):
+        distributed = _distributed()
+        try:
+            return self.client.gather(futures)
+        except distributed.client.FutureCancelledError as exc:
+            raise DaskError(f"{self.address}: the task was cancelled ({_reason(exc)})") from None
+        except cf.CancelledError:
+            raise DaskError(f"{self.address}: the task was cancelled (lost the scheduler?)") from None
+        except _killed_worker():
+            raise DaskError(f"{self.address}: the workers running task {futures[0].key} died; Dask gave up "
+                            "on it (its allowed-failures); see the workers' logs") from None
+        except (OSError, TimeoutError) as exc:
+            if isinstance(exc, StreamtraceError) or getattr(exc, "filename", None):
+                raise   # the task's own, e.g. a trace it could not open
+            raise DaskError(f"{self.address}: lost the connection to the scheduler ({_reason(exc)})") from None
+
+    def cancel_pending(self):
+        """Cancel the running map's tasks not consumed yet, on the workers too."""
+        pending, self._pending = [f for f in self._pending if f is not None], []
+        if pending:
             try:
-                self.client.cancel(futures)
+                self.client.cancel(pending)
             except Exception:  # noqa: BLE001 - the connection may be gone already
                 pass
+
+    def close(self, wait=True):
+        """Cancel what has not finished, then close what this executor
+        opened (its client, its LocalCluster)."""
+        self.cancel_pending()
         for thing in reversed(self._owned):
             try:
                 thing.close()
@@ -88,40 +153,27 @@ class DaskExecutor(Executor):
         self._owned = []
 
 
-class _ClusterFuture:
-    """A Dask future with the ``result``/``cancel`` the base map uses; the
-    cluster's own failures (a task whose workers kept dying, a lost
-    scheduler) become one DaskError naming the address.  The task's own
-    exception (a TraceError, say) comes back as itself."""
+def items_per_task(n, workers):
+    """Items in one task: enough that the scheduler's cost per task is small
+    beside the task's, few enough that every worker gets at least
+    ``TASKS_PER_WORKER`` tasks (a slow rank, or a lost worker, holds up one
+    small task, not a worker's whole share)."""
+    return max(1, min(MAX_ITEMS_PER_TASK, n // (max(1, workers) * TASKS_PER_WORKER)))
 
-    def __init__(self, future, address):
-        self._future, self._address = future, address
 
-    def result(self):
-        distributed = _distributed()
-        try:
-            return self._future.result()
-        except distributed.client.FutureCancelledError as exc:
-            raise DaskError(f"{self._address}: the task was cancelled ({_reason(exc)})") from None
-        except cf.CancelledError:
-            raise DaskError(f"{self._address}: the task was cancelled (lost the scheduler?)") from None
-        except _killed_worker():
-            raise DaskError(f"{self._address}: the workers running task {self._future.key} died; Dask gave up "
-                            "on it (its allowed-failures); see the workers' logs") from None
-        except (OSError, TimeoutError) as exc:
-            if isinstance(exc, StreamtraceError) or getattr(exc, "filename", None):
-                raise   # the task's own, e.g. a trace it could not open
-            raise DaskError(f"{self._address}: lost the connection to the scheduler ({_reason(exc)})") from None
+class _Batch:
+    """``fn`` over a list of items, as one task: the list of results."""
 
-    def cancel(self):
-        try:
-            self._future.cancel()
-        except Exception:  # noqa: BLE001 - the connection may be gone already
-            pass
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, items):
+        return [self.fn(item) for item in items]
 
 
 def _name(fn):
     """What a task runs, for its key: the function's name."""
+    fn = getattr(fn, "fn", fn)             # _Batch
     fn = getattr(fn, "fn", fn)             # executor._Finished
     fn = getattr(fn, "func", fn)           # functools.partial
     return getattr(fn, "__name__", type(fn).__name__).strip("_")

@@ -8,7 +8,10 @@ nothing written at the output.
 missing one fails these tests rather than skipping them."""
 import contextlib
 import filecmp
+import io
+import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -16,15 +19,20 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 
 import distributed
 import pytest
+import zstandard
 from click.testing import CliRunner
 
 import generate_fixture
 from streamtrace.chain import generate_collective_report
 from streamtrace.cli import main
 from streamtrace.errors import TraceError
+from streamtrace.fuse import fuse
+from streamtrace.io.ranks import resolve_inputs
+from streamtrace.parallel.dask import DaskExecutor, items_per_task
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
@@ -150,15 +158,57 @@ def test_extract_on_a_scheduler_equals_the_local_run(job, cluster, tmp_path):
     assert filecmp.cmp(tmp_path / "local.stev", tmp_path / "piped.stev", shallow=False)
 
 
-def test_python_api_takes_a_distributed_client(job, cluster):
+def _fused_text(path):
+    """A fused file's JSON text, decompressed (gzip: one member), its run time zeroed."""
+    data = open(path, "rb").read()
+    if str(path).endswith(".gz"):
+        z = zlib.decompressobj(31)
+        data = z.decompress(data)
+        assert z.eof and not z.unused_data   # one gzip member
+    elif str(path).endswith(".zst"):
+        data = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True).read()
+    text = data.decode()
+    json.loads(text)
+    return re.sub(r'"seconds":[0-9.e+-]+', '"seconds":0', text)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz", ".json.zst"])
+def test_fuse_on_a_scheduler_equals_the_local_run(job, cluster, tmp_path, suffix):
+    d, _ = job
+    args = ["fuse", "--trace_dir", d, "--world_size", RANKS, "-q", "--cat", "kernel,cpu_op,gpu_user_annotation"]
+    local = invoke(*args, "-o", tmp_path / f"local{suffix}")
+    assert local.exit_code == 0, local.output
+    remote = invoke(*args, "-o", tmp_path / f"remote{suffix}", "--scheduler", cluster.address)
+    assert remote.exit_code == 0, remote.output
+    assert _fused_text(tmp_path / f"remote{suffix}") == _fused_text(tmp_path / f"local{suffix}")
+
+
+def test_python_api_takes_a_distributed_client(job, cluster, tmp_path):
     d, _ = job
     local = generate_collective_report(trace_dir=d, world_size=RANKS, blocking_analysis=True)
+    fuse(resolve_inputs(trace_dir=d, world_size=RANKS), str(tmp_path / "local.json"), time_base=True)
     with distributed.Client(cluster.address, set_as_default=False) as client:
         remote = generate_collective_report(trace_dir=d, world_size=RANKS, blocking_analysis=True, executor=client)
+        fuse(resolve_inputs(trace_dir=d, world_size=RANKS), str(tmp_path / "remote.json"), time_base=True,
+             executor=client)
         assert client.status == "running"   # the caller's client: left open
+    assert _fused_text(tmp_path / "remote.json") == _fused_text(tmp_path / "local.json")
     assert list(local) == list(remote)
     for name in local:
         assert local[name].equals(remote[name]), name
+
+
+def test_map_runs_many_items_per_task_in_item_order_and_raises_the_first_failure(cluster):
+    with distributed.Client(cluster.address, set_as_default=False) as client:
+        executor = DaskExecutor(client)
+        items = [str(i) for i in range(200)]
+        assert items_per_task(len(items), executor.workers) > 1
+        assert list(executor.map(int, items, finish=abs)) == list(range(200))
+        items[37], items[150] = "first bad", "second bad"
+        with pytest.raises(ValueError, match="first bad"):
+            list(executor.map(int, items))
+        # a result per task, one task per item: for results the size of a rank's events
+        assert list(executor.map(int, items[:30], fetch_ahead=1)) == list(range(30))
 
 
 def test_local_cluster_of_worker_processes_equals_the_local_run(job, tmp_path):
