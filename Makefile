@@ -89,6 +89,9 @@ sanitize: $(BUILD)/st_driver_asan $(BUILD)/st_fuse_driver_asan $(STAMP)
 # `make bench BENCH_SCALE=0.1` runs every benchmark at a tenth of the size.
 BENCH_SCALE ?= 1
 BENCH_MB = $(shell $(PYTHON) -c "print(max(10, int(500 * $(BENCH_SCALE))))")
+# rank scaling (bench_scaling.py): 64 and 256 ranks of 1 MB by default; the
+# issue's sizes are BENCH_SCALING_RANKS=64,256,1024,4096 (5.4 GB, ~30 minutes)
+BENCH_SCALING_RANKS ?= 64,256
 bench: $(STAMP)
 	@$(PYC)
 	$(PY) bench/run.py --mb $(shell $(PYTHON) -c "print(max(20, int(1000 * $(BENCH_SCALE))))") \
@@ -97,6 +100,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB) --repeat 9
 	$(PY) bench/bench_correlate.py --bounded --base main --scale $(BENCH_SCALE)
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
+	$(PY) bench/bench_scaling.py --ranks $(BENCH_SCALING_RANKS) --mb 1
 
 # docs/cli.md from the commands' --help (a test fails when it is stale)
 docs: $(STAMP)

@@ -20,6 +20,7 @@ import itertools
 import os
 
 from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_error
+from .parallel.dask import as_executor
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
@@ -144,6 +145,7 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None):
                 raise StreamtraceError("give either event streams or trace files, not both")
             inputs = None if all(streams) else resolve_inputs(paths=paths, world_size=world_size)
         if inputs is not None:
+            executor = as_executor(executor)
             return _correlated_tables(inputs, world_size, jobs, None, None, False, None, executor=executor)
         names = set().union(*(table_names(p) for p in paths))
         steps = StreamSteps()
@@ -182,10 +184,11 @@ class RankReading:
 
     def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None, executor=None):
         self.inputs = inputs
+        executor = as_executor(executor)
         self._executor = executor if executor is not None else local_executor(jobs, len(inputs))
         self._owns_executor = executor is None
         read = functools.partial(_read_rank, world_size=world_size, strict=strict)
-        items = list(zip(inputs, _summed_progress(progress, len(inputs))))
+        items = _rank_items(inputs, progress, self._executor)
         self._results = self._executor.map(read, items, finish=_finish_rank)
 
     def results(self):
@@ -254,6 +257,14 @@ def _finish_rank(pair):
     return finish_rank(collector), steps.finish()
 
 
+def _rank_items(inputs, progress, executor):
+    """The map's items: (RankInput, progress callback).  No progress from
+    executors that ship the work (a callback here cannot be called there)."""
+    if not executor.shares_memory:
+        progress = None
+    return list(zip(inputs, _summed_progress(progress, len(inputs))))
+
+
 def _summed_progress(progress, n):
     """Per-rank progress callbacks that report the sum over all ranks (the
     ranks are read in parallel threads)."""
@@ -296,9 +307,10 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .stream.format import table_frame
 
     read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
-    items = list(zip(inputs, _summed_progress(progress, len(inputs))))
+    executor = as_executor(executor)
     with contextlib.ExitStack() as owned:
         executor_ = executor if executor is not None else owned.enter_context(local_executor(jobs, len(inputs)))
+        items = _rank_items(inputs, progress, executor_)
         summaries = list(executor_.map(read, items, finish=_finish_rank_for_blocking))
     _check_distinct_ranks(inputs, [result for result, _ in summaries])
     summaries.sort(key=lambda s: s[0].rank)
@@ -392,7 +404,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     None: ranks in parallel threads, one per rank up to the CPUs available
     (``use_multiprocessing`` with ``max_workers`` sets the count, as in
     TraceLens); 1 reads the ranks one after another; ``executor`` runs the
-    per-rank map instead (``parallel.executor``).
+    per-rank map instead (``parallel.executor``; a ``distributed.Client`` runs it on
+    that Dask cluster).
     Returns ``{sheet name: DataFrame}``.  Unless ``write_files`` is false it
     also writes the outputs asked for; with no output path given nothing is
     written, as TraceLens's function does.

@@ -94,6 +94,34 @@ def jobs_option(fn):
                         help="Ranks processed at once [default: the CPUs available, at most one per rank].")(fn)
 
 
+def scheduler_option(fn):
+    """``--scheduler``: run the per-rank map on a Dask cluster (parallel.dask)."""
+    return click.option("--scheduler", metavar="ADDRESS|auto|local",
+                        help="Run the per-rank work on a Dask cluster: its scheduler's address (tcp://host:port), "
+                             "auto (DASK_SCHEDULER_ADDRESS or dask's scheduler-address config), or local (a "
+                             "LocalCluster of -j worker processes for this run). Needs streamtrace[dask]; the "
+                             "workers read the traces by the paths given.")(fn)
+
+
+@contextlib.contextmanager
+def cluster_executor(scheduler, jobs, items=None):
+    """The executor ``--scheduler`` asks for (None without it: each command's
+    local default), closed when the command ends."""
+    if not scheduler:
+        yield None
+        return
+    from .parallel.dask import open_executor, quiet_logs
+
+    quiet_logs()   # a failure Dask cannot recover from comes back as this command's one line
+    executor = open_executor(scheduler, jobs, items)
+    try:
+        yield executor
+    except BaseException:
+        executor.close(wait=False)
+        raise
+    executor.close()
+
+
 def align_clocks_option(default):
     """``--align_clocks/--no-align_clocks``: whether to apply the per-rank
     clock offsets estimated from collective ends; ``default`` says what
@@ -177,11 +205,12 @@ def main():
               help="Rank of a single input path (else distributedInfo.rank).")
 @click.option("--keep_pyfunc", "--keep-pyfunc", "keep_pyfunc", is_flag=True, help="Keep python_function events (skipped by default).")
 @jobs_option
+@scheduler_option
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1, no output).")
 @quiet_option
 @handle_errors
 def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
-            output, rank, keep_pyfunc, jobs, strict, quiet):
+            output, rank, keep_pyfunc, jobs, scheduler, strict, quiet):
     """Trace files -> event stream.
 
     Reads each rank's trace (.json, .json.gz or .json.zst, sniffed; '-' is
@@ -199,9 +228,9 @@ def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size,
             raise click.UsageError("--rank goes with a single input path")
         inputs[0].rank = rank
     _check_stream_output(output, [i.path for i in inputs])
-    with stream_output(output) as out:
+    with cluster_executor(scheduler, jobs, len(inputs)) as executor, stream_output(output) as out:
         extract_api(inputs, out, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs,
-                            strict=strict, progress=_progress_printer(quiet))
+                    strict=strict, progress=_progress_printer(quiet), executor=executor)
 
 
 @main.command()
@@ -253,9 +282,10 @@ def correlate(streams, output, quiet):
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write the self-contained HTML report (charts; needs plotly) here.")
 @jobs_option
+@scheduler_option
 @quiet_option
 @handle_errors
-def blockers(inputs, top, html_path, jobs, quiet):
+def blockers(inputs, top, html_path, jobs, scheduler, quiet):
     """The short answer: which kernels and host ops blocked the collectives.
 
     INPUTS are event streams (at any stage: extracted, aligned or correlated;
@@ -272,7 +302,9 @@ def blockers(inputs, top, html_path, jobs, quiet):
     from .chain import blockers as blockers_api
 
     _setup_logging(quiet)
-    click.echo(blockers_api(list(inputs) or ["-"], top=top, jobs=jobs, html_path=html_path))
+    with cluster_executor(scheduler, jobs) as executor:
+        text = blockers_api(list(inputs) or ["-"], top=top, jobs=jobs, html_path=html_path, executor=executor)
+    click.echo(text)
     if html_path and not quiet:
         click.echo(f"wrote {html_path}", err=True)
 
@@ -441,6 +473,7 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
 @click.option("--max_workers", "--max-workers", "max_workers", type=click.IntRange(min=1),
         help="Pool size for --use_multiprocessing [default: CPU count].")
 @jobs_option
+@scheduler_option
 @click.option("--blocking_analysis/--no-blocking_analysis", "--blocking-analysis/--no-blocking-analysis",
         "blocking_analysis", default=False, show_default=True,
         help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
@@ -450,7 +483,7 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
 def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
                       output_xlsx_path, output_csvs_dir, output_html_path, detailed_analysis, agg_metrics,
                       gpus_per_node, all2allv_heatmap, align_clocks, strict, use_multiprocessing, max_workers, jobs,
-                      blocking_analysis, quiet):
+                      scheduler, blocking_analysis, quiet):
     """Trace files -> collective report, in one process (extract | align | report).
 
     TraceLens_generate_multi_rank_collective_report_pytorch's flags, sheets,
@@ -471,14 +504,15 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
                                "(as in TraceLens)")
     _setup_logging(quiet)
     progress = _progress_printer(quiet)
-    written, sheets = write_collective_report(
-        paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
-        rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
-        output_csvs_dir=output_csvs_dir, output_html_path=output_html_path, detailed_analysis=detailed_analysis,
-        agg_metrics=agg_metrics, gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
-        align_clocks=align_clocks, allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs,
-        use_multiprocessing=use_multiprocessing, max_workers=max_workers, progress=progress,
-        blocking_analysis=blocking_analysis)
+    with cluster_executor(scheduler, jobs) as executor:
+        written, sheets = write_collective_report(
+            executor=executor, paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
+            rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
+            output_csvs_dir=output_csvs_dir, output_html_path=output_html_path, detailed_analysis=detailed_analysis,
+            agg_metrics=agg_metrics, gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
+            align_clocks=align_clocks, allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs,
+            use_multiprocessing=use_multiprocessing, max_workers=max_workers, progress=progress,
+            blocking_analysis=blocking_analysis)
     _end_progress(progress)
     _wrote(written, sheets)
 
@@ -553,11 +587,12 @@ def _fuse_progress(quiet):
 @click.option("--time_base", "--time-base", "time_base", is_flag=True,
         help="Put ranks whose ts are relative to baseTimeNanoseconds on one epoch.")
 @jobs_option
+@scheduler_option
 @quiet_option
 @handle_errors
 def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
                  output, ranks, include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks,
-                 time_base, jobs, quiet):
+                 time_base, jobs, scheduler, quiet):
     """Per-rank traces -> one Perfetto / chrome://tracing JSON file, streamed.
 
     Every rank gets its own pid, flow-id, correlation and External id range,
@@ -577,9 +612,11 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
     cat_list = [c.strip() for c in cats.split(",") if c.strip()] if cats else None
     if cats is not None and not cat_list:
         raise click.BadParameter("give at least one category", param_hint="--cat")
-    result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
-                      name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
-                      time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet))
+    with cluster_executor(scheduler, jobs, len(inputs)) as executor:
+        result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
+                          name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
+                          time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet),
+                          executor=executor)
     if not quiet and output != "-":
         if sys.stderr.isatty():
             click.echo("", err=True)

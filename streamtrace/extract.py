@@ -6,6 +6,7 @@ Memory is the buffer (grown only for a single item larger than it) plus the
 rank's interned strings, whatever the size of the trace.
 """
 import contextlib
+import io
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import tempfile
 from . import _native
 from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
+from .parallel.dask import as_executor
 from .parallel.executor import Serial, local_executor
 from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
 
@@ -324,18 +326,49 @@ def _extract_to_file(args):
     return out_path, ranks
 
 
+def _extract_to_bytes(args):
+    """The map on a cluster, whose workers may not share this machine's
+    files: one rank's stream frames (no header) as bytes, and its ranks."""
+    inp, world_size, keep_pyfunc, strict = args
+    ranks = set()
+    buf = io.BytesIO()
+    writer = StreamWriter(buf, write_header=False)
+    for frame in extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict):
+        ranks.add(frame.rank)
+        writer.write(frame)
+    return buf.getvalue(), ranks
+
+
+def _extract_remote(inputs, output, writer, claims, executor, options):
+    """``extract``'s map on a cluster (``executor.remote``): each rank's
+    frames come back as bytes and are written here in rank order (a rank's
+    stream waits on its worker until its turn)."""
+    items = [(inp, *options) for inp in inputs]
+    # one rank's stream on this side at a time: a stream is the size of its events
+    for i, (data, ranks) in enumerate(executor.map(_extract_to_bytes, items, fetch_ahead=1)):
+        for r in ranks:
+            claims.claim(r, i, inputs[i].path)
+        output.write(data)
+    writer.close()
+
+
 def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, strict=False, progress=None,
             executor=None):
     """Extract every RankInput into one stream written to ``output`` (a binary
     file object).  The map extracts a rank into a stream file of its own; the
     reduce copies those out in rank order.  ``jobs`` > 1 (or an
     ``executor``): ranks in parallel worker processes (at most one per rank
-    and per CPU).  One worker: the ranks are extracted here, straight to the
+    and per CPU); an executor on a cluster (``remote``; or a
+    ``distributed.Client``) sends each rank's frames back as bytes.  One worker: the ranks are extracted here, straight to the
     output.  However this ends (an error, ``Interrupted`` from a signal), the
     workers are gone and the temporary files removed when it returns."""
     writer = StreamWriter(output)
     claims = _RankClaims()
+    executor = as_executor(executor)
     executor_ = executor if executor is not None else local_executor(jobs, len(inputs), kind="processes")
+    if getattr(executor_, "remote", False):
+        _extract_remote(inputs, output, writer, claims, executor_, (world_size, keep_pyfunc, strict))
+        return
     if isinstance(executor_, Serial):
         for i, inp in enumerate(inputs):
             writer.write_all(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,

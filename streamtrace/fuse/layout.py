@@ -3,6 +3,7 @@ the pid numbering) and the metadata events fuse adds per rank (process names
 and sort indices, sibling-lane threads)."""
 from ..errors import StreamtraceError
 from ..extract import decode_raw_string
+from .options import _flags_for, _window_ns
 
 PID_LIMIT = (1 << 31) - 1       # Perfetto and chrome://tracing keep pids as 32-bit ints
 SORT_SLOTS = 1000               # process_sort_index = rank * 1000 + slot
@@ -146,3 +147,11 @@ def _lanes(rk, pid_map):
                 out.append({"name": "thread_sort_index", "ph": "M", "pid": out_pid, "tid": lt,
                             "args": {"sort_index": sort}})
     return out
+
+
+def configure_rank(rk, opts):
+    """The rank's rewriter (``rk.fz``, after its scan) set up for the write
+    pass with the layout decided (``rk.id_offset``, ``rk.pid_map``, ``rk.shift_ns``)."""
+    rk.fz.configure(rank=rk.rank, flags=_flags_for(rk, opts), id_offset=rk.id_offset, ts_shift_ns=rk.shift_ns,
+                    window=_window_ns(opts))
+    rk.fz.set_pid_map(list(rk.pid_map), list(rk.pid_map.values()))

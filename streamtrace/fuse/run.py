@@ -7,12 +7,14 @@ import time
 from dataclasses import dataclass
 
 from ..io.outputs import check_suffix, refuse_input_as_output
+from ..parallel.dask import as_executor
 from ..parallel.executor import worker_count
 from ..userregex import UserRegex
 from .clocks import _clock_offsets, _common_base
 from .inputs import _as_rank_inputs, _resolve_ranks
-from .layout import _id_stride, _labels, _lanes, _pid_maps
-from .options import FuseOptions, FuseResult, _flags_for, _window_ns, compression_for, parse_window
+from .layout import _id_stride, _labels, _lanes, _pid_maps, configure_rank
+from .options import FuseOptions, FuseResult, compression_for, parse_window
+from .remote import scan_ranks, write_ranks
 from .passes import _base_prepass, _Progress, _run_parallel, _scan, _write_parallel, _write_rank
 from .segments import _atomic, _check_target_room, _GzipJoin, _Segment
 from .spill import _SpillBudget
@@ -28,6 +30,7 @@ class _Plan:
     opts: FuseOptions
     compression: str
     jobs: int
+    executor: object = None       # a cluster's (fuse.remote); None: local threads
     common_base: int = None
     clocks: object = None         # the align stage's clock table (--align_clocks)
     id_stride: int = 0
@@ -38,7 +41,7 @@ class _Plan:
 
 def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex=None, window=None,
          nccl_only=False, align_clocks=False, time_base=False, jobs=None, *, keep_spans=False,
-         compression=None, progress=None, _masks=None):
+         compression=None, progress=None, _masks=None, executor=None):
     """Merge per-rank traces into one Chrome-trace JSON for Perfetto, streamed.
 
     ``inputs``: RankInputs or paths (list; rank from the RankInput, else
@@ -52,7 +55,9 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     the align stage's clock offset (puts ranks on one epoch too).
     ``time_base``: put ``baseTimeNanoseconds``-relative ranks on one epoch.
     ``jobs``: ranks processed at once (None: the CPUs available; never more
-    than there are ranks).  Returns a FuseResult.
+    than there are ranks).  ``executor``: a cluster's executor (``--scheduler``;
+    or a ``distributed.Client``) runs both per-rank passes on its workers
+    (``fuse.remote``).  Returns a FuseResult.
     """
     t_start = time.time()
     opts = _options(include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks, time_base)
@@ -61,7 +66,10 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     compression = compression or compression_for(output)
     budget = _SpillBudget()
     rank_inputs = _as_rank_inputs(inputs)
-    plan = _Plan(opts, compression, worker_count(jobs, len(rank_inputs) or 1))
+    executor = as_executor(executor)
+    if executor is not None and not getattr(executor, "remote", False):
+        executor = None   # a local executor: fuse runs its own threads (-j)
+    plan = _Plan(opts, compression, worker_count(jobs, len(rank_inputs) or 1), executor)
     refuse_input_as_output(output, [i.path for i in rank_inputs])
     ranks_ = _resolve_ranks(rank_inputs, ranks)
     if _masks is not None:
@@ -70,7 +78,10 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     prog = _Progress(progress)
 
     _place_before_scan(ranks_, plan)   # before the scan, so --window can use the shifts
-    _run_parallel(lambda rk: _scan(rk, opts, prog, budget), ranks_, plan.jobs)
+    if plan.executor is not None:
+        scan_ranks(ranks_, opts, plan.executor)
+    else:
+        _run_parallel(lambda rk: _scan(rk, opts, prog, budget), ranks_, plan.jobs)
     if (time_base or align_clocks) and plan.common_base is None:
         _place_after_scan(ranks_, plan)
     _lay_out(ranks_, plan)
@@ -129,9 +140,8 @@ def _lay_out(ranks_, plan):
     for rk in ranks_:
         rk.pid_map = pid_maps[rk.rank]
         rk.id_offset = rk.rank * plan.id_stride
-        rk.fz.configure(rank=rk.rank, flags=_flags_for(rk, plan.opts), id_offset=rk.id_offset,
-                        ts_shift_ns=rk.shift_ns, window=_window_ns(plan.opts))
-        rk.fz.set_pid_map(list(rk.pid_map), list(rk.pid_map.values()))
+        if rk.fz is not None:   # None: the rank is written on a cluster's worker (fuse.remote)
+            configure_rank(rk, plan.opts)
         labels += _labels(rk, rk.pid_map)
         labels += _lanes(rk, rk.pid_map)
     if not labels:
@@ -153,7 +163,9 @@ def _write_output(output, ranks_, plan, prog, t_start):
             json.dumps(e, separators=(",", ":")).encode() for e in plan.labels))
         head.close()
         segments = [head]
-        if plan.jobs <= 1 or len(ranks_) <= 1:
+        if plan.executor is not None:
+            segments += write_ranks(ranks_, plan.opts, f, compression, plan.executor)
+        elif plan.jobs <= 1 or len(ranks_) <= 1:
             for rk in ranks_:
                 segments.append(_write_rank(rk, plan.opts, f, compression, prog))
         else:

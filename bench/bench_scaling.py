@@ -1,0 +1,123 @@
+"""Rank scaling of the collective report: local threads and a 2-worker Dask LocalCluster.
+
+    python bench/bench_scaling.py [--ranks 64,256,1024,4096] [--mb 1] [--repeat 1]
+
+For each rank count, a synthetic job of that many ranks (fixtures/
+generate_fixture.py, about MB per rank; its groups' rank and split lists
+written as PyTorch writes them for large groups) is generated once into
+bench/out, then ``streamtrace collective-report --output_csvs_dir`` runs on it
+in a fresh process: with local threads (the default, -j 2), and with
+``--scheduler local -j 2`` (a LocalCluster of two worker processes, started
+and stopped inside the timed run).  Prints, per case, the wall time, the time
+per rank, the CPU time (user + sys: the command's process and, for the
+cluster, its workers and the scheduler), the client's peak RSS (the
+command's own process; the workers' largest peak beside it for the cluster)
+and the ratios the issue asks for:
+the largest job's time over the job a quarter of its size (linear in the
+trace bytes: <= 4.5 for 4x the ranks), and the cluster over the local run
+(<= 1.3 on this 2-core machine).  The cases of one size run one after the
+other, alternating their order between repeats, so that both see the same
+load; the ratios use each case's fastest run.
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+CASES = {"threads": [], "cluster": ["--scheduler", "local"]}
+
+
+def generate(ranks, mb):
+    out = os.path.join(HERE, "out", f"scaling_{ranks}x{mb:g}")
+    if not os.path.exists(os.path.join(out, "truth.json")):
+        subprocess.run([sys.executable, os.path.join(ROOT, "fixtures", "generate_fixture.py"), "--out", out,
+                        "--ranks", str(ranks), "--target_mb", str(mb), "--steps", "2", "--no_all2allv",
+                        "--jobs", "2", "--straggler_rank", str(ranks // 3)],
+                       check=True, stdout=subprocess.DEVNULL)
+    return out
+
+
+def child(case, directory, ranks):
+    """One timed run of the command, in this (fresh) process."""
+    from streamtrace.cli import main
+
+    out = tempfile.mkdtemp(prefix="streamtrace-scaling-")
+    try:
+        t0 = time.perf_counter()
+        try:
+            main(["collective-report", "--trace_dir", directory, "--world_size", str(ranks), "--output_csvs_dir",
+                  os.path.join(out, "csvs"), "-q", "-j", "2", *CASES[case]])
+        except SystemExit as exc:
+            if exc.code:
+                raise
+        seconds = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    print(json.dumps({"seconds": seconds,
+                      "cpu_s": own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime,
+                      "client_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "workers_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}))
+
+
+def measure(case, directory, ranks):
+    proc = subprocess.run([sys.executable, __file__, "--child", case, directory, str(ranks)],
+                          capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"{case} on {directory} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", default="64,256,1024,4096", help="comma-separated rank counts")
+    ap.add_argument("--mb", type=float, default=1.0, help="MB of JSON per rank (default 1)")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--child", nargs=3, metavar=("CASE", "DIR", "RANKS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        case, directory, ranks = args.child
+        child(case, directory, int(ranks))
+        return
+    sizes = [int(x) for x in args.ranks.split(",")]
+    best = {}
+    for ranks in sizes:
+        directory = generate(ranks, args.mb)
+        mb_total = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
+                       if f.endswith(".json") and f != "truth.json") / 1e6
+        for r in range(args.repeat):
+            order = list(CASES) if r % 2 == 0 else list(reversed(CASES))
+            for case in order:
+                m = measure(case, directory, ranks)
+                print(f"{ranks:5d} ranks ({mb_total:,.0f} MB) {case:8s} {m['seconds']:8.2f} s "
+                      f"{1000 * m['seconds'] / ranks:7.2f} ms/rank  CPU {m['cpu_s']:7.1f} s  "
+                      f"client peak RSS {m['client_rss_mb']:6.0f} MB"
+                      + (f"  workers' peak {m['workers_rss_mb']:.0f} MB" if case == "cluster" else ""),
+                      flush=True)
+                key = (ranks, case)
+                if key not in best or m["seconds"] < best[key]["seconds"]:
+                    best[key] = m
+    print("ratios (fastest runs):")
+    for ranks in sizes:
+        if (ranks, "threads") in best and (ranks, "cluster") in best:
+            ratio = best[ranks, "cluster"]["seconds"] / best[ranks, "threads"]["seconds"]
+            cpu = best[ranks, "cluster"]["cpu_s"] / best[ranks, "threads"]["cpu_s"]
+            print(f"  {ranks:5d} ranks: cluster / threads time {ratio:.2f} (target <= 1.3), CPU {cpu:.2f}")
+    for small, large in zip(sizes, sizes[1:]):
+        for case in CASES:
+            t = best[large, case]["seconds"] / best[small, case]["seconds"]
+            rss = best[large, case]["client_rss_mb"] / best[small, case]["client_rss_mb"]
+            print(f"  {case:8s} {large} / {small} ranks ({large / small:g}x the bytes): time {t:.2f}"
+                  f"{' (target <= 4.5)' if large == 4 * small else ''}, client peak RSS {rss:.2f}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+    main()
