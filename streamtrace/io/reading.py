@@ -16,6 +16,7 @@ import sys
 from .. import _native
 from ..errors import TraceError, TraceNotFoundError, os_reason
 from ..parallel.threads import prefetched
+from ..remote import is_url, local_path
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -167,7 +168,7 @@ class ZstdSource:
 
 
 def open_source(path, gzip_backend=None):
-    """Open ``path`` ('-' for stdin) and return ``(source, closer)``.
+    """Open ``path`` ('-' for stdin; a URL through fsspec) and return ``(source, closer)``.
 
     Raises TraceError with a one-line reason for unreadable paths.
     """
@@ -178,7 +179,14 @@ def open_source(path, gzip_backend=None):
             f = io.BufferedReader(f)
         closer = lambda: None  # noqa: E731 - stdin stays open
         label = "<stdin>"
+    elif is_url(path):   # ranged reads through fsspec; never memory-mapped
+        from ..remote import open_input, redact
+
+        f = open_input(path)
+        closer = f.close
+        label = redact(path)
     else:
+        path = local_path(path)
         label = path
         if os.path.isdir(path):
             raise TraceError(path, "is a directory, not a trace file (use --trace_dir for a directory)")
@@ -199,7 +207,7 @@ def open_source(path, gzip_backend=None):
     elif kind == "zstd":
         src = ZstdSource(f, label)
     else:
-        src = PlainSource(f, from_path=path != "-")
+        src = PlainSource(f, from_path=path != "-" and not is_url(path))
     return src, closer
 
 
