@@ -16,6 +16,7 @@ from . import _native
 from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
 from .parallel.executor import Serial, local_executor
+from .remote import redact, source_label
 from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
@@ -72,8 +73,9 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
-        yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict,
-                            drop_flows, align_only, batch_events, map_window)
+        # named without a URL's credentials in messages, warnings and the metadata
+        yield from _extract(redact(path), source, rank, world_size, keep_pyfunc, position, chunk_size, progress,
+                            strict, drop_flows, align_only, batch_events, map_window)
     finally:
         close()
 
@@ -279,7 +281,7 @@ class _RankExtraction:
         else:
             rank_from = "position"
         return {
-            "source": os.path.abspath(path) if path != "-" else "-",
+            "source": source_label(path),
             "rank": self.resolved_rank,
             "world_size": world_size if world_size is not None else trace_ws,
             "rank_from": rank_from,
