@@ -102,6 +102,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _serve(self, body):
         path = urllib.parse.urlsplit(self.path).path
+        self.server.requests.append((self.command, path, self.headers.get("Range")))
         if path.startswith("/forbidden/"):
             return self._status(403)
         full = os.path.join(self.server.root, path.lstrip("/"))
@@ -145,7 +146,7 @@ def http_root(tmp_path_factory, run_dir):
     root = tmp_path_factory.mktemp("http_root")
     shutil.copytree(run_dir[0], root / "run")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), _Handler)
-    server.root, server.cuts = str(root), {}
+    server.root, server.cuts, server.requests = str(root), {}, []
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -358,6 +359,35 @@ def test_gzip_over_http_is_sniffed(http_root, tmp_path):
     ours = without_sources((tmp_path / "r.stev").read_bytes())
     assert ours == without_sources((tmp_path / "l.stev").read_bytes())
     assert ours[0][0]["compression"] == "gzip"
+
+
+def test_reads_are_ranged_blocks_not_a_download(http_root, run_dir, tmp_path, monkeypatch):
+    """Every GET asks for a range of about one block (the read-ahead cache's
+    block plus the read), never the whole object."""
+    base, server = http_root
+    d, _ = run_dir
+    monkeypatch.setenv("STREAMTRACE_REMOTE_BLOCK_SIZE", SMALL_BLOCKS)
+    size = os.path.getsize(os.path.join(d, "rank2_trace.json"))
+    del server.requests[:]
+    res = invoke("extract", f"{base}/run/rank2_trace.json", "-o", tmp_path / "x.stev")
+    assert res.exit_code == 0, res.output
+    gets = [r for r in server.requests if r[0] == "GET" and r[1] == "/run/rank2_trace.json"]
+    assert len(gets) >= size // (3 * int(SMALL_BLOCKS)), gets
+    spans = []
+    for _, _, rng in gets:
+        m = re.match(r"bytes=(\d+)-(\d+)$", rng or "")
+        assert m, f"an unranged GET: {rng!r}"
+        spans.append(int(m.group(2)) - int(m.group(1)) + 1)
+    assert max(spans) <= 2 * int(SMALL_BLOCKS)
+
+
+def test_html_report_to_s3(s3, s3_run, run_dir, tmp_path):
+    d, _ = run_dir
+    res = run("blockers", s3_run + "/", "--html", f"s3://{BUCKET}/out/blockers.html")
+    assert res.returncode == 0, res.stderr
+    page = s3.cat_file(f"{BUCKET}/out/blockers.html")
+    assert page.startswith(b"<!DOCTYPE html>") or page.lower().startswith(b"<!doctype html>"), page[:80]
+    assert not [p for p in s3.ls(f"{BUCKET}/out") if ".streamtrace" in p]
 
 
 # ------------------------------------------------------------------ faults
