@@ -276,6 +276,22 @@ def test_collective_report_blocking_from_s3_equals_local(s3, s3_run, run_dir, tm
         pd.testing.assert_frame_equal(ours[sheet], theirs[sheet])
 
 
+def test_collective_report_default_output_beside_s3_traces(s3, s3_run, run_dir, tmp_path):
+    """No output named: nccl_analysis_report.xlsx beside the traces, as for a
+    local --trace_dir; and TraceLens's Python entry point takes the URL too."""
+    from streamtrace.tracelens import generate_collective_report
+
+    res = run("collective-report", "--trace_dir", s3_run, "--world_size", 4)
+    assert res.returncode == 0, res.stderr
+    assert s3.exists(f"{BUCKET}/run/nccl_analysis_report.xlsx")
+    s3.rm_file(f"{BUCKET}/run/nccl_analysis_report.xlsx")
+    sheets = generate_collective_report(trace_dir=s3_run, world_size=4, output_csvs_dir=str(tmp_path / "csv"))
+    local = generate_collective_report(trace_dir=run_dir[0], world_size=4, output_csvs_dir=str(tmp_path / "lcsv"))
+    assert list(sheets) == list(local)
+    for name in os.listdir(tmp_path / "lcsv"):
+        assert (tmp_path / "csv" / name).read_bytes() == (tmp_path / "lcsv" / name).read_bytes(), name
+
+
 def test_blockers_from_s3_equals_local(s3, s3_run, run_dir):
     d, truth = run_dir
     local = invoke("blockers", d)
@@ -499,6 +515,13 @@ def test_url_output_that_is_an_input_is_refused(s3, s3_run):
     assert res.exit_code == 1
     assert "also an input" in one_line_error(res.output, "rank0_trace.json")
     assert s3.exists(f"{BUCKET}/run/rank0_trace.json")
+
+
+def test_unknown_protocol(tmp_path):
+    res = invoke("extract", "nosuchproto://bucket/rank0_trace.json", "-o", tmp_path / "x.stev")
+    assert res.exit_code == 1
+    one_line_error(res.output, "nosuchproto://bucket/rank0_trace.json")
+    assert os.listdir(tmp_path) == []
 
 
 def test_output_bucket_missing(s3, s3_run, tmp_path):
