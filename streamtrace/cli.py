@@ -168,6 +168,9 @@ def main():
 
     \b
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace dump --what meta
+
+    Any input or output path may be a URL (s3://, gs://, https://, any fsspec
+    protocol; the 'remote' extra): read in ranged blocks, written when complete.
     """
 
 
