@@ -125,6 +125,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if not body:
             return
+        stall = self.server.stalls.get(path)
+        if stall is not None:   # [GETs to let through, event set when stalled, event that releases]
+            if self.command == "GET":
+                stall[0] -= 1
+                if stall[0] < 0:
+                    stall[1].set()
+                    stall[2].wait(60)
         cut = self.server.cuts.get(path)
         if cut is not None and end >= cut:   # the connection dies mid-body
             self.wfile.write(data[start:max(start, cut)])
@@ -146,7 +153,7 @@ def http_root(tmp_path_factory, run_dir):
     root = tmp_path_factory.mktemp("http_root")
     shutil.copytree(run_dir[0], root / "run")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), _Handler)
-    server.root, server.cuts, server.requests = str(root), {}, []
+    server.root, server.cuts, server.requests, server.stalls = str(root), {}, [], {}
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -489,6 +496,36 @@ def test_connection_cut_with_strict_fails(http_root, run_dir, tmp_path, monkeypa
     assert res.returncode == 1
     assert "--strict" in one_line_error(res.stderr, url)
     assert os.listdir(tmp_path) == []
+
+
+def test_interrupted_upload_leaves_nothing(http_root, s3, s3_run, run_dir, tmp_path):
+    """SIGTERM while fuse writes its output (the input's second read stalls):
+    nothing at the URL, no temporary file left."""
+    import signal
+
+    base, server = http_root
+    d, _ = run_dir
+    shutil.copy(os.path.join(d, "rank0_trace.json"), os.path.join(server.root, "stall.json"))
+    stalled, release = threading.Event(), threading.Event()
+    server.stalls["/stall.json"] = [2, stalled, release]   # the metadata peek and the scan pass; the write stalls
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = subprocess.Popen([BIN, "fuse", f"{base}/stall.json", "-o", f"s3://{BUCKET}/out/stalled.json"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    try:
+        assert stalled.wait(120), "the write pass never read the input"
+        assert any(n.startswith(".streamtrace-upload-") for n in os.listdir(tmp))   # the output under way
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        release.set()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert not s3.exists(f"{BUCKET}/out/stalled.json")
+    assert os.listdir(tmp) == []
 
 
 def test_credentials_never_shown(http_root, run_dir, tmp_path, monkeypatch):
