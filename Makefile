@@ -96,6 +96,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_report.py --scale $(BENCH_SCALE) --repeat 3
 	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB) --repeat 9
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
+	$(PY) bench/bench_remote.py --mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
 
 # docs/cli.md from the commands' --help (a test fails when it is stale)
 docs: $(STAMP)
