@@ -242,7 +242,10 @@ class _RankExtraction:
         """Refuse what is not a trace; warn (or, ``strict``, refuse) a truncated one."""
         self.counts = counts = self.tok.counts()   # as the document ends: the META frame's counts
         path, truncated_at, source = self.path, self.truncated_at, self.source
+        cut = getattr(source, "read_error", lambda: None)()   # a URL whose connection failed mid-read
         if not counts["doc_started"]:
+            if cut:
+                raise TraceError(path, f"no data ({cut})")
             if source.truncated:
                 raise TraceError(path, f"the {source.kind} stream ends before any data (truncated file)")
             raise TraceError(path, "empty file (no JSON)")
@@ -251,15 +254,16 @@ class _RankExtraction:
                 raise TraceError(path, "truncated before the traceEvents array (no events to keep)", truncated_at)
             raise TraceError(path, "not a trace: the JSON has no traceEvents array")
         if truncated_at is not None:
-            why = " (the compressed stream ends early)" if source.truncated else ""
+            why = f" ({cut})" if cut else " (the compressed stream ends early)" if source.truncated else ""
             if strict:
                 raise TraceError(path, f"truncated{why} (--strict)", truncated_at)
             self.warn(f"{path}: truncated at byte {truncated_at}{why}; {counts['events_seen']} complete events "
                       f"before the cut")
-        elif source.truncated:
+        elif source.truncated or cut:
+            why = cut or "the compressed stream ends early"
             if strict:
-                raise TraceError(path, "the compressed stream ends early (--strict)")
-            self.warn(f"{path}: the compressed stream ends early, but the JSON document is complete")
+                raise TraceError(path, f"{why} (--strict)")
+            self.warn(f"{path}: {why}, but the JSON document is complete")
 
     def metadata(self, world_size):
         """The META frame's dict (after the last drain), with the warnings

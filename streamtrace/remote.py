@@ -98,16 +98,6 @@ def join(url, name):
     return url.rstrip("/") + "/" + name
 
 
-def basename(url):
-    return url.rstrip("/").rsplit("/", 1)[-1]
-
-
-def parent(url):
-    """The 'directory' a URL is in (``s3://bucket/run/x.json`` -> ``s3://bucket/run``)."""
-    head, _, _ = url.rstrip("/").rpartition("/")
-    return head
-
-
 # ------------------------------------------------------------------ file systems
 
 def _fsspec():
@@ -145,6 +135,8 @@ def _root_cause(exc):
 
 def reason(exc):
     """A one-line reason for a failed remote operation, with no credentials."""
+    if any("Payload" in type(e).__name__ or "ContentLength" in type(e).__name__ for e in (exc, _root_cause(exc))):
+        return "the connection closed before the end of the response"
     cause = _root_cause(exc)
     if cause is not exc and not isinstance(cause, FileNotFoundError):
         status = getattr(cause, "status", None)
@@ -174,9 +166,10 @@ def _block_size():
 # ------------------------------------------------------------------ reading
 
 class _CutSafeRaw(io.RawIOBase):
-    """A remote file as a raw stream whose read error ends the input (with a
-    warning) instead of the run: the reader above sees a short file and
-    handles it as a truncated one (events kept; --strict refuses it)."""
+    """A remote file as a raw stream whose read error ends the input instead
+    of the run: the reader above sees a short file and handles it as a
+    truncated one (events kept; --strict refuses it), naming ``cut``, the
+    reason, in its message."""
 
     def __init__(self, f, url, block):
         self._f, self._url, self._block = f, url, block
@@ -192,9 +185,7 @@ class _CutSafeRaw(io.RawIOBase):
         try:
             data = self._f.read(min(len(buf), self._block))   # a failed request loses one block at most
         except Exception as exc:   # aiohttp, botocore, OSError: whatever the protocol raises
-            self.cut = reason(exc)
-            log.warning(f"{redact(self._url)}: the read failed at byte {self._pos} ({self.cut}); "
-                        "the input ends there")
+            self.cut = f"the read failed at byte {self._pos}: {reason(exc)}"
             return 0
         n = len(data)
         buf[:n] = data
@@ -210,7 +201,8 @@ class _CutSafeRaw(io.RawIOBase):
 
 def open_input(url):
     """A buffered binary reader for ``url`` (``peek`` works, for sniffing);
-    one line naming the URL when it cannot be opened."""
+    one line naming the URL when it cannot be opened.  After a short read,
+    ``read_error(reader)`` says whether a failed request ended it."""
     fs, path = filesystem(url)
     block = _block_size()
     try:
@@ -222,6 +214,11 @@ def open_input(url):
         cls = TraceNotFoundError if problem == "no such object" else TraceError
         raise cls(redact(url), problem) from None
     return io.BufferedReader(_CutSafeRaw(f, url, block), buffer_size=1 << 20)
+
+
+def read_error(reader):
+    """Why ``open_input``'s reader ended early (None: it reached the end)."""
+    return getattr(getattr(reader, "raw", None), "cut", None)
 
 
 def isdir(url):

@@ -7,6 +7,7 @@ gzip goes through ISA-L (the ``isal`` package, ~2-3x zlib) when it is
 installed, else through the C core's zlib inflater; zstd through
 ``zstandard``; anything else is read as plain JSON.
 """
+import functools
 import io
 import mmap
 import os
@@ -167,12 +168,17 @@ class ZstdSource:
             raise TraceError(self._path, f"corrupt zstd data ({msg})") from None
 
 
+def _no_read_error():
+    return None
+
+
 def open_source(path, gzip_backend=None):
     """Open ``path`` ('-' for stdin; a URL through fsspec) and return ``(source, closer)``.
 
     Raises TraceError with a one-line reason for unreadable paths.
     """
     path = str(path)
+    cut = _no_read_error   # a URL's reader says why it ended early
     if path == "-":
         f = sys.stdin.buffer
         if not isinstance(f, io.BufferedReader):
@@ -180,11 +186,12 @@ def open_source(path, gzip_backend=None):
         closer = lambda: None  # noqa: E731 - stdin stays open
         label = "<stdin>"
     elif is_url(path):   # ranged reads through fsspec; never memory-mapped
-        from ..remote import open_input, redact
+        from ..remote import open_input, read_error, redact
 
         f = open_input(path)
         closer = f.close
         label = redact(path)
+        cut = functools.partial(read_error, f)
     else:
         path = local_path(path)
         label = path
@@ -208,6 +215,7 @@ def open_source(path, gzip_backend=None):
         src = ZstdSource(f, label)
     else:
         src = PlainSource(f, from_path=path != "-" and not is_url(path))
+    src.read_error = cut
     return src, closer
 
 

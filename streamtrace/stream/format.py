@@ -389,21 +389,27 @@ def iter_frames(source, name=None):
             yield from iter_frames(sys.stdin.buffer, name="<stdin>")
             return
         if is_url(source):   # ranged reads through fsspec
-            from ..remote import open_input, redact
+            from ..remote import open_input, read_error, redact
 
             try:
                 f = open_input(source)
             except TraceError as exc:
                 raise StreamFormatError(exc.path, f"cannot open: {exc.problem}") from None
-            name = redact(source)
-        else:
-            try:
-                f = open(local_path(source), "rb")
-            except OSError as exc:   # missing, a directory, unreadable: one line naming the file
-                raise StreamFormatError(str(source), f"cannot open: {os_reason(exc)}") from None
-            name = str(source)
+            with f:
+                try:
+                    yield from iter_frames(f, name=redact(source))
+                except StreamFormatError as exc:   # a cut connection: say so
+                    cut = read_error(f)
+                    if cut is None:
+                        raise
+                    raise StreamFormatError(exc.source, f"{exc.problem} ({cut})", exc.offset) from None
+            return
+        try:
+            f = open(local_path(source), "rb")
+        except OSError as exc:   # missing, a directory, unreadable: one line naming the file
+            raise StreamFormatError(str(source), f"cannot open: {os_reason(exc)}") from None
         with f:
-            yield from iter_frames(f, name=name)
+            yield from iter_frames(f, name=str(source))
         return
     f = source
     name = name or getattr(f, "name", "<stream>")

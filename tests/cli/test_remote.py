@@ -481,7 +481,8 @@ def test_connection_cut_mid_read_keeps_events(http_root, run_dir, tmp_path, monk
     full = invoke("extract", os.path.join(d, "rank1_trace.json"), "-o", tmp_path / "full.stev")
     res = run("extract", url, "-o", tmp_path / "cut.stev")
     assert full.exit_code == 0 and res.returncode == 0, res.stderr
-    assert url in res.stderr and "truncated" in res.stderr and "Traceback" not in res.stderr
+    assert url in res.stderr and "truncated" in res.stderr and "the read failed" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
     kept, whole = read_stream((tmp_path / "cut.stev").read_bytes())[1], read_stream((tmp_path / "full.stev").read_bytes())[1]
     assert 0 < len(kept.events) < len(whole.events)
     assert kept.meta["truncated_at_byte"] is not None
@@ -492,9 +493,28 @@ def test_connection_cut_mid_read_keeps_events(http_root, run_dir, tmp_path, monk
 def test_connection_cut_with_strict_fails(http_root, run_dir, tmp_path, monkeypatch):
     url = _cut_trace(http_root, run_dir, "strict.json")
     monkeypatch.setenv("STREAMTRACE_REMOTE_BLOCK_SIZE", SMALL_BLOCKS)
-    res = run("extract", "--strict", "-q", url, "-o", tmp_path / "x.stev")
+    res = run("extract", "--strict", url, "-o", tmp_path / "x.stev")
     assert res.returncode == 1
-    assert "--strict" in one_line_error(res.stderr, url)
+    line = one_line_error(res.stderr, url)
+    assert "--strict" in line and "the read failed" in line
+    assert os.listdir(tmp_path) == []
+
+
+def test_connection_cut_in_a_stream(http_root, run_dir, tmp_path, monkeypatch):
+    """An event stream cut mid-read is an incomplete stream: one line, naming
+    the URL and the failed read, and no output."""
+    base, server = http_root
+    d, _ = run_dir
+    stev = os.path.join(server.root, "cut", "run.stev")
+    os.makedirs(os.path.dirname(stev), exist_ok=True)
+    assert invoke("extract", "--trace_dir", d, "--world_size", 4, "-o", stev).exit_code == 0
+    server.cuts["/cut/run.stev"] = os.path.getsize(stev) // 2
+    monkeypatch.setenv("STREAMTRACE_REMOTE_BLOCK_SIZE", SMALL_BLOCKS)
+    res = run("align", f"{base}/cut/run.stev", "-o", tmp_path / "a.stev")
+    assert res.returncode == 1
+    line = one_line_error(res.stderr, f"{base}/cut/run.stev")
+    assert re.search("(truncated|incomplete) stream", line) and "the read failed" in line
+    assert "connection closed" in line
     assert os.listdir(tmp_path) == []
 
 
