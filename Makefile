@@ -101,6 +101,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_correlate.py --bounded --base main --scale $(BENCH_SCALE)
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
 	$(PY) bench/bench_scaling.py --ranks $(BENCH_SCALING_RANKS) --mb 1
+	$(PY) bench/bench_remote.py --mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
 
 # docs/cli.md from the commands' --help (a test fails when it is stale)
 docs: $(STAMP)

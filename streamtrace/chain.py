@@ -23,6 +23,7 @@ from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_erro
 from .parallel.dask import as_executor
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
+from .remote import is_url, local_path
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
 from .stream.format import MAGIC, Kind, iter_frames, table_names
 
@@ -31,11 +32,25 @@ def is_stream(path):
     """True when ``path`` starts with the event-stream magic."""
     if str(path) == "-":
         return True
+    if is_url(str(path)):
+        from .remote import open_input
+
+        with open_input(str(path)) as f:
+            return f.read(len(MAGIC)) == MAGIC
     try:
-        with open(path, "rb") as f:
+        with open(local_path(path), "rb") as f:
             return f.read(len(MAGIC)) == MAGIC
     except OSError as exc:
         raise os_error(path, exc) from None
+
+
+def _isdir(path):
+    """A directory of traces, local or at a URL (a prefix with objects under it)."""
+    if is_url(str(path)):
+        from .remote import isdir
+
+        return isdir(str(path))
+    return os.path.isdir(local_path(path))
 
 
 #: records per frame in the in-process chains: 4x the stream's frames.  The
@@ -134,7 +149,7 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None):
     spooled = []
     try:
         paths = [_spooled(spooled) if str(p) == "-" else p for p in paths]
-        directories = [p for p in paths if os.path.isdir(p)]
+        directories = [p for p in paths if _isdir(p)]
         if directories:   # a run's directory of traces, as --trace_dir takes it
             if len(paths) > 1:
                 raise StreamtraceError(f"{directories[0]}: a directory of traces must be the only input")

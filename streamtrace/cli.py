@@ -21,6 +21,7 @@ from .io.outputs import atomic_file as atomic_output
 from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
 from .errors import Interrupted, StreamtraceError, os_reason
 from .io.ranks import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
+from .remote import redact_text
 from .stream.format import MAX_RANK
 
 log = logging.getLogger("streamtrace")
@@ -31,7 +32,7 @@ log = logging.getLogger("streamtrace")
 class _StderrHandler(logging.Handler):
     def emit(self, record):
         prefix = "warning: " if record.levelno == logging.WARNING else ""
-        click.echo(f"{prefix}{record.getMessage()}", err=True)
+        click.echo(f"{prefix}{redact_text(record.getMessage())}", err=True)   # no URL credentials
 
 
 def _setup_logging(quiet):
@@ -48,7 +49,7 @@ def handle_errors(fn):
         try:
             return fn(*args, **kwargs)
         except StreamtraceError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(redact_text(exc)) from None   # a URL's credentials never shown
         except BrokenPipeError:  # e.g. `streamtrace dump ... | head`
             with contextlib.suppress(Exception):
                 sys.stdout = open(os.devnull, "w")
@@ -57,7 +58,7 @@ def handle_errors(fn):
             raise click.Abort() from None
         except OSError as exc:   # the machine's, not ours (a full disk, an I/O error): one line too
             where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(f"{where}{os_reason(exc)}") from None
+            raise click.ClickException(redact_text(f"{where}{os_reason(exc)}")) from None
 
     return wrapper
 
@@ -195,6 +196,9 @@ def main():
 
     \b
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace dump --what meta
+
+    Any input or output path may be a URL (s3://, gs://, https://, any fsspec
+    protocol; the 'remote' extra): read in ranged blocks, written when complete.
     """
 
 
@@ -306,7 +310,7 @@ def blockers(inputs, top, html_path, jobs, scheduler, quiet):
         text = blockers_api(list(inputs) or ["-"], top=top, jobs=jobs, html_path=html_path, executor=executor)
     click.echo(text)
     if html_path and not quiet:
-        click.echo(f"wrote {html_path}", err=True)
+        click.echo(redact_text(f"wrote {html_path}"), err=True)
 
 
 # ------------------------------------------------------------------ collective report (issue #3)
@@ -398,7 +402,7 @@ def _wrote(paths, sheets):
 
     names = [n for n in SHEET_ORDER if n in sheets]
     for p in paths:
-        click.echo(f"wrote {p} ({len(names)} sheets)", err=True)
+        click.echo(redact_text(f"wrote {p} ({len(names)} sheets)"), err=True)
 
 
 @main.command()
@@ -620,7 +624,8 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
     if not quiet and output != "-":
         if sys.stderr.isatty():
             click.echo("", err=True)
-        click.echo(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)", err=True)
+        click.echo(redact_text(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)"),
+                   err=True)
 
 
 #: what ``timeout``, Slurm, systemd, Ctrl-C and a closed terminal send

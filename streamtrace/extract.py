@@ -18,6 +18,7 @@ from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
 from .parallel.dask import as_executor
 from .parallel.executor import Serial, local_executor
+from .remote import redact, source_label
 from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
@@ -74,8 +75,9 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
-        yield from _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict,
-                            drop_flows, align_only, batch_events, map_window)
+        # named without a URL's credentials in messages, warnings and the metadata
+        yield from _extract(redact(path), source, rank, world_size, keep_pyfunc, position, chunk_size, progress,
+                            strict, drop_flows, align_only, batch_events, map_window)
     finally:
         close()
 
@@ -242,7 +244,10 @@ class _RankExtraction:
         """Refuse what is not a trace; warn (or, ``strict``, refuse) a truncated one."""
         self.counts = counts = self.tok.counts()   # as the document ends: the META frame's counts
         path, truncated_at, source = self.path, self.truncated_at, self.source
+        cut = getattr(source, "read_error", lambda: None)()   # a URL whose connection failed mid-read
         if not counts["doc_started"]:
+            if cut:
+                raise TraceError(path, f"no data ({cut})")
             if source.truncated:
                 raise TraceError(path, f"the {source.kind} stream ends before any data (truncated file)")
             raise TraceError(path, "empty file (no JSON)")
@@ -251,15 +256,16 @@ class _RankExtraction:
                 raise TraceError(path, "truncated before the traceEvents array (no events to keep)", truncated_at)
             raise TraceError(path, "not a trace: the JSON has no traceEvents array")
         if truncated_at is not None:
-            why = " (the compressed stream ends early)" if source.truncated else ""
+            why = f" ({cut})" if cut else " (the compressed stream ends early)" if source.truncated else ""
             if strict:
                 raise TraceError(path, f"truncated{why} (--strict)", truncated_at)
             self.warn(f"{path}: truncated at byte {truncated_at}{why}; {counts['events_seen']} complete events "
                       f"before the cut")
-        elif source.truncated:
+        elif source.truncated or cut:
+            why = cut or "the compressed stream ends early"
             if strict:
-                raise TraceError(path, "the compressed stream ends early (--strict)")
-            self.warn(f"{path}: the compressed stream ends early, but the JSON document is complete")
+                raise TraceError(path, f"{why} (--strict)")
+            self.warn(f"{path}: {why}, but the JSON document is complete")
 
     def metadata(self, world_size):
         """The META frame's dict (after the last drain), with the warnings
@@ -281,7 +287,7 @@ class _RankExtraction:
         else:
             rank_from = "position"
         return {
-            "source": os.path.abspath(path) if path != "-" else "-",
+            "source": source_label(path),
             "rank": self.resolved_rank,
             "world_size": world_size if world_size is not None else trace_ws,
             "rank_from": rank_from,

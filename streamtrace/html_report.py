@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from .io.outputs import atomic_file
+from .remote import is_url, local_path
 from .errors import StreamtraceError
 from .plots import _short, charts, fmt_us
 
@@ -196,7 +197,11 @@ def check_output(path):
     (its directory exists, it is not a directory), so that a bad
     ``--output_html_path`` fails at once and before any other output is written."""
     require_plotly()
-    path = str(path)
+    path = local_path(str(path))
+    if is_url(path):
+        from .remote import check_output as check_url
+
+        return check_url(path)
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise StreamtraceError(f"{path}: the output directory does not exist")
     if os.path.isdir(path):

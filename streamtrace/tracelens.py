@@ -26,6 +26,7 @@ import sys
 from .fuse import TraceFuse as _StreamingTraceFuse
 from .errors import InputNotFoundError, InvalidArgumentError, StreamtraceError
 from .io.ranks import DEFAULT_RANK_REGEX, TRACE_SUFFIXES, _from_glob
+from .remote import is_url
 
 __all__ = ["DEFAULT_RANK_REGEX", "TraceFuse", "find_trace_files", "generate_collective_report", "infer_world_size",
            "main"]
@@ -80,8 +81,9 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         raise InvalidArgumentError("world_size must be provided")
     if sum(bool(x) for x in (trace_dir, trace_pattern, trace_glob)) != 1:
         raise InvalidArgumentError("Provide exactly one of trace_dir, trace_pattern, or trace_glob")
-    if trace_dir and not any(os.path.isfile(os.path.join(trace_dir, f"rank{r}_trace{suffix}"))
-                             for r in range(world_size) for suffix in TRACE_SUFFIXES):
+    if trace_dir and not is_url(trace_dir) and not any(
+            os.path.isfile(os.path.join(trace_dir, f"rank{r}_trace{suffix}"))
+            for r in range(world_size) for suffix in TRACE_SUFFIXES):
         # TraceLens looks for these names only; streamtrace's fallback (every
         # trace of the directory, ranks from distributedInfo) is not asked for here
         raise InputNotFoundError(f"Expected trace file not found: {os.path.join(trace_dir, 'rank0_trace.json')} "
@@ -178,7 +180,7 @@ class TraceFuse(_StreamingTraceFuse):
                          max_workers=max_workers if max_workers is not None else (os.cpu_count() or 8))
         self.rank2filepath = rank2filepath   # as given, as TraceLens keeps it
         first = next(iter(self.rank2filepath.values()))
-        if not os.path.exists(first):
+        if not is_url(str(first)) and not os.path.exists(first):   # a URL: reported when it is opened
             from .errors import TraceNotFoundError
 
             raise TraceNotFoundError(first, "no such file")

@@ -3,11 +3,11 @@ member (every rank's top-level metadata, per-rank facts, options, warnings),
 and the warnings each rank's passes produced."""
 import json
 import math
-import os
 
 import numpy as np
 
 from ..extract import VERSION
+from ..remote import source_label
 
 
 def _rank_warnings(rk):
@@ -32,7 +32,7 @@ def _rank_warnings(rk):
 def _rank_summary(rk):
     ws = rk.write_stats or {}
     return {
-        "source": os.path.abspath(rk.path) if rk.path != "-" else "-",
+        "source": source_label(rk.path),
         "events_seen": rk.stats["events_seen"],
         "events_written": ws.get("events_kept", 0),
         "dropped": {k[len("dropped_"):]: v for k, v in (ws or rk.stats).items() if k.startswith("dropped_") and v},

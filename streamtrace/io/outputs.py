@@ -7,6 +7,9 @@ no command ever leaves a partial file behind under the name the user asked
 for.  A symlink is followed first: the file it points to is replaced, the
 link stays a link.
 
+A URL (``s3://...``, see ``streamtrace.remote``) is written to a local
+temporary file and uploaded when complete: nothing appears at it on failure.
+
 Anything else -- a character device (``/dev/null``), a FIFO, a terminal, or a
 ``/dev/stdout``-style link into ``/proc/<pid>/fd`` -- is written straight
 into: renaming over it would replace the device or the pipe with a regular
@@ -21,6 +24,7 @@ import sys
 import tempfile
 
 from ..errors import StreamtraceError, os_error
+from ..remote import is_url, local_path
 
 #: compression suffixes an output path could ask for that no writer honours
 #: (fuse writes .gz and .zst; every other output is uncompressed by design)
@@ -50,8 +54,12 @@ def resolve_output(path):
     target is an existing non-regular file, or when a link led into
     ``/proc`` (``/dev/stdout``, ``/dev/fd/1``: the process's own open file,
     whatever it is, must be written as the shell opened it, not replaced).
-    A directory, a socket or a link loop is refused with one line."""
-    path = str(path)
+    A directory, a socket or a link loop is refused with one line.  A URL
+    is its own target, with ``direct`` true: there is nothing beside it to
+    write temporary files into."""
+    path = local_path(str(path))
+    if is_url(path):
+        return path, True
     target = os.path.abspath(path)
     for _ in range(40):   # the kernel's own limit on links in a path
         head, tail = os.path.split(target)
@@ -103,6 +111,10 @@ def refuse_input_as_output(output, inputs, what="output"):
     replaced."""
     if not output or output == "-":
         return
+    output = local_path(str(output))
+    if is_url(output):
+        _refuse_url_as_output(output, inputs, what)
+        return
     try:
         st = os.stat(output)
     except (OSError, ValueError):
@@ -117,10 +129,21 @@ def refuse_input_as_output(output, inputs, what="output"):
                 continue
             same, inp = (si.st_dev, si.st_ino) == (st.st_dev, st.st_ino), "<stdin>"
         else:
-            same = bool(inp) and same_file(output, inp)
+            same = bool(inp) and same_file(output, local_path(str(inp)))
         if same:
             raise StreamtraceError(f"{output}: the {what} is also an input ({inp}); writing it would destroy "
                                    "the input: choose another name")
+
+
+def _refuse_url_as_output(output, inputs, what):
+    """``refuse_input_as_output`` for a URL: the same object by its normalised URL."""
+    from ..remote import normalised, redact
+
+    key = normalised(output)
+    for inp in inputs:
+        if inp and is_url(str(inp)) and normalised(str(inp)) == key:
+            raise StreamtraceError(f"{redact(output)}: the {what} is also an input ({redact(inp)}); writing it "
+                                   "would destroy the input: choose another name")
 
 
 def stdout_buffer(what="the output"):
@@ -159,7 +182,13 @@ def _open_direct(path, target):
 def atomic_file(path, suffix=""):
     """A binary file object whose contents appear at ``path`` only on success
     (a non-regular ``path``: written straight into, see the module)."""
-    path = str(path)
+    path = local_path(str(path))
+    if is_url(path):
+        from ..remote import uploaded_file
+
+        with uploaded_file(path, suffix) as f:
+            yield f
+        return
     target, direct = resolve_output(path)
     if direct:
         f = _open_direct(path, target)

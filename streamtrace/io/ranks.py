@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputNotFoundError, InvalidArgumentError
+from ..remote import is_url, local_path
 from ..stream.format import MAX_RANK
 from ..userregex import UserRegex
 
@@ -96,22 +97,37 @@ def _rank_of_name(path, digits):
     return rank
 
 
-def _from_dir(trace_dir, world_size, allow_missing):
+def _listing(trace_dir):
+    """``(names, isfile, join)`` for a --trace_dir: one listing of it, and how
+    to test and name its entries (a URL's listing holds objects only)."""
+    if is_url(trace_dir):
+        from ..remote import join, list_files, redact
+
+        names = list_files(trace_dir)
+        if not names:
+            raise InputNotFoundError(f"{redact(trace_dir)}: --trace_dir lists no objects (an empty or missing prefix)")
+        return names, lambda path: True, join
     if not os.path.isdir(trace_dir):
         raise InputNotFoundError(f"{trace_dir}: --trace_dir is not a directory")
+    return os.listdir(trace_dir), os.path.isfile, os.path.join
+
+
+def _from_dir(trace_dir, world_size, allow_missing):
+    trace_dir = local_path(trace_dir)
+    listing, isfile, join = _listing(trace_dir)
     # one listing of the directory, whatever the world size: with it, the files
     # rank{r}_trace.json[.gz|.zst] for r < world_size (the first suffix of
     # TRACE_SUFFIXES that exists), else every rank{N}_trace file (the first
     # name in sorted order for each rank)
     rx = re.compile(r"^rank(\d+)_trace\.json(\.gz|\.zst)?$")
     found = {}
-    for name in sorted(os.listdir(trace_dir), key=_suffix_order if world_size is not None else None):
+    for name in sorted(listing, key=_suffix_order if world_size is not None else None):
         m = rx.match(name)
         if not m:
             continue
-        path = os.path.join(trace_dir, name)
+        path = join(trace_dir, name)
         if world_size is not None:
-            if str(int(m.group(1))) != m.group(1) or int(m.group(1)) >= world_size or not os.path.isfile(path):
+            if str(int(m.group(1))) != m.group(1) or int(m.group(1)) >= world_size or not isfile(path):
                 continue
         found.setdefault(_rank_of_name(path, m.group(1)), []).append(path)
     for r, paths in found.items():
@@ -120,13 +136,13 @@ def _from_dir(trace_dir, world_size, allow_missing):
         found[r] = paths[0]
     if not found:
         # B1: no rank{i}_trace files; every trace in the directory, rank from distributedInfo
-        names = sorted(n for n in os.listdir(trace_dir) if n.endswith(TRACE_SUFFIXES))
+        names = sorted(n for n in listing if n.endswith(TRACE_SUFFIXES))
         if not names:
             raise InputNotFoundError(f"{trace_dir}: no trace files (*.json, *.json.gz, *.json.zst) in --trace_dir")
-        return [RankInput(os.path.join(trace_dir, n), None, i) for i, n in enumerate(names)]
+        return [RankInput(join(trace_dir, n), None, i) for i, n in enumerate(names)]
     if world_size is not None:
         _check_missing(found, world_size, allow_missing,
-                       lambda r: os.path.join(trace_dir, f"rank{r}_trace.json[.gz|.zst]"))
+                       lambda r: join(trace_dir, f"rank{r}_trace.json[.gz|.zst]"))
     return [RankInput(found[r], r, r) for r in sorted(found)]
 
 
@@ -139,23 +155,43 @@ def _from_pattern(pattern, world_size, allow_missing):
     # as str(rank) does (no sign, no leading zeros)
     head, tail = pattern.split("*")
     found = {}
-    for path in _glob.glob(_glob.escape(head) + "*" + _glob.escape(tail)):
-        digits = path[len(head):len(path) - len(tail)]
-        if path.startswith(head) and path.endswith(tail) and digits.isdigit() and digits.isascii() \
-                and str(int(digits)) == digits and int(digits) < world_size and os.path.isfile(path):
+    for digits, path in _pattern_matches(local_path(head), tail):
+        if digits.isdigit() and digits.isascii() and str(int(digits)) == digits and int(digits) < world_size:
             found[int(digits)] = path
     _check_missing(found, world_size, allow_missing, lambda r: pattern.replace("*", str(r)))
     return [RankInput(found[r], r, r) for r in sorted(found)]
 
 
+def _pattern_matches(head, tail):
+    """``(what '*' stood for, path)`` for each file matching ``head*tail``:
+    one glob (a URL: one listing, the paths rebuilt in the user's spelling)."""
+    if is_url(head):
+        from ..remote import glob
+
+        stripped, files = glob(_glob.escape(head) + "*" + _glob.escape(tail), stripped=True)
+        head_len = len(stripped.split("*")[0].replace("[*]", "*").replace("[?]", "?").replace("[[]", "["))
+        return [(p[head_len:len(p) - len(tail)], head + p[head_len:len(p) - len(tail)] + tail)
+                for p in files if p.endswith(tail) and len(p) >= head_len + len(tail)]
+    return [(path[len(head):len(path) - len(tail)], path)
+            for path in _glob.glob(_glob.escape(head) + "*" + _glob.escape(tail))
+            if path.startswith(head) and path.endswith(tail) and os.path.isfile(path)]
+
+
 def _from_glob(pattern, rank_regex, world_size, allow_missing):
     rx = UserRegex(rank_regex, "--rank_regex")   # time-bounded: a user pattern may backtrack catastrophically
-    matches = sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    pattern = local_path(pattern)
+    if is_url(pattern):
+        from ..remote import glob, redact
+
+        matches, shown = glob(pattern), redact(pattern)
+    else:
+        matches = sorted(p for p in _glob.glob(pattern, recursive=True) if os.path.isfile(p))
+        shown = pattern
     if not matches:
-        raise InputNotFoundError(f"No files matched --trace_glob: {pattern}")
+        raise InputNotFoundError(f"No files matched --trace_glob: {shown}")
     found = {}
     for path in matches:
-        rank = _rank_from_regex(rx, os.path.basename(path))
+        rank = _rank_from_regex(rx, path.rsplit("/", 1)[-1] if is_url(path) else os.path.basename(path))
         if rank is None:
             rank = _rank_from_regex(rx, path)
         if rank in found:   # the first in sorted order wins, as TraceLens does

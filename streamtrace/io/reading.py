@@ -7,6 +7,7 @@ gzip goes through ISA-L (the ``isal`` package, ~2-3x zlib) when it is
 installed, else through the C core's zlib inflater; zstd through
 ``zstandard``; anything else is read as plain JSON.
 """
+import functools
 import io
 import mmap
 import os
@@ -16,6 +17,7 @@ import sys
 from .. import _native
 from ..errors import TraceError, TraceNotFoundError, os_reason
 from ..parallel.threads import prefetched
+from ..remote import is_url, local_path
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -166,19 +168,32 @@ class ZstdSource:
             raise TraceError(self._path, f"corrupt zstd data ({msg})") from None
 
 
+def _no_read_error():
+    return None
+
+
 def open_source(path, gzip_backend=None):
-    """Open ``path`` ('-' for stdin) and return ``(source, closer)``.
+    """Open ``path`` ('-' for stdin; a URL through fsspec) and return ``(source, closer)``.
 
     Raises TraceError with a one-line reason for unreadable paths.
     """
     path = str(path)
+    cut = _no_read_error   # a URL's reader says why it ended early
     if path == "-":
         f = sys.stdin.buffer
         if not isinstance(f, io.BufferedReader):
             f = io.BufferedReader(f)
         closer = lambda: None  # noqa: E731 - stdin stays open
         label = "<stdin>"
+    elif is_url(path):   # ranged reads through fsspec; never memory-mapped
+        from ..remote import open_input, read_error, redact
+
+        f = open_input(path)
+        closer = f.close
+        label = redact(path)
+        cut = functools.partial(read_error, f)
     else:
+        path = local_path(path)
         label = path
         if os.path.isdir(path):
             raise TraceError(path, "is a directory, not a trace file (use --trace_dir for a directory)")
@@ -199,7 +214,8 @@ def open_source(path, gzip_backend=None):
     elif kind == "zstd":
         src = ZstdSource(f, label)
     else:
-        src = PlainSource(f, from_path=path != "-")
+        src = PlainSource(f, from_path=path != "-" and not is_url(path))
+    src.read_error = cut
     return src, closer
 
 

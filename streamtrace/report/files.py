@@ -3,6 +3,7 @@ one-shot report checks its outputs before it imports ``report``)."""
 import os
 
 from ..io.outputs import check_suffix, refuse_input_as_output
+from ..remote import is_url
 
 REPORT_NAME = "nccl_analysis_report.xlsx"
 
@@ -32,6 +33,9 @@ def default_output_path(paths, trace_dir=None, trace_pattern=None, world_size=No
     """A1.5: where ``nccl_analysis_report.xlsx`` goes when no output is given."""
     if trace_dir:
         return os.path.join(trace_dir, REPORT_NAME)
+    urls = [p for p in ([trace_pattern] if trace_pattern else paths) if p and is_url(str(p))]
+    if urls:   # beside the traces on the store: the URLs' common 'directory'
+        return os.path.commonprefix([str(u) for u in urls]).rpartition("/")[0] + "/" + REPORT_NAME
     if trace_pattern:
         first = [trace_pattern.replace("*", str(i)) for i in range(min(world_size or 1, 2))]
         common = os.path.commonpath([os.path.abspath(p) for p in first])

@@ -20,6 +20,7 @@ import pandas as pd
 from ..errors import StreamtraceError, os_reason
 from ..io.outputs import atomic_file, check_suffix, resolve_output, umask
 from ..parallel.cpus import available_cpus
+from ..remote import is_url, local_path
 from ..parallel.fork import Child, balanced, can_fork, split_in_two
 from .cells import ILLEGAL_XML as _ILLEGAL_XML, xml_escape as _xml_escape
 from .files import SHEET_ORDER
@@ -508,11 +509,23 @@ class CsvDir:
     every sheet name the report can write -- this run's replace theirs, and
     those of an earlier run that this one did not write are removed, so the
     directory never mixes two runs.  Every target is checked before the
-    first one is replaced."""
+    first one is replaced.
+
+    A URL (``s3://bucket/run/csv``): the sheets are written in a local
+    temporary directory and uploaded by ``commit``, the same owned names
+    replaced or removed under the prefix."""
 
     def __init__(self, directory):
         self.directory = str(directory)   # the user's spelling, for messages
-        target = os.path.realpath(os.path.abspath(self.directory))   # a symlinked directory stays a link
+        self.url = None
+        if is_url(local_path(self.directory)):
+            from ..remote import check_output
+
+            self.url = self.directory
+            check_output(self.url)   # the bucket exists; not an object
+            self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-")
+            return
+        target = os.path.realpath(os.path.abspath(local_path(self.directory)))   # a symlinked directory stays a link
         parent = os.path.dirname(target)
         if not os.path.isdir(parent):
             raise StreamtraceError(f"{self.directory}: the parent directory does not exist")
@@ -546,6 +559,8 @@ class CsvDir:
     def commit(self, names):
         """Move the sheets ``names`` (all written) into place; returns the
         directory (absolute, a link not followed)."""
+        if self.url is not None:
+            return self._upload(names)
         tmp, target = self._tmp, self.target
         names = list(names)
         for name in names:
@@ -571,6 +586,20 @@ class CsvDir:
             raise StreamtraceError(f"{self.directory}: cannot move the sheets into it: "
                                    f"{os_reason(exc)}") from None
         return os.path.abspath(self.directory)
+
+    def _upload(self, names):
+        """commit() for a URL: each sheet uploaded (an object appears whole),
+        then the owned names this run did not write removed."""
+        from ..remote import join, remove, upload
+
+        names = list(names)
+        for name in names:
+            upload(os.path.join(self._tmp, f"{name}.csv"), join(self.url, f"{name}.csv"))
+        for name in dict.fromkeys(SHEET_ORDER):
+            if name not in names:
+                remove(join(self.url, f"{name}.csv"))
+        self.discard()
+        return self.url
 
     def discard(self):
         if self._tmp is not None:

@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
-from ..errors import StreamFormatError, os_reason
+from ..errors import StreamFormatError, TraceError, os_reason
+from ..remote import is_url, local_path
 
 MAGIC = b"\x89STEV\r\n\x1a"
 _HEADER = struct.Struct("<8sII")
@@ -387,8 +388,24 @@ def iter_frames(source, name=None):
         if str(source) == "-":
             yield from iter_frames(sys.stdin.buffer, name="<stdin>")
             return
+        if is_url(source):   # ranged reads through fsspec
+            from ..remote import open_input, read_error, redact
+
+            try:
+                f = open_input(source)
+            except TraceError as exc:
+                raise StreamFormatError(exc.path, f"cannot open: {exc.problem}") from None
+            with f:
+                try:
+                    yield from iter_frames(f, name=redact(source))
+                except StreamFormatError as exc:   # a cut connection: say so
+                    cut = read_error(f)
+                    if cut is None:
+                        raise
+                    raise StreamFormatError(exc.source, f"{exc.problem} ({cut})", exc.offset) from None
+            return
         try:
-            f = open(source, "rb")
+            f = open(local_path(source), "rb")
         except OSError as exc:   # missing, a directory, unreadable: one line naming the file
             raise StreamFormatError(str(source), f"cannot open: {os_reason(exc)}") from None
         with f:
@@ -494,7 +511,9 @@ def table_names(path):
     quietly at anything that does not parse: reading the frames afterwards
     (iter_frames, which checks every frame) reports the problem."""
     names = set()
-    with open(path, "rb") as f:
+    if is_url(path):   # seeking means a request per frame: iter_frames reads the stream once instead
+        return {f.table_name() for f in iter_frames(path) if f.kind == Kind.TABLE}
+    with open(local_path(path), "rb") as f:
         size = f.seek(0, 2)
         pos = _HEADER.size   # concatenated stream headers are _HEADER.size bytes too
         while pos + _HEADER.size <= size:

@@ -18,6 +18,7 @@ LAYERS = [
     "errors",
     "_core", "_native",
     "collectives", "codes", "userregex",
+    "remote",
     "parallel",
     "stream",
     "io",
