@@ -12,11 +12,13 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
+
 from . import _native
 from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
 from .parallel.executor import Serial, local_executor
-from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
+from .stream.format import MAX_RANK, Kind, StreamWriter, json_frame, record_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
 
@@ -110,6 +112,7 @@ class _RankExtraction:
         self.truncated_at = None
         self.carry = bytearray()
         self.counts = None
+        self.tally = _Tally()
 
     def warn(self, message):
         self.warnings.append(message)
@@ -139,11 +142,16 @@ class _RankExtraction:
         tok, rank = self.tok, self.resolved_rank
         first, raw = tok.take_new_strings()
         if raw:
-            yield strings_frame(rank, first, [decode_raw_string(r) for r in raw])
+            strings = [decode_raw_string(r) for r in raw]
+            self.tally.strings(first, strings)
+            yield strings_frame(rank, first, strings)
         events, kernels, comms = tok.take_records()
         for kind, payload in ((Kind.EVENTS, events), (Kind.KERNELS, kernels), (Kind.COMMS, comms)):
             if payload:
-                yield Frame(kind, rank, payload)
+                frame = record_frame(kind, rank, payload)
+                if kind == Kind.EVENTS:
+                    self.tally.events(frame.records())
+                yield frame
 
     def run(self, data, start, length, at_eof):
         """Feed ``data[start:start + length]`` until the tokenizer needs more
@@ -289,7 +297,45 @@ class _RankExtraction:
             "counts": counts,
             "truncated_at_byte": self.truncated_at,
             "warnings": self.warnings,
+            "summary": self.tally.summary(),
         }
+
+
+class _Tally:
+    """What ``dump --what summary`` shows of a rank, counted as its event
+    frames go by, so that it reads the META frame instead of every record.
+    Strings are classified once each, events one numpy pass per frame."""
+
+    def __init__(self):
+        self.kernel_cats, self.nccl_names = [], []   # string ids
+        self.kernels = self.nccl_kernels = 0
+        self.streams = set()
+        self.first_ts = self.last_end = None
+
+    def strings(self, first, strings):
+        for i, s in enumerate(strings, first):
+            if s in ("kernel", "Kernel"):
+                self.kernel_cats.append(i)
+            low = s.lower()
+            if "nccl" in low or "rccl" in low:
+                self.nccl_names.append(i)
+
+    def events(self, e):
+        kernel = np.isin(e["cat"], self.kernel_cats)
+        if kernel.any():
+            self.kernels += int(kernel.sum())
+            self.nccl_kernels += int(np.isin(e["name"][kernel], self.nccl_names).sum())
+            self.streams.update(np.unique(e["stream"][kernel]).tolist())
+        x = (e["ph"] == ord("X")) & ((e["flags"] & _native.FLAGS["has_ts"]) != 0)
+        if x.any():
+            ts = e["ts"][x]
+            first, end = int(ts.min()), int((ts + e["dur"][x]).max())
+            self.first_ts = first if self.first_ts is None else min(first, self.first_ts)
+            self.last_end = end if self.last_end is None else max(end, self.last_end)
+
+    def summary(self):
+        return {"kernels": self.kernels, "nccl_kernels": self.nccl_kernels, "gpu_streams": len(self.streams),
+                "first_ts": self.first_ts, "last_end": self.last_end}
 
 
 # ---------------------------------------------------------------- many ranks
