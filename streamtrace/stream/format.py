@@ -53,7 +53,7 @@ def frame_crc(kind, rank, payload):
 class Kind:
     """Frame kinds.  Values are part of the format: never reuse one."""
 
-    META = 1        # JSON object: the rank's metadata (written after its events)
+    META = 1        # packed JSON object: the rank's metadata (written after its events)
     STRINGS = 2     # packed: u32 first id, u32 count, count x u32 byte lengths, UTF-8 bytes
     EVENTS = 3      # packed st_event records
     KERNELS = 4     # packed st_kernel records
@@ -103,7 +103,7 @@ class Frame:
 
     def json(self):
         try:
-            obj = json.loads(self.payload)
+            obj = json.loads(unpack_bytes(self.payload)[1] if self.kind == Kind.META else self.payload)
         except ValueError as exc:   # also UnicodeDecodeError
             raise self.error(f"corrupt {KIND_NAMES.get(self.kind, 'json').upper()} frame ({exc})") from None
         if not isinstance(obj, dict):
@@ -148,7 +148,9 @@ def encode_frame(kind, rank, payload):
 
 
 def json_frame(kind, rank, obj):
-    return Frame(kind, rank, json.dumps(obj, separators=(",", ":"), default=_json_default).encode())
+    """A META (packed) or END frame holding ``obj``."""
+    text = json.dumps(obj, separators=(",", ":"), default=_json_default).encode()
+    return Frame(kind, rank, pack_bytes(1, text) if kind == Kind.META else text)
 
 
 def _json_default(o):
@@ -476,13 +478,13 @@ def iter_frames(source, name=None):
                                           "after it was written)", pos)
         if reserved:
             raise StreamFormatError(name, f"corrupt frame: reserved field is {reserved}, not 0", pos)
-        if kind in Kind.RECORDS or kind == Kind.STRINGS:
+        if rank > MAX_RANK:
+            raise StreamFormatError(name, f"invalid rank {rank} in a frame header (ranks are 0 to {MAX_RANK})", pos)
+        if kind in Kind.RECORDS or kind in (Kind.STRINGS, Kind.META):
             try:   # the envelope only: the columns are unpacked when the records are wanted
                 envelope(payload, Kind.RECORDS.get(kind))
             except PackError as exc:
                 raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {exc}", pos) from None
-        if rank > MAX_RANK:
-            raise StreamFormatError(name, f"invalid rank {rank} in a frame header (ranks are 0 to {MAX_RANK})", pos)
         if kind == Kind.END:
             open_section = False
         yield Frame(kind, rank, payload, name, pos, crc)
