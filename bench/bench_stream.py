@@ -188,8 +188,6 @@ def main():
              best(args.repeat, lambda: timed([*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs], env)))
         show("dump FILE --what summary", best(args.repeat, lambda: timed([*cmd, "dump", stev, "--what", "summary"],
                                                                           env)))
-        show("dump FILE --what events (to os.devnull)",
-             best(1, lambda: timed([*cmd, "dump", stev, "--what", "events", "--format", "csv"], env)))
         line = " ".join(cmd)
         pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
                 f"{line} report -q --output_csvs_dir {csvs}")
