@@ -173,6 +173,9 @@ def main():
                     v2s.append(timed([*v2cmd, "extract", *ws, "-q", "-o", v2file], v2env))
                     v3s.append(timed([*cmd, "extract", *ws, "-q", "-o", stev], env))
                 v2size = os.path.getsize(v2file)
+                read = "import sys; from streamtrace import read_stream; read_stream(sys.argv[1])"
+                show("v2 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, v2file], v2env)))
+                show("v3 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, stev], env)))
                 os.unlink(v2file)
                 show(f"v2 extract -o FILE ({base[:10]})", (min(r[0] for r in v2s), max(r[1] for r in v2s)))
                 show("v3 extract -o FILE (alternating with v2)", (min(r[0] for r in v3s), max(r[1] for r in v3s)))
@@ -208,6 +211,8 @@ def main():
             v2t = rows[next(k for k in rows if k.startswith("v2 extract"))][0]
             v3t = rows["v3 extract -o FILE (alternating with v2)"][0]
             print(f"  v3 / v2 extraction MB/s                     {v2t / v3t:8.2f}   (target >= 0.90)")
+            print(f"  v3 / v2 read_stream time                    "
+                  f"{rows['v3 read_stream (Python API)'][0] / rows['v2 read_stream (Python API)'][0]:8.2f}x")
         print(f"  extract -o FILE / -o os.devnull             "
               f"{rows['extract -o FILE'][0] / rows['extract -o os.devnull'][0]:8.2f}x  (target <= 1.15x)")
         print(f"  pipes / one-shot                            "

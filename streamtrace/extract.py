@@ -5,6 +5,7 @@ fills record arrays from a bounded buffer, and each full batch becomes frames.
 Memory is the buffer (grown only for a single item larger than it) plus the
 rank's interned strings, whatever the size of the trace.
 """
+import collections
 import contextlib
 import json
 import logging
@@ -359,12 +360,42 @@ class _RankClaims:
             yield frame
 
 
+PACK_AHEAD = 4   # frames packed ahead of the writer: ~6 MB of records
+
+
+def packed_ahead(frames, depth=PACK_AHEAD):
+    """``frames`` in order, each one's payload packed in a helper thread up
+    to ``depth`` frames ahead of the caller: compressing the records
+    (numpy copies and zstd, both without the GIL) overlaps the tokenizer
+    instead of following it.  An error packing a frame is raised where
+    that frame would have been yielded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending = collections.deque()
+    with ThreadPoolExecutor(1, thread_name_prefix="streamtrace-pack") as pool:
+        try:
+            for frame in frames:
+                pending.append((frame, pool.submit(getattr, frame, "payload")))
+                if len(pending) > depth:
+                    done, future = pending.popleft()
+                    future.result()
+                    yield done
+            while pending:
+                done, future = pending.popleft()
+                future.result()
+                yield done
+        finally:
+            for _, future in pending:   # stopped early (an error, an interrupt): no more packing
+                future.cancel()
+
+
 def _extract_to_file(args):
     inp, world_size, keep_pyfunc, strict, out_path = args
     ranks = set()
     with open(out_path, "wb") as f:
         writer = StreamWriter(f, write_header=False)
-        for frame in extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict):
+        for frame in packed_ahead(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
+                                               strict=strict)):
             ranks.add(frame.rank)
             writer.write(frame)
     return out_path, ranks
@@ -384,8 +415,9 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, stric
     executor_ = executor if executor is not None else local_executor(jobs, len(inputs), kind="processes")
     if isinstance(executor_, Serial):
         for i, inp in enumerate(inputs):
-            writer.write_all(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
-                                                        progress=progress, strict=strict), i, inp.path))
+            writer.write_all(packed_ahead(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc,
+                                                                     inp.position, progress=progress, strict=strict),
+                                                        i, inp.path)))
         writer.close()
         return
     tmpdir = tempfile.mkdtemp(prefix="streamtrace-")

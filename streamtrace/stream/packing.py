@@ -62,16 +62,18 @@ def pack_records(records):
     dtype = records.dtype
     n = len(records)
     deltas = DELTAS[dtype]
-    columns = []
+    raw = np.empty(n * FIELD_BYTES[dtype], dtype=np.uint8)   # the columns, each written in place
+    pos = 0
     for name in dtype.names:
         col = records[name]
+        t = dtype.fields[name][0]
+        out = raw[pos:pos + n * t.itemsize].view(t.base).reshape(col.shape)
+        pos += n * t.itemsize
         if name in deltas and n:
-            delta = np.empty(n, dtype=col.dtype)
-            delta[0] = col[0]
-            np.subtract(col[1:], col[:-1], out=delta[1:])   # wraps: a running sum undoes it exactly
-            col = delta
-        columns.append(np.ascontiguousarray(col))
-    raw = b"".join(columns)
+            out[0] = col[0]
+            np.subtract(col[1:], col[:-1], out=out[1:])   # wraps: a running sum undoes it exactly
+        else:
+            out[...] = col
     return ENVELOPE.pack(n, CODEC_ZSTD, len(raw)) + _zstd()[0].compress(raw)
 
 
