@@ -101,6 +101,17 @@ class Frame:
         """Records (or strings) in a packed frame, from its envelope alone."""
         return envelope(self.payload)[0]
 
+    def records_into(self, out):
+        """Write the records into ``out`` (zeroed, of the frame's count)."""
+        records = self.__dict__.get("_records")
+        if records is not None:
+            out[...] = records
+            return
+        try:
+            unpack_records(self.payload, Kind.RECORDS[self.kind], out=out)
+        except PackError as exc:
+            raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
+
     def json(self):
         try:
             obj = json.loads(unpack_bytes(self.payload)[1] if self.kind == Kind.META else self.payload)
@@ -623,7 +634,7 @@ class _RankBuilder:
         if frame.kind == Kind.END:
             return
         if frame.kind in self.parts:
-            self.parts[frame.kind].append(frame.records())
+            self.parts[frame.kind].append(frame)   # unpacked in finish(), straight into the rank's array
         elif frame.kind == Kind.STRINGS:
             first, strings = frame.strings()
             if first != len(self.data.strings):
@@ -636,18 +647,27 @@ class _RankBuilder:
         else:
             self.data.extra.append(frame)
 
-    def finish(self):
+    def finish(self, pool):
+        """The RankData, each record kind one array that the frames are
+        unpacked into by ``pool``'s threads (zstd and numpy's copies run
+        without the GIL)."""
         d = self.data
-        d.events, d.kernels, d.comms = (_joined(self.parts[kind], Kind.RECORDS[kind])
+        d.events, d.kernels, d.comms = (_joined(self.parts[kind], Kind.RECORDS[kind], pool)
                                         for kind in (Kind.EVENTS, Kind.KERNELS, Kind.COMMS))
         return d
 
 
-def _joined(parts, dtype):
-    """One array of a rank's record frames (not copied when there is one)."""
-    if len(parts) == 1:
-        return parts[0]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
+def _joined(frames, dtype, pool):
+    """One array of a rank's record frames of one kind."""
+    if len(frames) == 1:
+        return frames[0].records()
+    counts = [frame.count() for frame in frames]
+    out = np.zeros(sum(counts), dtype=dtype)
+    ends = np.cumsum(counts).tolist()
+    jobs = [pool.submit(frame.records_into, out[end - n:end]) for frame, n, end in zip(frames, counts, ends)]
+    for job in jobs:
+        job.result()
+    return out
 
 
 def read_tables(source):
@@ -680,6 +700,9 @@ def read_stream(source):
             if b is None:
                 b = builders[frame.rank] = _RankBuilder(frame.rank)
             b.add(frame)
-        return {r: builders[r].finish() for r in sorted(builders)}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="streamtrace-unpack") as pool:
+            return {r: builders[r].finish(pool) for r in sorted(builders)}
     except ValueError as exc:
         raise StreamFormatError(name, str(exc)) from None

@@ -107,11 +107,14 @@ def _unpack(payload, size):
     return raw
 
 
-def unpack_records(payload, dtype):
+def unpack_records(payload, dtype, out=None):
     """The numpy record array of a packed payload (writable, owns its memory;
-    padding bytes zero)."""
+    padding bytes zero), or written into ``out`` (zeroed records of the
+    payload's count, e.g. a slice of one array for a rank's frames)."""
     count, _, size = envelope(payload, dtype)
-    records = np.zeros(count, dtype=dtype)
+    if out is not None and len(out) != count:
+        raise PackError(f"holds {count} records, not {len(out)}")
+    records = np.zeros(count, dtype=dtype) if out is None else out
     if not count:
         return records
     raw, pos = _unpack(payload, size), 0

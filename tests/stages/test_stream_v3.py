@@ -221,3 +221,24 @@ def test_a_version_2_stream_is_refused_with_extract_again(run, tmp_path):
     assert res.exit_code == 1
     assert res.output.strip() == (f"Error: {tmp_path / 'old.stev'} at byte 0: stream format version 2 was written "
                                   "by an older streamtrace; extract the traces again")
+
+
+def test_read_stream_joins_many_frames_of_a_rank(run, tmp_path):
+    """A rank in many frames (unpacked by threads into one array) reads
+    back, field for field, as the records extract made, in order."""
+    from streamtrace import StreamWriter
+
+    d, truth = run
+    path = str(d / "traces" / truth["files"]["1"])
+    made = list(extract_rank(path, 1, batch_events=300))
+    with open(tmp_path / "many.stev", "wb") as f:
+        writer = StreamWriter(f)
+        writer.write_all(made)
+        writer.close()
+    data = read_stream(str(tmp_path / "many.stev"))[1]
+    for kind, got in ((Kind.EVENTS, data.events), (Kind.KERNELS, data.kernels), (Kind.COMMS, data.comms)):
+        parts = [f.records() for f in made if f.kind == kind]
+        assert len(parts) > 1 or kind != Kind.EVENTS
+        want = np.concatenate(parts)
+        for name in want.dtype.names:
+            assert got[name].tobytes() == want[name].tobytes(), (kind, name)
