@@ -6,7 +6,7 @@ Layout (docs/stream-format.md has the full description)::
     frame          = u32 kind + u32 rank + u64 payload length + u32 crc32 + u32 reserved (0)
                      + payload
 
-Record and STRINGS payloads are packed: compressed columns (``packing``).
+META, STRINGS and record payloads are packed: zstd, records as columns (``packing``).
 
 The CRC-32 covers the first 16 bytes of the frame header and the payload, so
 a flipped bit anywhere in a frame is an error naming the frame's byte offset,
