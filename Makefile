@@ -84,7 +84,7 @@ sanitize: $(BUILD)/st_driver_asan $(BUILD)/st_fuse_driver_asan $(STAMP)
 
 # ---------------------------------------------------------------- bench
 # Full sizes of the issues: 1 GB extract traces, 4 x 500 MB and 8 x 1 GB .gz
-# report sets, 4 x 500 MB correlate and fuse sets (generated once into
+# report sets, 4 x 500 MB correlate and fuse sets, a 4 x 512 MB stream set (generated once into
 # bench/out and /tmp/streamtrace-bench: about 12 GB of disk, 10-20 minutes).
 # `make bench BENCH_SCALE=0.1` runs every benchmark at a tenth of the size.
 BENCH_SCALE ?= 1
@@ -102,6 +102,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
 	$(PY) bench/bench_scaling.py --ranks $(BENCH_SCALING_RANKS) --mb 1
 	$(PY) bench/bench_remote.py --mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
+	$(PY) bench/bench_stream.py --ranks 4 --mb $(shell $(PYTHON) -c "print(max(10, int(512 * $(BENCH_SCALE))))") --repeat 3
 
 # docs/cli.md from the commands' --help (a test fails when it is stale)
 docs: $(STAMP)

@@ -4,7 +4,9 @@
  * structs through cffi (ffi.offsetof / ffi.sizeof), so there is no second copy.
  *
  * Change any struct here => bump ST_FORMAT_VERSION (readers refuse versions
- * they do not know) and update docs/stream-format.md.
+ * they do not know) and update docs/stream-format.md.  On the wire (version
+ * 3) record frames hold these fields as compressed columns, padding left
+ * out (streamtrace/stream/packing.py); in memory they are these structs.
  *
  * Everything between CDEF BEGIN and CDEF END is fed to cffi's cdef(): keep it
  * to plain declarations and integer #defines.
@@ -15,7 +17,7 @@
 #include <stdint.h>
 
 /* CDEF BEGIN */
-#define ST_FORMAT_VERSION 2
+#define ST_FORMAT_VERSION 3
 
 /* Absent integer fields hold ST_NONE; absent string ids hold ST_NOSTR. */
 #define ST_NOSTR 4294967295

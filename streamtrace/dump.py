@@ -1,7 +1,11 @@
 """``dump``: any part of an event stream as JSON lines or CSV.
 
 One writer (``write_table``) serves every table, so every ``--what`` has the
-same formats.  Tables are produced per rank, so memory is one rank's table.
+same formats.  Tables are made frame by frame as the stream is read:
+memory is one frame and the strings of the ranks seen, whatever the
+stream's length.  ``summary`` unpacks no record at all: extract counted
+what it shows into each rank's META frame, and the record counts are in
+the frames' envelopes.
 """
 import json
 import math
@@ -10,65 +14,110 @@ import os
 import numpy as np
 import pandas as pd
 
-from ._native import FLAGS
-
-from .stream.format import read_stream
+from ._native import EVENT_DTYPE
+from .stream.format import Kind, RankData, iter_frames
 from .stream.records import comms_frame, events_frame, kernels_frame
 
 
-def _collectives(rank):
-    """Comm-argument rows joined with their event's identity and timing."""
-    comms = comms_frame(rank)
-    events = events_frame(rank)
-    cols = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id"]
-    joined = events.loc[comms["event"].to_numpy(), cols].reset_index(drop=True)
-    return pd.concat([joined, comms.reset_index(drop=True)], axis=1)
-
-
-def _meta_rows(rank):
-    return pd.DataFrame([{"rank": rank.rank, **{k: v for k, v in rank.meta.items()}}])
-
-
-def _strings(rank):
-    return pd.DataFrame({"id": range(len(rank.strings)), "string": rank.strings})
-
-
-def _summary(rank):
+def _summary_row(rank, meta, counts):
     """One row per rank: what extract found."""
-    e = rank.events
-    cats = rank.names(e["cat"])
-    kernel = np.isin(cats, ["kernel", "Kernel"])
-    # each distinct kernel name is tested once, as a Python string: a numpy
-    # string array would be as wide as the longest name for every kernel
-    ids, counts = np.unique(e["name"][kernel], return_counts=True)
-    names = rank.names(ids)
-    nccl = np.array([isinstance(n, str) and ("nccl" in n.lower() or "rccl" in n.lower()) for n in names], dtype=bool)
-    has_ts = (e["flags"] & FLAGS["has_ts"]) != 0
-    x = (e["ph"] == ord("X")) & has_ts
-    span_ms = float((e["ts"][x] + e["dur"][x]).max() - e["ts"][x].min()) / 1e6 if x.any() else 0.0
-    m = rank.meta
-    return pd.DataFrame([{
-        "source": os.path.basename(m.get("source", "")),
-        "world_size": m.get("world_size"),
-        "events": len(e),
-        "kernels": int(kernel.sum()),
-        "nccl_kernels": int(counts[nccl].sum()),
-        "comm_records": len(rank.comms),
-        "gpu_streams": int(len(np.unique(e["stream"][kernel]))),
+    s = meta.get("summary") or {}
+    first, end = s.get("first_ts"), s.get("last_end")
+    span_ms = float(end - first) / 1e6 if first is not None and end is not None else 0.0
+    return {
+        "rank": rank,
+        "source": os.path.basename(meta.get("source", "")),
+        "world_size": meta.get("world_size"),
+        "events": counts.get(Kind.EVENTS, 0),
+        "kernels": s.get("kernels", 0),
+        "nccl_kernels": s.get("nccl_kernels", 0),
+        "comm_records": counts.get(Kind.COMMS, 0),
+        "gpu_streams": s.get("gpu_streams", 0),
         "span_ms": round(span_ms, 3),
-        "pyfunc_skipped": m.get("counts", {}).get("pyfunc_skipped", 0),
-        "warnings": len(m.get("warnings", [])),
-    }])
+        "pyfunc_skipped": meta.get("counts", {}).get("pyfunc_skipped", 0),
+        "warnings": len(meta.get("warnings", [])),
+    }
 
 
-TABLES = {
-    "summary": _summary,
-    "events": events_frame,
-    "kernels": kernels_frame,
-    "collectives": _collectives,
-    "meta": _meta_rows,
-    "strings": _strings,
-}
+_COLLECTIVE_EVENT_COLUMNS = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id"]
+
+
+class _Rank:
+    """What dump keeps of a rank while its frames go by: its strings (the
+    records' ids index them), how many events came before the current frame,
+    and, for ``collectives``, the event frames that comm records may still
+    point into."""
+
+    def __init__(self, rank):
+        self.data = RankData(rank)
+        self.meta = None
+        self.counts = {}
+        self.events_before = 0
+        self.pending = []   # (first event index, records) of event frames not yet joined
+
+    def view(self, **records):
+        """A RankData of this rank's strings and the given records."""
+        return RankData(self.data.rank, self.meta or {}, self.data.strings, **records)
+
+    def collectives(self, frame):
+        """A COMMS frame's rows joined with their events' identity and
+        timing; event frames before the first event it uses are let go."""
+        comms = frame.records()
+        index = comms["event"].astype(np.int64)
+        low = int(index.min()) if len(index) else self.events_before
+        self.pending = [(start, e) for start, e in self.pending if start + len(e) > low]
+        events = np.zeros(len(comms), dtype=EVENT_DTYPE)
+        found = np.zeros(len(comms), dtype=bool)
+        for start, e in self.pending:
+            inside = (index >= start) & (index < start + len(e))
+            events[inside] = e[index[inside] - start]
+            found |= inside
+        if not found.all():
+            raise frame.error(f"corrupt COMMS frame: comm record {int(np.argmin(found))} points at event "
+                              f"{int(index[np.argmin(found)])}, which the stream does not hold")
+        joined = events_frame(self.view(events=events))[_COLLECTIVE_EVENT_COLUMNS]
+        return pd.concat([joined, comms_frame(self.view(comms=comms))], axis=1)
+
+
+def _tables(source, what):
+    """(rank, DataFrame) pieces of table ``what`` of one stream, in stream order."""
+    ranks = {}
+    for frame in iter_frames(source):
+        if frame.kind in (Kind.END, Kind.TABLE):
+            continue
+        r = ranks.get(frame.rank)
+        if r is None:
+            r = ranks[frame.rank] = _Rank(frame.rank)
+        kind = frame.kind
+        if kind == Kind.STRINGS:
+            first, strings = frame.strings()
+            if first != len(r.data.strings):
+                raise frame.error(f"string frame starts at id {first}, expected {len(r.data.strings)}")
+            r.data.strings.extend(strings)
+            if what == "strings":
+                yield frame.rank, pd.DataFrame({"id": range(first, first + len(strings)), "string": strings})
+        elif kind == Kind.META:
+            r.meta = frame.json()
+        elif kind in Kind.RECORDS:
+            r.counts[kind] = r.counts.get(kind, 0) + frame.count()
+            if what == "events" and kind == Kind.EVENTS:
+                yield frame.rank, events_frame(r.view(events=frame.records()))
+            elif what == "kernels" and kind == Kind.KERNELS:
+                yield frame.rank, kernels_frame(r.view(kernels=frame.records()))
+            elif what == "collectives" and kind == Kind.EVENTS:
+                r.pending.append((r.events_before, frame.records()))
+            elif what == "collectives" and kind == Kind.COMMS:
+                yield frame.rank, r.collectives(frame)
+            if kind == Kind.EVENTS:
+                r.events_before += frame.count()
+    # a rank's metadata and summary are a row each: printed once the whole
+    # stream checked out, so that a damaged stream prints only its error
+    for rank in sorted(ranks):
+        r = ranks[rank]
+        if what == "summary":
+            yield rank, pd.DataFrame([_summary_row(rank, r.meta or {}, r.counts)])
+        elif what == "meta":
+            yield rank, pd.DataFrame([{"rank": rank, **(r.meta or {})}])
 
 
 def _jsonable(v):
@@ -101,15 +150,15 @@ def write_table(df, fmt, out, header=True):
 
 
 def dump_stream(sources, what, fmt, out, ranks=None):
-    """Write table ``what`` of every rank.  JSON lines and CSV go out rank by
-    rank; an aligned text table needs every row first, so it is printed once."""
+    """Write table ``what`` of every rank, piece by piece as the stream is
+    read (an aligned text table needs every row first, so it is printed
+    once, at the end)."""
     first, held = True, []
     for source in sources:
-        for r, data in read_stream(source).items():
+        for r, df in _tables(source, what):
             if ranks is not None and r not in ranks:
                 continue
-            df = TABLES[what](data)
-            if what != "meta":
+            if what not in ("meta", "summary"):
                 df.insert(0, "rank", r)
             if fmt == "table":
                 held.append(df)

@@ -5,6 +5,7 @@ fills record arrays from a bounded buffer, and each full batch becomes frames.
 Memory is the buffer (grown only for a single item larger than it) plus the
 rank's interned strings, whatever the size of the trace.
 """
+import collections
 import contextlib
 import io
 import json
@@ -13,13 +14,15 @@ import os
 import shutil
 import tempfile
 
+import numpy as np
+
 from . import _native
 from .errors import StreamtraceError, TraceError
 from .io.reading import chunk_reader, open_source
 from .parallel.dask import as_executor
 from .parallel.executor import Serial, local_executor
 from .remote import redact, source_label
-from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, strings_frame
+from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, record_frame, strings_frame
 
 log = logging.getLogger("streamtrace")
 
@@ -114,6 +117,7 @@ class _RankExtraction:
         self.truncated_at = None
         self.carry = bytearray()
         self.counts = None
+        self.tally = _Tally()
 
     def warn(self, message):
         self.warnings.append(message)
@@ -143,11 +147,16 @@ class _RankExtraction:
         tok, rank = self.tok, self.resolved_rank
         first, raw = tok.take_new_strings()
         if raw:
-            yield strings_frame(rank, first, [decode_raw_string(r) for r in raw])
+            strings = [decode_raw_string(r) for r in raw]
+            self.tally.strings(first, strings)
+            yield strings_frame(rank, first, strings)
         events, kernels, comms = tok.take_records()
         for kind, payload in ((Kind.EVENTS, events), (Kind.KERNELS, kernels), (Kind.COMMS, comms)):
             if payload:
-                yield Frame(kind, rank, payload)
+                frame = record_frame(kind, rank, payload)
+                if kind == Kind.EVENTS:
+                    self.tally.events(frame.records())
+                yield frame
 
     def run(self, data, start, length, at_eof):
         """Feed ``data[start:start + length]`` until the tokenizer needs more
@@ -297,7 +306,45 @@ class _RankExtraction:
             "counts": counts,
             "truncated_at_byte": self.truncated_at,
             "warnings": self.warnings,
+            "summary": self.tally.summary(),
         }
+
+
+class _Tally:
+    """What ``dump --what summary`` shows of a rank, counted as its event
+    frames go by, so that it reads the META frame instead of every record.
+    Strings are classified once each, events one numpy pass per frame."""
+
+    def __init__(self):
+        self.kernel_cats, self.nccl_names = [], []   # string ids
+        self.kernels = self.nccl_kernels = 0
+        self.streams = set()
+        self.first_ts = self.last_end = None
+
+    def strings(self, first, strings):
+        for i, s in enumerate(strings, first):
+            if s in ("kernel", "Kernel"):
+                self.kernel_cats.append(i)
+            low = s.lower()
+            if "nccl" in low or "rccl" in low:
+                self.nccl_names.append(i)
+
+    def events(self, e):
+        kernel = np.isin(e["cat"], self.kernel_cats)
+        if kernel.any():
+            self.kernels += int(kernel.sum())
+            self.nccl_kernels += int(np.isin(e["name"][kernel], self.nccl_names).sum())
+            self.streams.update(np.unique(e["stream"][kernel]).tolist())
+        x = (e["ph"] == ord("X")) & ((e["flags"] & _native.FLAGS["has_ts"]) != 0)
+        if x.any():
+            ts = e["ts"][x]
+            first, end = int(ts.min()), int((ts + e["dur"][x]).max())
+            self.first_ts = first if self.first_ts is None else min(first, self.first_ts)
+            self.last_end = end if self.last_end is None else max(end, self.last_end)
+
+    def summary(self):
+        return {"kernels": self.kernels, "nccl_kernels": self.nccl_kernels, "gpu_streams": len(self.streams),
+                "first_ts": self.first_ts, "last_end": self.last_end}
 
 
 # ---------------------------------------------------------------- many ranks
@@ -321,12 +368,42 @@ class _RankClaims:
             yield frame
 
 
+PACK_AHEAD = 4   # frames packed ahead of the writer: ~6 MB of records
+
+
+def packed_ahead(frames, depth=PACK_AHEAD):
+    """``frames`` in order, each one's payload packed in a helper thread up
+    to ``depth`` frames ahead of the caller: compressing the records
+    (numpy copies and zstd, both without the GIL) overlaps the tokenizer
+    instead of following it.  An error packing a frame is raised where
+    that frame would have been yielded."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pending = collections.deque()
+    with ThreadPoolExecutor(1, thread_name_prefix="streamtrace-pack") as pool:
+        try:
+            for frame in frames:
+                pending.append((frame, pool.submit(getattr, frame, "payload")))
+                if len(pending) > depth:
+                    done, future = pending.popleft()
+                    future.result()
+                    yield done
+            while pending:
+                done, future = pending.popleft()
+                future.result()
+                yield done
+        finally:
+            for _, future in pending:   # stopped early (an error, an interrupt): no more packing
+                future.cancel()
+
+
 def _extract_to_file(args):
     inp, world_size, keep_pyfunc, strict, out_path = args
     ranks = set()
     with open(out_path, "wb") as f:
         writer = StreamWriter(f, write_header=False)
-        for frame in extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict):
+        for frame in packed_ahead(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
+                                               strict=strict)):
             ranks.add(frame.rank)
             writer.write(frame)
     return out_path, ranks
@@ -339,7 +416,8 @@ def _extract_to_bytes(args):
     ranks = set()
     buf = io.BytesIO()
     writer = StreamWriter(buf, write_header=False)
-    for frame in extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, strict=strict):
+    for frame in packed_ahead(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
+                                           strict=strict)):
         ranks.add(frame.rank)
         writer.write(frame)
     return buf.getvalue(), ranks
@@ -377,8 +455,9 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, stric
         return
     if isinstance(executor_, Serial):
         for i, inp in enumerate(inputs):
-            writer.write_all(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position,
-                                                        progress=progress, strict=strict), i, inp.path))
+            writer.write_all(packed_ahead(claims.frames(extract_rank(inp.path, inp.rank, world_size, keep_pyfunc,
+                                                                     inp.position, progress=progress, strict=strict),
+                                                        i, inp.path)))
         writer.close()
         return
     tmpdir = tempfile.mkdtemp(prefix="streamtrace-")

@@ -2,9 +2,11 @@
 
 Layout (docs/stream-format.md has the full description)::
 
-    stream header  = MAGIC (8 bytes) + u32 format version + u32 header length (16)
+    stream header  = MAGIC (8 bytes) + u32 format version (3) + u32 header length (16)
     frame          = u32 kind + u32 rank + u64 payload length + u32 crc32 + u32 reserved (0)
                      + payload
+
+META, STRINGS and record payloads are packed: zstd, records as columns (``packing``).
 
 The CRC-32 covers the first 16 bytes of the frame header and the payload, so
 a flipped bit anywhere in a frame is an error naming the frame's byte offset,
@@ -28,6 +30,7 @@ import numpy as np
 from .._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
 from ..errors import StreamFormatError, TraceError, os_reason
 from ..remote import is_url, local_path
+from .packing import PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
 
 MAGIC = b"\x89STEV\r\n\x1a"
 _HEADER = struct.Struct("<8sII")
@@ -51,11 +54,11 @@ def frame_crc(kind, rank, payload):
 class Kind:
     """Frame kinds.  Values are part of the format: never reuse one."""
 
-    META = 1        # JSON object: the rank's metadata (written after its events)
-    STRINGS = 2     # u32 first id, u32 count, count x u32 byte lengths, UTF-8 bytes
-    EVENTS = 3      # st_event records
-    KERNELS = 4     # st_kernel records
-    COMMS = 5       # st_comm records
+    META = 1        # packed JSON object: the rank's metadata (written after its events)
+    STRINGS = 2     # packed: u32 first id, u32 count, count x u32 byte lengths, UTF-8 bytes
+    EVENTS = 3      # packed st_event records
+    KERNELS = 4     # packed st_kernel records
+    COMMS = 5       # packed st_comm records
     END = 6         # JSON object; closes a stream section: a stream without it is incomplete
     TABLE = 7       # a named column table (stage results): see encode_table
 
@@ -82,16 +85,37 @@ class Frame:
         return StreamFormatError(self.source or "<stream>", problem, self.offset)
 
     def records(self):
-        """The payload as a numpy record array (record kinds only)."""
-        dtype = Kind.RECORDS[self.kind]
-        if len(self.payload) % dtype.itemsize:
-            raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {len(self.payload)} bytes "
-                             f"is not a whole number of {dtype.itemsize}-byte records")
-        return np.frombuffer(self.payload, dtype=dtype)
+        """The payload as a numpy record array (record kinds only), unpacked
+        once: a stage that reads it and one in the same process after it
+        share the array, which must not be changed."""
+        records = self.__dict__.get("_records")
+        if records is None:
+            try:
+                records = unpack_records(self.payload, Kind.RECORDS[self.kind])
+            except PackError as exc:
+                raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
+            records.flags.writeable = False
+            self.__dict__["_records"] = records
+        return records
+
+    def count(self):
+        """Records (or strings) in a packed frame, from its envelope alone."""
+        return envelope(self.payload)[0]
+
+    def records_into(self, out):
+        """Write the records into ``out`` (zeroed, of the frame's count)."""
+        records = self.__dict__.get("_records")
+        if records is not None:
+            out[...] = records
+            return
+        try:
+            unpack_records(self.payload, Kind.RECORDS[self.kind], out=out)
+        except PackError as exc:
+            raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
 
     def json(self):
         try:
-            obj = json.loads(self.payload)
+            obj = json.loads(unpack_bytes(self.payload)[1] if self.kind == Kind.META else self.payload)
         except ValueError as exc:   # also UnicodeDecodeError
             raise self.error(f"corrupt {KIND_NAMES.get(self.kind, 'json').upper()} frame ({exc})") from None
         if not isinstance(obj, dict):
@@ -101,7 +125,7 @@ class Frame:
     def strings(self):
         """(first_id, [str, ...]) of a STRINGS frame."""
         try:
-            return decode_strings(self.payload)
+            return decode_strings(unpack_bytes(self.payload)[1])
         except (ValueError, struct.error) as exc:
             raise self.error(f"corrupt STRINGS frame ({exc})") from None
 
@@ -136,7 +160,9 @@ def encode_frame(kind, rank, payload):
 
 
 def json_frame(kind, rank, obj):
-    return Frame(kind, rank, json.dumps(obj, separators=(",", ":"), default=_json_default).encode())
+    """A META (packed) or END frame holding ``obj``."""
+    text = json.dumps(obj, separators=(",", ":"), default=_json_default).encode()
+    return Frame(kind, rank, pack_bytes(1, text) if kind == Kind.META else text)
 
 
 def _json_default(o):
@@ -153,8 +179,39 @@ def strings_frame(rank, first_id, strings):
     """A STRINGS frame for ids first_id.. (strings are str)."""
     encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
     lengths = np.fromiter((len(b) for b in encoded), dtype="<u4", count=len(encoded))
-    payload = struct.pack("<II", first_id, len(encoded)) + lengths.tobytes() + b"".join(encoded)
-    return Frame(Kind.STRINGS, rank, payload)
+    raw = struct.pack("<II", first_id, len(encoded)) + lengths.tobytes() + b"".join(encoded)
+    return Frame(Kind.STRINGS, rank, pack_bytes(len(encoded), raw))
+
+
+def record_frame(kind, rank, records):
+    """An EVENTS, KERNELS or COMMS frame holding ``records`` (a numpy array
+    of the kind's dtype, or bytes-like records of it)."""
+    if not isinstance(records, np.ndarray):
+        records = np.frombuffer(records, dtype=Kind.RECORDS[kind])
+    return RecordFrame(kind, rank, records)
+
+
+class RecordFrame(Frame):
+    """A record frame made in this process (extract): it keeps its records
+    and packs them only when its bytes are wanted (a stream being written),
+    so stages chained in one process (``collective-report``) never pack or
+    unpack them.  The records must not change once the frame is made."""
+
+    def __init__(self, kind, rank, records):
+        self.kind, self.rank, self.source, self.offset, self.crc = kind, rank, None, None, None
+        self._records, self._payload = records, None
+
+    @property
+    def payload(self):
+        if self._payload is None:
+            self._payload = pack_records(self._records)
+        return self._payload
+
+    def records(self):
+        return self._records
+
+    def count(self):
+        return len(self._records)
 
 
 def decode_strings(payload):
@@ -449,11 +506,13 @@ def iter_frames(source, name=None):
                                           "after it was written)", pos)
         if reserved:
             raise StreamFormatError(name, f"corrupt frame: reserved field is {reserved}, not 0", pos)
-        if kind in Kind.RECORDS and length % Kind.RECORDS[kind].itemsize:
-            raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {length} bytes is not a "
-                                          f"whole number of {Kind.RECORDS[kind].itemsize}-byte records", pos)
         if rank > MAX_RANK:
             raise StreamFormatError(name, f"invalid rank {rank} in a frame header (ranks are 0 to {MAX_RANK})", pos)
+        if kind in Kind.RECORDS or kind in (Kind.STRINGS, Kind.META):
+            try:   # the envelope only: the columns are unpacked when the records are wanted
+                envelope(payload, Kind.RECORDS.get(kind))
+            except PackError as exc:
+                raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {exc}", pos) from None
         if kind == Kind.END:
             open_section = False
         yield Frame(kind, rank, payload, name, pos, crc)
@@ -494,8 +553,8 @@ def _check_header(data, name, pos):
             hint = " (this looks like a trace: run 'streamtrace extract' on it first)"
         raise StreamFormatError(name, "not a streamtrace event stream" + hint, pos)
     _, version, size = _HEADER.unpack(data[:_HEADER.size])
-    if version == 1:
-        raise StreamFormatError(name, "stream format version 1 was written by an older streamtrace; "
+    if version in (1, 2):
+        raise StreamFormatError(name, f"stream format version {version} was written by an older streamtrace; "
                                       "extract the traces again", pos)
     if version != FORMAT_VERSION:
         raise StreamFormatError(
@@ -558,7 +617,9 @@ class RankData:
 
     def names(self, ids):
         """Vector of strings for an array of string ids (None for absent)."""
-        table = np.array(self.strings + [None], dtype=object)
+        table = self.__dict__.get("_names")
+        if table is None or len(table) != len(self.strings) + 1:   # made again only when strings were added
+            table = self.__dict__["_names"] = np.array(self.strings + [None], dtype=object)
         ids = np.asarray(ids, dtype=np.int64)
         return table[np.where(ids == NOSTR, len(self.strings), ids)]
 
@@ -592,8 +653,7 @@ class _RankBuilder:
         if frame.kind == Kind.END:
             return
         if frame.kind in self.parts:
-            frame.records()   # checks the payload is whole records
-            self.parts[frame.kind].append(frame.payload)
+            self.parts[frame.kind].append(frame)   # unpacked in finish(), straight into the rank's array
         elif frame.kind == Kind.STRINGS:
             first, strings = frame.strings()
             if first != len(self.data.strings):
@@ -606,12 +666,27 @@ class _RankBuilder:
         else:
             self.data.extra.append(frame)
 
-    def finish(self):
+    def finish(self, pool):
+        """The RankData, each record kind one array that the frames are
+        unpacked into by ``pool``'s threads (zstd and numpy's copies run
+        without the GIL)."""
         d = self.data
-        d.events = np.frombuffer(b"".join(self.parts[Kind.EVENTS]), dtype=EVENT_DTYPE)
-        d.kernels = np.frombuffer(b"".join(self.parts[Kind.KERNELS]), dtype=KERNEL_DTYPE)
-        d.comms = np.frombuffer(b"".join(self.parts[Kind.COMMS]), dtype=COMM_DTYPE)
+        d.events, d.kernels, d.comms = (_joined(self.parts[kind], Kind.RECORDS[kind], pool)
+                                        for kind in (Kind.EVENTS, Kind.KERNELS, Kind.COMMS))
         return d
+
+
+def _joined(frames, dtype, pool):
+    """One array of a rank's record frames of one kind."""
+    if len(frames) == 1:
+        return frames[0].records()
+    counts = [frame.count() for frame in frames]
+    out = np.zeros(sum(counts), dtype=dtype)
+    ends = np.cumsum(counts).tolist()
+    jobs = [pool.submit(frame.records_into, out[end - n:end]) for frame, n, end in zip(frames, counts, ends)]
+    for job in jobs:
+        job.result()
+    return out
 
 
 def read_tables(source):
@@ -644,6 +719,9 @@ def read_stream(source):
             if b is None:
                 b = builders[frame.rank] = _RankBuilder(frame.rank)
             b.add(frame)
-        return {r: builders[r].finish() for r in sorted(builders)}
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="streamtrace-unpack") as pool:
+            return {r: builders[r].finish(pool) for r in sorted(builders)}
     except ValueError as exc:
         raise StreamFormatError(name, str(exc)) from None

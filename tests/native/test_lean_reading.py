@@ -91,9 +91,7 @@ def _check(path, align_only=False):
 
 
 def _strings(frame):
-    from streamtrace.stream.format import decode_strings
-
-    return decode_strings(frame.payload)[1]
+    return frame.strings()[1]
 
 
 def test_fixture_rank_without_flows(tmp_path):

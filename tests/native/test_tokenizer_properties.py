@@ -165,7 +165,7 @@ def test_extract_chunk_size_does_not_matter(tmp_path, chunk):
 def _same_records(a, b):
     """Frames may be split differently; the concatenated records must match."""
     def joined(frames, kind):
-        return b"".join(f.payload for f in frames if f.kind == kind)
+        return b"".join(f.records().tobytes() for f in frames if f.kind == kind)
     return all(joined(a, k) == joined(b, k) for k in (3, 4, 5))
 
 

@@ -149,12 +149,12 @@ def test_error_offset_is_the_frame_start(crafted):
     """The crafted frame follows the 16-byte stream header: the error names byte 16."""
     with pytest.raises(StreamFormatError) as err:
         read_stream(str(crafted / "events_not_whole_records.stev"))
-    assert err.value.offset == 16 and "not a whole number of 96-byte records" in str(err.value)
+    assert err.value.offset == 16 and "100 column bytes is not 2 records of 96 bytes" in str(err.value)
 
 
-def test_format_version_is_2():
-    assert FORMAT_VERSION == 2
-    assert struct.unpack_from("<I", header_bytes(), 8)[0] == 2
+def test_format_version_is_3():
+    assert FORMAT_VERSION == 3
+    assert struct.unpack_from("<I", header_bytes(), 8)[0] == 3
     assert len(encode_frame(Kind.END, 0, b"{}")) == 24 + 2
 
 

@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""The event stream (issue #25): its size, the stages through files and
+pipes against the one-shot report, each stage's peak RSS, and extraction
+speed against format v2, all measured in one run on the same inputs.
+
+    python bench/bench_stream.py --mb 50            # 4 x 50 MB: quick
+    python bench/bench_stream.py --mb 512           # the issue's 4 x 512 MB set (~2 GB in /tmp)
+
+Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
+(fixtures/generate_fixture.py, generated into --workdir and reused):
+
+* stream size against the JSON, here and on every real set in
+  ../shared/traces/real (one row per set; JSON bytes uncompressed);
+* ``extract -o FILE`` against extract to os.devnull;
+* v3 extraction (MB of JSON per second) against v2's: the v2 commit
+  (--v2, default the merge-base with main) is checked out into a temporary
+  worktree and its C core built there (scripts/compare_outputs.py's
+  build_tree), then both run the same way, ``python -m streamtrace.cli``
+  with their tree first on PYTHONPATH, alternately, best of --repeat;
+* ``extract | align | correlate | report`` through pipes and the same four
+  stages through files, against one ``collective-report
+  --blocking_analysis`` (CSVs in every case);
+* ``dump --what summary`` on the extracted stream.
+
+Peak RSS is each process's own (wait4's ru_maxrss).  Ratios are what to
+read: the machine is shared and its speed drifts (the machine-speed line
+says how fast it ran).
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from measure import machine_speed  # noqa: E402 - bench/ is on sys.path when run as a script
+
+REAL = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces", "real"))
+PY = sys.executable
+
+
+def timed(argv, env=None, stdin=None, stdout=None):
+    """(seconds, peak RSS MB) of one process; raises when it fails."""
+    t0 = time.perf_counter()
+    # cwd: `python -m` puts it first on sys.path, before PYTHONPATH (the tree being measured)
+    proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            cwd=tempfile.gettempdir())
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{err[-2000:]}")
+    return seconds, usage.ru_maxrss / 1024
+
+
+def best(n, fn):
+    """The fastest of ``n`` runs (the least disturbed by other load); the largest RSS seen."""
+    runs = [fn() for _ in range(n)]
+    return min(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def st(tree):
+    return [PY, "-m", "streamtrace.cli"], dict(os.environ, PYTHONPATH=tree)
+
+
+def generate(workdir, ranks, mb):
+    d = os.path.join(workdir, f"set{ranks}x{mb}")
+    if not os.path.exists(os.path.join(d, "truth.json")):
+        shutil.rmtree(d, ignore_errors=True)
+        subprocess.run([PY, os.path.join(ROOT, "fixtures", "generate_fixture.py"), "--out", d, "--ranks", str(ranks),
+                        "--target_mb", str(mb), "--format", "json", "--jobs", "2"], check=True,
+                       stdout=subprocess.DEVNULL)
+    return d
+
+
+def json_bytes(paths):
+    """Uncompressed bytes of trace files (.json, .json.gz, .json.zst)."""
+    total = 0
+    for p in paths:
+        if p.endswith(".gz"):
+            import gzip
+            with gzip.open(p, "rb") as f:
+                while chunk := f.read(1 << 22):
+                    total += len(chunk)
+        elif p.endswith(".zst"):
+            import zstandard
+            with zstandard.ZstdDecompressor().stream_reader(open(p, "rb")) as f:
+                while chunk := f.read(1 << 22):
+                    total += len(chunk)
+        else:
+            total += os.path.getsize(p)
+    return total
+
+
+def real_sets():
+    """{set name: [trace paths]} of ../shared/traces/real (a set is a folder holding traces)."""
+    sets = {}
+    for root, _, files in os.walk(REAL):
+        traces = sorted(os.path.join(root, f) for f in files if ".json" in f)
+        if traces:
+            sets[os.path.relpath(root, REAL)] = traces
+    return dict(sorted(sets.items()))
+
+
+def size_table(tmp):
+    print("\nstream size against the JSON, real sets (every file of a set extracted):")
+    print(f"  {'set':<40} {'JSON MB':>9} {'stream MB':>10} {'JSON/stream':>12}")
+    worst = None
+    cmd, env = st(ROOT)
+    for name, traces in real_sets().items():
+        out = os.path.join(tmp, "real.stev")
+        size = 0
+        for t in traces:   # a file at a time (a stream per rank, as extract -j makes them): no rank naming needed
+            subprocess.run([*cmd, "extract", t, "-q", "-o", out], env=env, check=True, cwd=tmp)
+            size += os.path.getsize(out)
+        j = json_bytes(traces)
+        ratio = j / size
+        worst = ratio if worst is None else min(worst, ratio)
+        print(f"  {name:<40} {j / 1e6:9.2f} {size / 1e6:10.3f} {ratio:11.1f}x")
+    if worst is not None:
+        print(f"  least compressible real set: JSON/stream {worst:.1f}x (target >= 4x; every set >= 8x)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=4)
+    ap.add_argument("--mb", type=int, default=512, help="MB of JSON per rank")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each timed case (the fastest is shown)")
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"))
+    ap.add_argument("--v2", default=None, help="the commit writing format v2 (default: merge-base with main)")
+    ap.add_argument("--no_v2", action="store_true", help="skip the v2 comparison")
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    traces = generate(args.workdir, args.ranks, args.mb)
+    trace_files = sorted(os.path.join(traces, f) for f in os.listdir(traces) if f.endswith(".json"))
+    jbytes = json_bytes(trace_files)
+    tmp = tempfile.mkdtemp(prefix="bench-stream-", dir=args.workdir)
+    print(f"set: {args.ranks} x {args.mb} MB ({jbytes / 1e6:.0f} MB of JSON) in {traces}; {machine_speed()}",
+          flush=True)
+    cmd, env = st(ROOT)
+    ws = ["--trace_dir", traces, "--world_size", str(args.ranks)]
+    stev, aligned, correlated = (os.path.join(tmp, n) for n in ("run.stev", "run.a.stev", "run.c.stev"))
+    rows = {}
+
+    def show(label, result):
+        rows[label] = result
+        print(f"  {label:<52} {result[0]:8.2f} s  peak RSS {result[1]:7.0f} MB", flush=True)
+
+    try:
+        print("\nextract:")
+        show("extract -o os.devnull", best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "-o", os.devnull],
+                                                                       env)))
+        show("extract -o FILE", best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "-o", stev], env)))
+        size = os.path.getsize(stev)
+        if not args.no_v2:
+            sys.path.insert(0, os.path.join(ROOT, "scripts"))
+            from compare_outputs import build_tree
+
+            base = args.v2 or subprocess.run(["git", "-C", ROOT, "merge-base", "HEAD", "main"], capture_output=True,
+                                             text=True, check=True).stdout.strip()
+            tree = build_tree(base, tmp)
+            try:
+                v2cmd, v2env = st(tree)
+                v2file = os.path.join(tmp, "v2.stev")
+                v3s, v2s = [], []
+                for _ in range(args.repeat):   # alternately: both see the same load
+                    v2s.append(timed([*v2cmd, "extract", *ws, "-q", "-o", v2file], v2env))
+                    v3s.append(timed([*cmd, "extract", *ws, "-q", "-o", stev], env))
+                v2size = os.path.getsize(v2file)
+                read = "import sys; from streamtrace import read_stream; read_stream(sys.argv[1])"
+                show("v2 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, v2file], v2env)))
+                show("v3 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, stev], env)))
+                os.unlink(v2file)
+                show(f"v2 extract -o FILE ({base[:10]})", (min(r[0] for r in v2s), max(r[1] for r in v2s)))
+                show("v3 extract -o FILE (alternating with v2)", (min(r[0] for r in v3s), max(r[1] for r in v3s)))
+            finally:
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
+
+        print("\nstages through files, then pipes, then one-shot:")
+        show("align FILE -o FILE", best(args.repeat, lambda: timed([*cmd, "align", stev, "-q", "-o", aligned], env)))
+        show("correlate FILE -o FILE",
+             best(args.repeat, lambda: timed([*cmd, "correlate", aligned, "-q", "-o", correlated], env)))
+        csvs = os.path.join(tmp, "csvs")
+        show("report FILE --output_csvs_dir",
+             best(args.repeat, lambda: timed([*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs], env)))
+        show("dump FILE --what summary", best(args.repeat, lambda: timed([*cmd, "dump", stev, "--what", "summary"],
+                                                                          env)))
+        line = " ".join(cmd)
+        pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
+                f"{line} report -q --output_csvs_dir {csvs}")
+        show("extract | align | correlate | report (pipes)",
+             best(args.repeat, lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env)))
+        show("collective-report --blocking_analysis (one process)",
+             best(args.repeat, lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
+                                              "--output_csvs_dir", csvs], env)))
+
+        one = rows["collective-report --blocking_analysis (one process)"][0]
+        files = sum(rows[k][0] for k in ("extract -o FILE", "align FILE -o FILE", "correlate FILE -o FILE",
+                                          "report FILE --output_csvs_dir"))
+        print("\nratios (same run):")
+        print(f"  JSON / stream size                          {jbytes / size:8.1f}x   (target >= 8x)  "
+              f"stream {size / 1e6:.1f} MB")
+        if not args.no_v2:
+            print(f"  JSON / v2 stream size                       {jbytes / v2size:8.1f}x")
+            v2t = rows[next(k for k in rows if k.startswith("v2 extract"))][0]
+            v3t = rows["v3 extract -o FILE (alternating with v2)"][0]
+            print(f"  v3 / v2 extraction MB/s                     {v2t / v3t:8.2f}   (target >= 0.90)")
+            print(f"  v3 / v2 read_stream time                    "
+                  f"{rows['v3 read_stream (Python API)'][0] / rows['v2 read_stream (Python API)'][0]:8.2f}x")
+        print(f"  extract -o FILE / -o os.devnull             "
+              f"{rows['extract -o FILE'][0] / rows['extract -o os.devnull'][0]:8.2f}x  (target <= 1.15x)")
+        print(f"  pipes / one-shot                            "
+              f"{rows['extract | align | correlate | report (pipes)'][0] / one:8.2f}x  (target <= 1.3x)")
+        print(f"  four stages through files / one-shot        {files / one:8.2f}x  (target <= 1.6x)")
+        print(f"  dump --what summary                         {rows['dump FILE --what summary'][0]:8.2f} s, "
+              f"{rows['dump FILE --what summary'][1]:.0f} MB (target <= 1 s, <= 100 MB)")
+        size_table(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

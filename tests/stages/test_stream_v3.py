@@ -1,0 +1,244 @@
+"""Stream format v3 (issue #25): packed record frames, a summary from the
+metadata alone, dump that streams frame by frame.
+
+Truths: the fixture generator's truth.json (event counts per rank and
+category), the records extract holds in memory before any packing, and
+the numpy arrays packed in the test itself."""
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import generate_fixture
+from streamtrace import extract_rank, iter_frames, read_stream
+from streamtrace._native import COMM_DTYPE, EVENT_DTYPE, KERNEL_DTYPE, NONE
+from streamtrace.cli import main
+from streamtrace.stream import packing
+from streamtrace.stream.format import Kind
+
+BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("v3")
+    truth = generate_fixture.generate(str(d / "traces"), ranks=2, steps=2, seed=11)
+    res = CliRunner().invoke(main, ["extract", "--trace_dir", str(d / "traces"), "--world_size", "2",
+                                    "-o", str(d / "run.stev"), "-q"])
+    assert res.exit_code == 0, res.output
+    return d, truth
+
+
+def _random_records(dtype, n, seed):
+    """Records with every byte random, then the extremes a delta must survive."""
+    rng = np.random.default_rng(seed)
+    records = np.frombuffer(rng.integers(0, 256, n * dtype.itemsize, dtype=np.uint8).tobytes(), dtype=dtype).copy()
+    for name in packing.DELTAS[dtype]:
+        info = np.iinfo(records[name].dtype)
+        records[name][:4] = [info.min, info.max, info.min, 0][:n]
+    if "ts" in dtype.names:
+        records["ts"][4:8] = NONE
+    return records
+
+
+@pytest.mark.parametrize("dtype", [EVENT_DTYPE, KERNEL_DTYPE, COMM_DTYPE])
+@pytest.mark.parametrize("n", [0, 1, 2, 1000])
+def test_records_survive_packing_field_for_field(dtype, n):
+    records = _random_records(dtype, n, seed=n)
+    payload = packing.pack_records(records)
+    count, codec, size = packing.envelope(payload, dtype)
+    assert (count, codec, size) == (n, packing.CODEC_ZSTD, n * packing.FIELD_BYTES[dtype])
+    back = packing.unpack_records(payload, dtype)
+    assert back.dtype == dtype and len(back) == n
+    for name in dtype.names:   # the bytes of every field (NaN payloads included)
+        assert back[name].tobytes() == records[name].tobytes(), name
+    # padding never reaches the stream: it comes back as zeros
+    covered = np.zeros(dtype.itemsize, dtype=bool)
+    for name in dtype.names:
+        offset = dtype.fields[name][1]
+        covered[offset:offset + dtype.fields[name][0].itemsize] = True
+    assert not np.frombuffer(back.tobytes(), np.uint8).reshape(n, dtype.itemsize)[:, ~covered].any()
+
+
+def test_a_packed_frame_is_compressed_columns_as_documented():
+    """The layout docs/stream-format.md gives, decoded by hand: envelope,
+    then one zstd frame of each field's values back to back, ``ts`` as
+    differences."""
+    import zstandard
+
+    records = np.zeros(3, dtype=EVENT_DTYPE)
+    records["ts"] = [1000, 1500, 1400]
+    records["name"] = [7, 7, 8]
+    payload = packing.pack_records(records)
+    count, codec, size = struct.unpack_from("<IIQ", payload)
+    raw = zstandard.ZstdDecompressor().decompress(payload[16:])
+    assert (count, codec, size, len(raw)) == (3, 1, 3 * 96, 3 * 96)
+    assert np.frombuffer(raw, "<i8", count=3).tolist() == [1000, 500, -100]   # ts: the first field, as deltas
+    name_at = 3 * sum(EVENT_DTYPE.fields[f][0].itemsize for f in EVENT_DTYPE.names[:EVENT_DTYPE.names.index("name")])
+    assert np.frombuffer(raw, "<u4", count=3, offset=name_at).tolist() == [7, 7, 8]
+
+
+def test_stream_records_are_those_extract_made(run):
+    """read_stream gives back, field for field, the records extract held in
+    memory before packing them, and as many events as the truth counts."""
+    d, truth = run
+    ranks = read_stream(str(d / "run.stev"))
+    for rank, data in ranks.items():
+        made = {Kind.EVENTS: [], Kind.KERNELS: [], Kind.COMMS: []}
+        path = str(d / "traces" / truth["files"][str(rank)])
+        for frame in extract_rank(path, rank):
+            if frame.kind in made:
+                made[frame.kind].append(np.array(frame.records()))
+        for kind, got in ((Kind.EVENTS, data.events), (Kind.KERNELS, data.kernels), (Kind.COMMS, data.comms)):
+            want = np.concatenate(made[kind])
+            for name in want.dtype.names:
+                assert got[name].tobytes() == want[name].tobytes(), (rank, kind, name)
+        stored = sum(n for key, n in truth["event_counts"][str(rank)].items() if key != "X/python_function")
+        assert len(data.events) == stored
+
+
+def test_stream_is_far_smaller_than_the_json(run):
+    d, truth = run
+    json_bytes = sum(os.path.getsize(d / "traces" / f) for f in truth["files"].values())
+    assert os.path.getsize(d / "run.stev") * 8 <= json_bytes
+
+
+def _summary(stream):
+    res = CliRunner().invoke(main, ["dump", str(stream), "--what", "summary"])
+    assert res.exit_code == 0, res.output
+    return [json.loads(line) for line in res.output.splitlines()]
+
+
+def test_summary_reads_no_record(run, monkeypatch):
+    """The summary's numbers come from META and the frame envelopes: with
+    unpacking records made impossible it still gives the truth's counts."""
+    d, truth = run
+
+    def refuse(*args):
+        raise AssertionError("the summary unpacked records")
+
+    monkeypatch.setattr(packing, "unpack_records", refuse)
+    import streamtrace.stream.format as fmt
+    monkeypatch.setattr(fmt, "unpack_records", refuse)
+    rows = _summary(d / "run.stev")
+    assert [r["rank"] for r in rows] == [0, 1]
+    for row in rows:
+        counts = truth["event_counts"][str(row["rank"])]
+        assert row["kernels"] == counts["X/kernel"]
+        assert row["events"] == sum(n for k, n in counts.items() if k != "X/python_function")
+        assert row["pyfunc_skipped"] == counts["X/python_function"]
+
+
+def test_summary_matches_the_records(run):
+    """What extract counted into META is what the records say (the way
+    summary computed it from every record before v3)."""
+    d, _ = run
+    rows = {r["rank"]: r for r in _summary(d / "run.stev")}
+    for rank, data in read_stream(str(d / "run.stev")).items():
+        e = data.events
+        cats = data.names(e["cat"])
+        kernel = np.isin(cats, ["kernel", "Kernel"])
+        names = data.names(e["name"][kernel])
+        nccl = sum(1 for n in names if isinstance(n, str) and ("nccl" in n.lower() or "rccl" in n.lower()))
+        x = (e["ph"] == ord("X")) & ((e["flags"] & 4) != 0)
+        span_ms = round(float((e["ts"][x] + e["dur"][x]).max() - e["ts"][x].min()) / 1e6, 3)
+        row = rows[rank]
+        assert (row["kernels"], row["nccl_kernels"], row["comm_records"], row["gpu_streams"], row["span_ms"]) == \
+            (int(kernel.sum()), nccl, len(data.comms), len(np.unique(e["stream"][kernel])), span_ms)
+        assert nccl > 0
+
+
+@pytest.mark.parametrize("what", ["events", "kernels", "collectives", "strings"])
+def test_dump_streams_what_the_whole_rank_gives(run, what):
+    """dump, frame by frame, prints what the rank's whole tables give."""
+    import pandas as pd
+
+    from streamtrace.dump import write_table
+    from streamtrace.stream.records import comms_frame, events_frame, kernels_frame
+
+    d, _ = run
+    want = io.StringIO()
+    for rank, data in read_stream(str(d / "run.stev")).items():
+        if what == "events":
+            df = events_frame(data)
+        elif what == "kernels":
+            df = kernels_frame(data)
+        elif what == "strings":
+            df = pd.DataFrame({"id": range(len(data.strings)), "string": data.strings})
+        else:
+            comms = comms_frame(data)
+            cols = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "stream", "correlation", "external_id"]
+            joined = events_frame(data).loc[comms["event"].to_numpy(), cols].reset_index(drop=True)
+            df = pd.concat([joined, comms], axis=1)
+        df.insert(0, "rank", rank)
+        write_table(df, "csv", want, header=rank == 0)
+    res = CliRunner().invoke(main, ["dump", str(d / "run.stev"), "--what", what, "--format", "csv"])
+    assert res.exit_code == 0, res.output
+    assert res.output == want.getvalue()
+    # the same through a real pipe
+    with open(d / "run.stev", "rb") as f:
+        proc = subprocess.run([BIN, "dump", "--what", what, "--format", "csv"], stdin=f, capture_output=True)
+    assert proc.returncode == 0 and proc.stdout.decode() == want.getvalue()
+
+
+def test_dump_events_holds_one_frame_at_a_time(run, tmp_path, monkeypatch):
+    """dump --what events never holds more than the frame it is printing:
+    every events table it makes is one frame's records."""
+    import streamtrace.dump as dump
+    from streamtrace import StreamWriter
+
+    d, truth = run
+    with open(tmp_path / "run.stev", "wb") as f:   # small frames: many of them
+        writer = StreamWriter(f)
+        writer.write_all(extract_rank(str(d / "traces" / truth["files"]["0"]), 0, batch_events=300))
+        writer.close()
+    d = tmp_path
+    sizes = []
+    real = dump.events_frame
+
+    def spy(rank):
+        sizes.append(len(rank.events))
+        return real(rank)
+
+    monkeypatch.setattr(dump, "events_frame", spy)
+    res = CliRunner().invoke(main, ["dump", str(d / "run.stev"), "--what", "events", "--format", "csv"])
+    assert res.exit_code == 0
+    frames = [f.count() for f in iter_frames(str(d / "run.stev")) if f.kind == Kind.EVENTS]
+    assert sizes == frames and len(frames) > 2
+
+
+def test_a_version_2_stream_is_refused_with_extract_again(run, tmp_path):
+    data = bytearray((run[0] / "run.stev").read_bytes())
+    data[8:12] = struct.pack("<I", 2)
+    (tmp_path / "old.stev").write_bytes(bytes(data))
+    res = CliRunner().invoke(main, ["align", str(tmp_path / "old.stev"), "-q", "-o", str(tmp_path / "a.stev")])
+    assert res.exit_code == 1
+    assert res.output.strip() == (f"Error: {tmp_path / 'old.stev'} at byte 0: stream format version 2 was written "
+                                  "by an older streamtrace; extract the traces again")
+
+
+def test_read_stream_joins_many_frames_of_a_rank(run, tmp_path):
+    """A rank in many frames (unpacked by threads into one array) reads
+    back, field for field, as the records extract made, in order."""
+    from streamtrace import StreamWriter
+
+    d, truth = run
+    path = str(d / "traces" / truth["files"]["1"])
+    made = list(extract_rank(path, 1, batch_events=300))
+    with open(tmp_path / "many.stev", "wb") as f:
+        writer = StreamWriter(f)
+        writer.write_all(made)
+        writer.close()
+    data = read_stream(str(tmp_path / "many.stev"))[1]
+    for kind, got in ((Kind.EVENTS, data.events), (Kind.KERNELS, data.kernels), (Kind.COMMS, data.comms)):
+        parts = [f.records() for f in made if f.kind == kind]
+        assert len(parts) > 1 or kind != Kind.EVENTS
+        want = np.concatenate(parts)
+        for name in want.dtype.names:
+            assert got[name].tobytes() == want[name].tobytes(), (kind, name)
