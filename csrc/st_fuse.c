@@ -2169,6 +2169,15 @@ static int parse_item(st_fuse *f, const char *base, const char *p, const char *e
         }
         const char *v = p;
         int r = skip_value(f, base, p, end, next);
+        if (st_is_log_member(key.s, key.n) && *v == '[' &&
+            !(r == P_OK && st_value_ends_line_member(v, *next, end))) {
+            const char *e = st_log_member_end(v, end); /* maybe not valid JSON: see st_lex.h */
+            if (e) {
+                *next = e;
+                r = P_OK;
+                f->err_code = ST_FUSE_OK;
+            }
+        }
         if (r == P_MORE)
             return E_MORE;
         if (r == P_ERR)

@@ -78,4 +78,46 @@ static inline uint64_t st_hash_bytes(const char *s, size_t n, uint64_t seed)
     return h;
 }
 
+/*
+ * Kineto's top-level log members ("WARNING": [...], "ERROR": [...]; removed
+ * in 2026 by kineto#1460) held log lines that Kineto did not escape before
+ * kineto#1453: a double quote in a message makes the value invalid JSON.
+ * Kineto writes each such member on a line of its own and its messages never
+ * hold a newline, so the value [v, ...) -- v at its '[' -- ends at the last
+ * ']' of that line followed (after whitespace) by ',' or '}'.  Returns the
+ * byte after that ']', or NULL when the line has no such ']' or is not
+ * complete in [v, end).
+ */
+static inline int st_is_log_member(const char *k, size_t kn)
+{
+    return (kn == 7 && memcmp(k, "WARNING", 7) == 0) || (kn == 5 && memcmp(k, "ERROR", 5) == 0);
+}
+
+static inline const char *st_log_member_end(const char *v, const char *end)
+{
+    const char *nl = memchr(v, '\n', (size_t)(end - v));
+    if (!nl)
+        return NULL;
+    for (const char *q = nl; q > v; q--) {
+        if (q[-1] != ']')
+            continue;
+        const char *a = st_skip_ws(q, end);
+        if (a >= end)
+            return NULL;
+        if (*a == ',' || *a == '}')
+            return q;
+    }
+    return NULL;
+}
+
+/* Whether a value that ends at `vend` ends its member cleanly: on the line
+ * it started (no newline in [v, vend)), then ',' or '}'. */
+static inline int st_value_ends_line_member(const char *v, const char *vend, const char *end)
+{
+    if (memchr(v, '\n', (size_t)(vend - v)))
+        return 0;
+    const char *a = st_skip_ws(vend, end);
+    return a < end && (*a == ',' || *a == '}');
+}
+
 #endif

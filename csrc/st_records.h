@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 /* CDEF BEGIN */
-#define ST_FORMAT_VERSION 2
+#define ST_FORMAT_VERSION 3
 
 /* Absent integer fields hold ST_NONE; absent string ids hold ST_NOSTR. */
 #define ST_NOSTR 4294967295
@@ -86,7 +86,7 @@ typedef struct st_comm {
     uint32_t out_split;       /* "Out split size" */
     uint32_t input_dims;      /* raw JSON of "Input Dims" */
     uint32_t input_type;      /* raw JSON of "Input type" */
-    uint32_t reserved;
+    uint32_t comms_id;        /* "Comms Id" as written (a uint64 hash: kept as text) */
     int64_t in_nelems;
     int64_t out_nelems;
     int64_t group_size;
