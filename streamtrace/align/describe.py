@@ -438,6 +438,7 @@ def _described_by_args(args, texts, pg_conf):
         "pg_name": texts.of(pg_name_id), "pg_desc": texts.of(args.string_ids("pg_desc")[0]),
         "pg_ranks": texts.of(pg_ranks_id), "in_split": texts.of(args.string_ids("in_split")[0]),
         "out_split": texts.of(args.string_ids("out_split")[0]), "seq": args.ints("seq")[0],
+        "comms_id": texts.of(args.string_ids("comms_id")[0]),
     }
     need = (texts.absent(name_id) | texts.absent(dtype_id) | (in_n == NONE) | (out_n == NONE)
             | (texts.absent(pg_name_id) & (pg_id != NONE)))
@@ -524,7 +525,7 @@ def _empty_rank_rows():
             "link": object, "collective_name": object, "name_source": object, "dtype": object, "in_nelems": "int64",
             "out_nelems": "int64", "size_source": object, "group_size": "int64", "group_size_source": object,
             "pg_name": object, "pg_desc": object, "pg_ranks": object, "in_split": object, "out_split": object,
-            "seq": "int64", "no_ids": bool, "cpu_op_event": "int64", "cpu_op_name": object}
+            "seq": "int64", "comms_id": object, "no_ids": bool, "cpu_op_event": "int64", "cpu_op_name": object}
     return {k: np.zeros(0, dtype=v) for k, v in cols.items()}
 
 
