@@ -2170,7 +2170,7 @@ static int parse_item(st_fuse *f, const char *base, const char *p, const char *e
         const char *v = p;
         int r = skip_value(f, base, p, end, next);
         if (st_is_log_member(key.s, key.n) && *v == '[' &&
-            !(r == P_OK && st_value_ends_line_member(v, *next, end))) {
+            !(r == P_OK && st_value_ends_member(*next, end))) {
             const char *e = st_log_member_end(v, end); /* maybe not valid JSON: see st_lex.h */
             if (e) {
                 *next = e;

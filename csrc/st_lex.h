@@ -110,12 +110,10 @@ static inline const char *st_log_member_end(const char *v, const char *end)
     return NULL;
 }
 
-/* Whether a value that ends at `vend` ends its member cleanly: on the line
- * it started (no newline in [v, vend)), then ',' or '}'. */
-static inline int st_value_ends_line_member(const char *v, const char *vend, const char *end)
+/* Whether a value that ends at `vend` ends its member cleanly: ',' or '}'
+ * follows.  (A valid value always does; the line rule above is for the rest.) */
+static inline int st_value_ends_member(const char *vend, const char *end)
 {
-    if (memchr(v, '\n', (size_t)(vend - v)))
-        return 0;
     const char *a = st_skip_ws(vend, end);
     return a < end && (*a == ',' || *a == '}');
 }

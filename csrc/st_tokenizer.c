@@ -1396,7 +1396,7 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
             const char *v = p;
             r = skip_value(t, base, p, end, next);
             if (st_is_log_member(k, kn) && *v == '[' &&
-                !(r == P_OK && st_value_ends_line_member(v, *next, end))) {
+                !(r == P_OK && st_value_ends_member(*next, end))) {
                 const char *e = st_log_member_end(v, end); /* maybe not valid JSON: see st_lex.h */
                 if (e) {
                     *next = e;

@@ -19,6 +19,7 @@ import inspect
 import itertools
 import os
 
+from .align.custom import custom_collectives
 from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_error
 from .parallel.executor import local_executor
 from .parallel.threads import interleaved, prefetched
@@ -177,11 +178,11 @@ class RankReading:
     GIL-held numpy) as it comes, so the threads go straight on to the next
     ranks."""
 
-    def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None, executor=None):
+    def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None, executor=None, custom=None):
         self.inputs = inputs
         self._executor = executor if executor is not None else local_executor(jobs, len(inputs))
         self._owns_executor = executor is None
-        read = functools.partial(_read_rank, world_size=world_size, strict=strict)
+        read = functools.partial(_read_rank, world_size=world_size, strict=strict, custom=custom)
         items = list(zip(inputs, _summed_progress(progress, len(inputs))))
         self._results = self._executor.map(read, items, finish=_finish_rank)
 
@@ -221,8 +222,9 @@ class RankReading:
 READ_MAP_WINDOW = 8 << 20
 
 
-def _read_rank(item, world_size, strict):
-    """The map: one rank's trace -> its RankCollector (the rows align keeps)."""
+def _read_rank(item, world_size, strict, custom=None):
+    """The map: one rank's trace -> its RankCollector (the rows align keeps);
+    ``custom``: align.custom.CustomCollectives or None."""
     from .align.collect import collected_rank
     from .extract import extract_rank
 
@@ -232,7 +234,7 @@ def _read_rank(item, world_size, strict):
     # kernel launch, often a quarter of the events)
     return collected_rank(extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict,
                                        progress=progress, drop_flows=True, align_only=True,
-                                       map_window=READ_MAP_WINDOW), inp.rank)
+                                       map_window=READ_MAP_WINDOW), inp.rank, custom)
 
 
 def _finish_rank(collector):
@@ -268,7 +270,8 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
     return RankReading(inputs, world_size, jobs, strict, progress).tables(align_clocks, gpus_per_node)
 
 
-def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None):
+def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None,
+                       custom=None):
     """extract -> align -> correlate of trace files as a map and a reduce:
     ``{name: DataFrame}`` with the ``align.*`` and ``correlate.*`` tables.
 
@@ -281,7 +284,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .correlate.stage import TABLE_PREFIX, analyze_collected
     from .stream.format import table_frame
 
-    read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
+    read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
     items = list(zip(inputs, _summed_progress(progress, len(inputs))))
     with contextlib.ExitStack() as owned:
         executor_ = executor if executor is not None else owned.enter_context(local_executor(jobs, len(inputs)))
@@ -302,7 +305,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     return tables
 
 
-def _read_rank_for_blocking(item, world_size, strict):
+def _read_rank_for_blocking(item, world_size, strict, custom=None):
     """The blocking analysis' map: one rank's trace read once, into align's
     RankCollector and correlate's RankTimeline (flows left out: neither reads them)."""
     from .align.collect import RankCollector
@@ -316,7 +319,7 @@ def _read_rank_for_blocking(item, world_size, strict):
     # the tokenizer (no GIL) reads on in its own thread while this one collects
     for frame in prefetched(frames, depth=RANK_PREFETCH_FRAMES, name="streamtrace-extract"):
         if rows is None:   # the rank is the trace's own when the input names none
-            rows, timeline = RankCollector(frame.rank), RankTimeline(frame.rank)
+            rows, timeline = RankCollector(frame.rank, custom), RankTimeline(frame.rank)
         rows.add(frame)
         timeline.add(frame)
     return rows, timeline
@@ -343,7 +346,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
                                use_multiprocessing=False, max_workers=None, rank_regex=None, gpus_per_node=None,
                                all2allv_heatmap=False, *, align_clocks=None, allow_missing_ranks=False,
                                strict=False, jobs=None, paths=(), write_files=True, progress=None,
-                               blocking_analysis=False, output_html_path=None, executor=None):
+                               blocking_analysis=False, output_html_path=None, executor=None,
+                               custom_collective_patterns=None):
     """The whole chain (extract -> align -> report) in one process.
 
     TraceLens's ``generate_collective_report`` parameters in its order (a
@@ -362,6 +366,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     labels never shift).  ``blocking_analysis`` also runs ``correlate`` and
     adds its sheets.  ``output_html_path``: also write the HTML report
     (``html_report``; needs plotly); given alone, it is the only output.
+    ``custom_collective_patterns``: ``(regex, Collective name)`` pairs, as
+    TraceLens's: kernels whose names match are collectives (align.custom).
     """
     args = dict(locals())
     return _collective_report(args, files_only=False)[0]
@@ -418,6 +424,7 @@ def _checked_report_inputs(a):
     if a["gpus_per_node"] is not None and a["gpus_per_node"] <= 0:
         raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {a['gpus_per_node']})")
     check_aggs(a["agg_metrics"])
+    custom_collectives(a["custom_collective_patterns"])   # checked before any work
     if a["output_html_path"] and a["write_files"]:
         from .html_report import check_output
 
@@ -440,13 +447,15 @@ def _report_tables(inputs, a):
     # offsets are still estimated, and data_quality says when they matter
     align_clocks = bool(a["align_clocks"])
     jobs = a["jobs"] if a["jobs"] is not None or not a["use_multiprocessing"] else a["max_workers"]
+    custom = custom_collectives(a["custom_collective_patterns"])
     if a["blocking_analysis"]:
         tables = _correlated_tables(inputs, a["world_size"], jobs, align_clocks, a["gpus_per_node"], a["strict"],
-                                    a["progress"], executor=a["executor"])
+                                    a["progress"], executor=a["executor"], custom=custom)
         from .report import sheets as report
 
         return tables, report
-    reading = RankReading(inputs, a["world_size"], jobs, a["strict"], a["progress"], executor=a["executor"])
+    reading = RankReading(inputs, a["world_size"], jobs, a["strict"], a["progress"], executor=a["executor"],
+                          custom=custom)
     try:
         from .report import sheets as report  # pandas loads while the first ranks are tokenized
     except BaseException as exc:

@@ -433,6 +433,16 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
     _wrote(written, sheets)
 
 
+def _custom_patterns(ctx, param, values):
+    """--custom_collective_pattern REGEX=NAME (repeatable) -> [(regex, name)]; a bad one is a usage error."""
+    from .align.custom import parse_cli_pattern
+
+    try:
+        return [parse_cli_pattern(v) for v in values]
+    except StreamtraceError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @main.command("collective-report")
 @trace_input_options
 @report_options
@@ -445,12 +455,16 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
         "blocking_analysis", default=False, show_default=True,
         help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
              "costs several times the report's time and memory.")
+@click.option("--custom_collective_pattern", "--custom-collective-pattern", "custom_collective_patterns",
+        multiple=True, metavar="REGEX=NAME", callback=_custom_patterns,
+        help="Kernels whose name REGEX finds (any case) are collectives, of Collective name NAME when their "
+             "args do not say (TraceLens's custom_collective_patterns); repeatable.")
 @quiet_option
 @handle_errors
 def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
                       output_xlsx_path, output_csvs_dir, output_html_path, detailed_analysis, agg_metrics,
                       gpus_per_node, all2allv_heatmap, align_clocks, strict, use_multiprocessing, max_workers, jobs,
-                      blocking_analysis, quiet):
+                      blocking_analysis, custom_collective_patterns, quiet):
     """Trace files -> collective report, in one process (extract | align | report).
 
     TraceLens_generate_multi_rank_collective_report_pytorch's flags, sheets,
@@ -478,7 +492,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         agg_metrics=agg_metrics, gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
         align_clocks=align_clocks, allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs,
         use_multiprocessing=use_multiprocessing, max_workers=max_workers, progress=progress,
-        blocking_analysis=blocking_analysis)
+        blocking_analysis=blocking_analysis, custom_collective_patterns=custom_collective_patterns)
     _end_progress(progress)
     _wrote(written, sheets)
 

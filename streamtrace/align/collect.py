@@ -47,8 +47,9 @@ def is_label_name(s):
     return bool(s) and not s.startswith(("ProfilerStep#", "nccl:"))
 
 
-def classify_string(s):
-    """Bit flags of one string-table entry (S_* constants)."""
+def classify_string(s, custom=None):
+    """Bit flags of one string-table entry (S_* constants); ``custom``: a
+    CustomCollectives whose patterns also make kernel names collective."""
     c = 0
     if s in ("kernel", "Kernel"):
         c |= S_KERNEL_CAT
@@ -56,7 +57,7 @@ def classify_string(s):
         c |= S_CPU_CAT
     elif s in ("cuda_runtime", "Runtime", "cuda_driver"):
         c |= S_RUNTIME_CAT
-    if coll.COLLECTIVE_KERNEL_RE.search(s):
+    if coll.COLLECTIVE_KERNEL_RE.search(s) or (custom is not None and custom.collective_of(s)):
         c |= S_NCCL_NAME
     if s.startswith("nccl:"):
         c |= S_ANNOT
@@ -80,8 +81,9 @@ class RankCollector:
     record arrays of the candidate rows; labels: user annotations) and
     ``comms`` (comm-argument records)."""
 
-    def __init__(self, rank):
+    def __init__(self, rank, custom=None):
         self.rank = rank
+        self.custom = custom   # CustomCollectives or None
         self.strings = []
         self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
         self.n_events = 0
@@ -114,7 +116,7 @@ class RankCollector:
             grown[: len(self.strings)] = self._cls[: len(self.strings)]
             self._cls = grown
         n0 = len(self.strings)
-        self._cls[n0:n0 + len(strings)] = [classify_string(s) for s in strings]
+        self._cls[n0:n0 + len(strings)] = [classify_string(s, self.custom) for s in strings]
         self.strings.extend(strings)
 
     def lookup(self, ids):
@@ -154,13 +156,13 @@ class RankCollector:
             self.labels.append(u)
 
 
-def collected_rank(frames, rank=None):
+def collected_rank(frames, rank=None, custom=None):
     """A RankCollector that has taken every one of a rank's frames, not yet
     finished (``describe.finish_rank`` makes its RankResult): a reading
     thread can go on to the next rank while another finishes this one."""
     collector = None
     for frame in frames:
         if collector is None:
-            collector = RankCollector(frame.rank if rank is None else rank)
+            collector = RankCollector(frame.rank if rank is None else rank, custom)
         collector.add(frame)
-    return collector or RankCollector(rank or 0)
+    return collector or RankCollector(rank or 0, custom)

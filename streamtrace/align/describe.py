@@ -34,7 +34,7 @@ def finish_rank(collector):
     kernels, launches = _candidates(collector.kernels, collector.launches, ops, comms, collector.lookup)
     collector.kernels = collector.launches = collector.ops = collector.comms = collector.labels = None
     rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
-                                   collector.lookup, meta, labels)
+                                   collector.lookup, meta, labels, collector.custom)
     if collector.meta is None:
         quality.append(_finding("warning", "incomplete_rank", f"rank {collector.rank}: no metadata frame "
                                 "(the stream section of this rank is incomplete)", rank=collector.rank))
@@ -243,7 +243,7 @@ class _CommRecords:
         return out
 
 
-def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, labels=None):
+def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, labels=None, custom=None):
     """Select the collective kernels of one rank and describe them (one row each)."""
     if not len(kernels):
         return _empty_rank_rows(), []
@@ -282,6 +282,11 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, l
     pg_conf = _pg_config_by_name(meta)
     args = _ArgSources(_CommRecords(comms, kernel_comm[sel]), _CommRecords(comms, rpc_comm))
     described, pg_id, need = _described_by_args(args, texts, pg_conf)
+    if custom is not None:   # the user's pattern names what the args do not
+        for i in np.flatnonzero(described["collective_name"] == None).tolist():  # noqa: E711 - object array
+            name = custom.collective_of(kernel_names[i])
+            if name is not None:
+                described["collective_name"][i], described["name_source"][i] = name, "custom_pattern"
     _fill_from_fallbacks(described, pg_id, need, ann_name, c10_name, kinds_tok, _CommRecords(comms, ann_comm),
                          _CommRecords(comms, c10_comm), _Parsed(strings), pg_conf)
 

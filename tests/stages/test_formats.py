@@ -212,15 +212,23 @@ def test_old_log_members_are_not_json_and_are_tolerated(variant, tmp_path):
     assert len([e for e in fused["traceEvents"] if e.get("cat") == "kernel"]) > 0
 
 
-def test_a_log_member_that_is_not_kineto_shaped_is_still_an_error(tmp_path):
-    """Only Kineto's one-line log arrays are read leniently: a broken WARNING that does not
-    end its line with '],' is bad input, one line, exit 1."""
+@pytest.mark.parametrize("members, warning", [
+    # valid JSON over several lines, one with a ']' and ',' on its first line: read as JSON
+    ('"WARNING": [["a"],\n  ["b"]],\n', [["a"], ["b"]]),
+    ('"WARNING": [\n  "a",\n  "b"\n],\n', ["a", "b"]),
+    # two unescaped lines whose quotes pair up across them: the first swallows the second, nothing fails
+    ('"WARNING": ["x "y"],\n  "ERROR": ["z "w"],\n', None),
+])
+def test_log_members_valid_or_not(tmp_path, members, warning):
     p = tmp_path / "rank0_trace.json"
-    p.write_text('{"traceEvents": [], "WARNING": ["a "b"\n  , "x": 1}\n')
-    r = CliRunner().invoke(cli_main, ["extract", str(p), "-o", str(tmp_path / "x.st")])
-    assert r.exit_code == 1
-    assert str(p) in r.output and "Traceback" not in r.output
-    assert not (tmp_path / "x.st").exists()
+    p.write_text('{"traceEvents": [\n  {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1}'
+                 f'\n  ],\n  {members}  "traceName": "t.json"\n}}\n')
+    rank = extract_one(p)
+    assert len(rank.events) == 1 and rank.meta["trace"]["traceName"] == "t.json"
+    if warning is not None:
+        assert rank.meta["trace"]["WARNING"] == warning
+        with open(p) as fh:
+            json.load(fh)
 
 
 # ---------------------------------------------------------------- user labels
@@ -247,17 +255,20 @@ def test_without_labels_there_is_no_label_column(base_sheets):
 # ---------------------------------------------------------------- custom collective kernels
 
 
-def test_custom_kernels_need_a_pattern(variant, run_dir):
+def test_custom_kernels_launched_by_c10d_are_found_by_their_args(variant, run_dir):
+    """A vendor kernel that c10d launched carries the collective's args (Kineto copies them from the
+    record_param_comms op): it is a collective with or without a pattern, and only its name differs."""
     d_new, info = variant("custom", "new")
-    d_old, _ = variant("custom", "old")
-    without = sheets_of(d_new)
-    assert without["nccl_long"].empty
-    patterns = [tuple(p) for p in info["custom_patterns"]]
-    with_patterns = sheets_of(d_new, custom_collective_patterns=patterns)
-    old = sheets_of(d_old)
-    assert (with_patterns["nccl_long"]["kernel_name"].str.startswith("void vendorcomm::")).all()
-    instances_by_truth(with_patterns, truth_of(run_dir))
-    assert_same_sheets(old, with_patterns, drop=("kernel_name", "kernel", "Kernel name", "name"))
+    old = sheets_of(variant("custom", "old")[0])
+    for kw in ({}, {"custom_collective_patterns": [tuple(p) for p in info["custom_patterns"]]}):
+        new = sheets_of(d_new, **kw)
+        assert (new["nccl_long"]["kernel_name"].str.startswith("void vendorcomm::")).all()
+        instances_by_truth(new, truth_of(run_dir))
+        # without a pattern data_quality says how they were found (linked_kernels)
+        assert_same_sheets(old, new, drop=("kernel_name", "signature"),   # both hold the kernel name
+                           skip=() if kw else ("data_quality",))
+        if not kw:
+            assert set(new["data_quality"]["category"]) == {"linked_kernels"}
 
 
 def test_custom_pattern_names_the_collective_when_the_kernel_has_no_args(tmp_path):
@@ -265,6 +276,7 @@ def test_custom_pattern_names_the_collective_when_the_kernel_has_no_args(tmp_pat
         events = [coll_kernel("1000.000", "40.000", coll=None, corr=5, name="my_fused_allreduce_kernel"),
                   coll_kernel("2000.000", "40.000", coll=None, corr=6, name="my_fused_allreduce_kernel")]
         write_trace(tmp_path / f"rank{rank}_trace.json", events, rank=rank, world_size=2)
+    assert generate_collective_report(trace_dir=str(tmp_path), world_size=2, write_files=False)["nccl_long"].empty
     s = generate_collective_report(trace_dir=str(tmp_path), world_size=2, write_files=False,
                                    custom_collective_patterns=[(r"fused_allreduce", "allreduce")])
     long = s["nccl_long"]
