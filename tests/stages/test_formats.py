@@ -309,3 +309,18 @@ def test_bad_custom_pattern_in_the_api_is_a_streamtrace_error(run_dir):
     with pytest.raises(StreamtraceError, match="custom collective pattern"):
         generate_collective_report(trace_dir=run_dir, world_size=WORLD, write_files=False,
                                    custom_collective_patterns=[("([", "allreduce")])
+
+
+def test_generator_writes_a_variant(tmp_path):
+    gen = os.path.join(os.path.dirname(generate_fixture.__file__), "generate_fixture.py")
+    r = subprocess.run([sys.executable, gen, "--out", str(tmp_path), "--ranks", "2", "--steps", "1",
+                        "--format_variant", "seq:new"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    with open(tmp_path / "formats.json") as fh:
+        assert json.load(fh) == {"shape": "new", "variant": "seq"}
+    with open(tmp_path / "rank0_trace.json") as fh:
+        doc = json.load(fh)
+    assert any("Comms Id" in e.get("args", {}) for e in doc["traceEvents"] if e.get("cat") == "kernel")
+    bad = subprocess.run([sys.executable, gen, "--out", str(tmp_path / "x"), "--format_variant", "nope"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "--format_variant" in bad.stderr
