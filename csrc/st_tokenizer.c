@@ -1397,11 +1397,15 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
             r = skip_value(t, base, p, end, next);
             if (st_is_log_member(k, kn) && *v == '[' &&
                 !(r == P_OK && st_value_ends_member(*next, end))) {
-                const char *e = st_log_member_end(v, end); /* maybe not valid JSON: see st_lex.h */
-                if (e) {
+                const char *e = NULL;
+                int found = st_log_member_end(v, end, &e); /* maybe not valid JSON: see st_lex.h */
+                if (found > 0) {
                     *next = e;
                     r = P_OK;
                     t->err_code = ST_OK;
+                } else if (found < 0) {
+                    t->err_code = ST_OK;
+                    return P_MORE; /* its line is not all in the buffer yet */
                 }
             }
             if (r != P_OK)
