@@ -369,15 +369,33 @@ def _wrote(paths, sheets):
         click.echo(f"wrote {p} ({len(names)} sheets)", err=True)
 
 
+def _custom_patterns(ctx, param, values):
+    """--custom_collective_pattern REGEX=NAME (repeatable) -> [(regex, name)]; a bad one is a usage error."""
+    from .align.custom import parse_cli_pattern
+
+    try:
+        return [parse_cli_pattern(v) for v in values]
+    except StreamtraceError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+custom_collective_option = click.option(
+    "--custom_collective_pattern", "--custom-collective-pattern", "custom_collective_patterns",
+    multiple=True, metavar="REGEX=NAME", callback=_custom_patterns,
+    help="Kernels whose name REGEX finds (any case) are collectives, of Collective name NAME when their "
+         "args do not say (TraceLens's custom_collective_patterns); repeatable.")
+
+
 @main.command()
 @click.argument("streams", nargs=-1, type=click.Path())
 @output_option()
 @align_clocks_option("on when the ranks span more than one node")
 @click.option("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
         help="GPUs per node, to decide whether ranks span nodes (default: deviceProperties count).")
+@custom_collective_option
 @quiet_option
 @handle_errors
-def align(streams, output, align_clocks, gpus_per_node, quiet):
+def align(streams, output, align_clocks, gpus_per_node, custom_collective_patterns, quiet):
     """Event stream -> event stream + collective matches and clock offsets.
 
     Finds the collective kernels of every rank (NCCL/RCCL names and kernels
@@ -398,7 +416,8 @@ def align(streams, output, align_clocks, gpus_per_node, quiet):
     frames = _input_frames(streams)
     with stream_output(output) as out:
         writer = StreamWriter(out)
-        for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node):
+        for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
+                                  custom_collective_patterns=custom_collective_patterns):
             writer.write(frame)
         out.flush()
 
@@ -433,16 +452,6 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
     _wrote(written, sheets)
 
 
-def _custom_patterns(ctx, param, values):
-    """--custom_collective_pattern REGEX=NAME (repeatable) -> [(regex, name)]; a bad one is a usage error."""
-    from .align.custom import parse_cli_pattern
-
-    try:
-        return [parse_cli_pattern(v) for v in values]
-    except StreamtraceError as exc:
-        raise click.BadParameter(str(exc)) from None
-
-
 @main.command("collective-report")
 @trace_input_options
 @report_options
@@ -455,10 +464,7 @@ def _custom_patterns(ctx, param, values):
         "blocking_analysis", default=False, show_default=True,
         help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
              "costs several times the report's time and memory.")
-@click.option("--custom_collective_pattern", "--custom-collective-pattern", "custom_collective_patterns",
-        multiple=True, metavar="REGEX=NAME", callback=_custom_patterns,
-        help="Kernels whose name REGEX finds (any case) are collectives, of Collective name NAME when their "
-             "args do not say (TraceLens's custom_collective_patterns); repeatable.")
+@custom_collective_option
 @quiet_option
 @handle_errors
 def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,

@@ -324,3 +324,25 @@ def test_generator_writes_a_variant(tmp_path):
     bad = subprocess.run([sys.executable, gen, "--out", str(tmp_path / "x"), "--format_variant", "nope"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "--format_variant" in bad.stderr
+
+
+def test_custom_pattern_in_the_align_stage(tmp_path):
+    """extract | align --custom_collective_pattern | report, through real pipes, finds the same
+    collectives as collective-report with the pattern."""
+    for rank in (0, 1):
+        events = [coll_kernel(f"{1000 + 1000 * k}.000", "40.000", coll=None, corr=5 + k,
+                              name="my_fused_allreduce_kernel") for k in range(3)]
+        write_trace(tmp_path / f"rank{rank}_trace.json", events, rank=rank, world_size=2)
+    st = [sys.executable, "-m", "streamtrace.cli"]
+    ex = subprocess.Popen(st + ["extract", "--trace_dir", str(tmp_path), "--world_size", "2"], stdout=subprocess.PIPE)
+    al = subprocess.Popen(st + ["align", "--custom_collective_pattern", "fused_allreduce=allreduce"],
+                          stdin=ex.stdout, stdout=subprocess.PIPE)
+    ex.stdout.close()
+    rp = subprocess.run(st + ["report", "--output_csvs_dir", str(tmp_path / "o")], stdin=al.stdout,
+                        capture_output=True, text=True)
+    al.stdout.close()
+    assert ex.wait() == 0 and al.wait() == 0 and rp.returncode == 0, rp.stderr
+    long = pd.read_csv(tmp_path / "o" / "nccl_long.csv")
+    assert len(long) == 6 and set(long["Collective name"]) == {"allreduce"} and long["instance"].nunique() == 3
+    bad = CliRunner().invoke(cli_main, ["align", "--custom_collective_pattern", "x=nope", "-o", str(tmp_path / "a.st")])
+    assert bad.exit_code == 2 and not (tmp_path / "a.st").exists()
