@@ -2445,6 +2445,19 @@ static int parse_item(st_fuse *f, const char *base, const char *p, const char *e
         }
         const char *v = p;
         int r = skip_value(f, base, p, end, next);
+        if (st_is_log_member(key.s, key.n) && *v == '[' &&
+            !(r == P_OK && st_value_ends_member(*next, end))) {
+            const char *e = NULL;
+            int found = st_log_member_end(v, end, &e); /* maybe not valid JSON: see st_lex.h */
+            if (found > 0) {
+                *next = e;
+                r = P_OK;
+                f->err_code = ST_FUSE_OK;
+            } else if (found < 0) {
+                f->err_code = ST_FUSE_OK;
+                return E_MORE; /* its line is not all in the buffer yet */
+            }
+        }
         if (r == P_MORE)
             return E_MORE;
         if (r == P_ERR)

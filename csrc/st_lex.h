@@ -78,4 +78,46 @@ static inline uint64_t st_hash_bytes(const char *s, size_t n, uint64_t seed)
     return h;
 }
 
+/*
+ * Kineto's top-level log members ("WARNING": [...], "ERROR": [...]; removed
+ * in 2026 by kineto#1460) held log lines that Kineto did not escape before
+ * kineto#1453: a double quote in a message makes the value invalid JSON.
+ * Kineto writes each such member on a line of its own and its messages never
+ * hold a newline, so the value [v, ...) -- v at its '[' -- ends at the last
+ * ']' of that line followed (after whitespace) by ',' or '}'.  Returns 1
+ * with *vend after that ']', 0 when the line has no such ']', -1 when the
+ * line is not complete in [v, end) (more input needed).
+ */
+static inline int st_is_log_member(const char *k, size_t kn)
+{
+    return (kn == 7 && memcmp(k, "WARNING", 7) == 0) || (kn == 5 && memcmp(k, "ERROR", 5) == 0);
+}
+
+static inline int st_log_member_end(const char *v, const char *end, const char **vend)
+{
+    const char *nl = memchr(v, '\n', (size_t)(end - v));
+    if (!nl)
+        return -1;
+    for (const char *q = nl; q > v; q--) {
+        if (q[-1] != ']')
+            continue;
+        const char *a = st_skip_ws(q, end);
+        if (a >= end)
+            return -1;
+        if (*a == ',' || *a == '}') {
+            *vend = q;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Whether a value that ends at `vend` ends its member cleanly: ',' or '}'
+ * follows.  (A valid value always does; the line rule above is for the rest.) */
+static inline int st_value_ends_member(const char *vend, const char *end)
+{
+    const char *a = st_skip_ws(vend, end);
+    return a < end && (*a == ',' || *a == '}');
+}
+
 #endif

@@ -88,7 +88,7 @@ typedef struct st_comm {
     uint32_t out_split;       /* "Out split size" */
     uint32_t input_dims;      /* raw JSON of "Input Dims" */
     uint32_t input_type;      /* raw JSON of "Input type" */
-    uint32_t reserved;
+    uint32_t comms_id;        /* "Comms Id" as written (a uint64 hash: kept as text) */
     int64_t in_nelems;
     int64_t out_nelems;
     int64_t group_size;

@@ -667,7 +667,7 @@ typedef struct {
 /* Communication and launch-geometry fields: most events have neither, so
  * these parts are initialised only when a first such key is seen. */
 typedef struct {
-    span coll, dtype, pg_name, pg_desc, pg_ranks, in_split, out_split;
+    span coll, dtype, pg_name, pg_desc, pg_ranks, in_split, out_split, comms_id;
     int64_t in_nelems, out_nelems, group_size, pg_id, seq, rank;
 } comm_fields;
 
@@ -947,6 +947,10 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
             return read_arg_int(t, base, p, end, &f->device, next);
         if (KEY_IS(k, kn, "labels"))
             return read_string_value(t, base, p, end, &f->label, next);
+        break;
+    case 8:
+        if (KEY_IS(k, kn, "Comms Id")) /* a uint64 written as a bare number: kept as its text */
+            return read_raw_value(t, base, p, end, &comm_of(f)->comms_id, next);
         break;
     case 10:
         if (KEY_IS(k, kn, "sort_index"))
@@ -1293,6 +1297,7 @@ static int commit_event(st_tok *t, const char *base, event_fields *f, st_tok_out
         span none = {0, 0};
         c->input_dims = intern_opt(t, base, dims ? f->input_dims : none, &ok);
         c->input_type = intern_opt(t, base, dims ? f->input_type : none, &ok);
+        c->comms_id = intern_opt(t, base, m->comms_id, &ok);
         c->in_nelems = m->in_nelems;
         c->out_nelems = m->out_nelems;
         c->group_size = m->group_size;
@@ -1392,6 +1397,19 @@ static int parse_item(st_tok *t, const char *base, const char *p, const char *en
         {
             const char *v = p;
             r = skip_value(t, base, p, end, next);
+            if (st_is_log_member(k, kn) && *v == '[' &&
+                !(r == P_OK && st_value_ends_member(*next, end))) {
+                const char *e = NULL;
+                int found = st_log_member_end(v, end, &e); /* maybe not valid JSON: see st_lex.h */
+                if (found > 0) {
+                    *next = e;
+                    r = P_OK;
+                    t->err_code = ST_OK;
+                } else if (found < 0) {
+                    t->err_code = ST_OK;
+                    return P_MORE; /* its line is not all in the buffer yet */
+                }
+            }
             if (r != P_OK)
                 return r;
             if (store_meta(t, base, k, kn, v, (size_t)(*next - v)) != P_OK)

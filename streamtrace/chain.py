@@ -19,6 +19,7 @@ import inspect
 import itertools
 import os
 
+from .align.custom import custom_collectives
 from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_error
 from .parallel.dask import as_executor
 from .parallel.executor import local_executor
@@ -197,12 +198,12 @@ class RankReading:
     GIL-held numpy) as it comes, so the threads go straight on to the next
     ranks."""
 
-    def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None, executor=None):
+    def __init__(self, inputs, world_size=None, jobs=1, strict=False, progress=None, executor=None, custom=None):
         self.inputs = inputs
         executor = as_executor(executor)
         self._executor = executor if executor is not None else local_executor(jobs, len(inputs))
         self._owns_executor = executor is None
-        read = functools.partial(_read_rank, world_size=world_size, strict=strict)
+        read = functools.partial(_read_rank, world_size=world_size, strict=strict, custom=custom)
         items = _rank_items(inputs, progress, self._executor)
         self._results = self._executor.map(read, items, finish=_finish_rank)
 
@@ -247,9 +248,10 @@ class RankReading:
 READ_MAP_WINDOW = 8 << 20
 
 
-def _read_rank(item, world_size, strict):
+def _read_rank(item, world_size, strict, custom=None):
     """The map: one rank's trace -> its RankCollector (the rows align keeps)
-    and StepCollector (its profiler steps)."""
+    and StepCollector (its profiler steps); ``custom``:
+    align.custom.CustomCollectives or None."""
     from .align.collect import collected_rank
     from .extract import extract_rank
     from .steps import StepCollector
@@ -262,7 +264,7 @@ def _read_rank(item, world_size, strict):
     steps = StepCollector(inp.rank)
     frames = extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict, progress=progress,
                           drop_flows=True, align_only=True, map_window=READ_MAP_WINDOW)
-    return collected_rank(steps.watch(frames), inp.rank), steps
+    return collected_rank(steps.watch(frames), inp.rank, custom), steps
 
 
 def _finish_rank(pair):
@@ -307,7 +309,8 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
     return RankReading(inputs, world_size, jobs, strict, progress).tables(align_clocks, gpus_per_node)
 
 
-def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None):
+def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None,
+                       custom=None):
     """extract -> align -> correlate of trace files as a map and a reduce:
     ``{name: DataFrame}`` with the ``align.*`` and ``correlate.*`` tables.
 
@@ -321,7 +324,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .steps import TABLE as STEPS, rank_steps, step_table
     from .stream.format import table_frame
 
-    read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict)
+    read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
     executor = as_executor(executor)
     with contextlib.ExitStack() as owned:
         executor_ = executor if executor is not None else owned.enter_context(local_executor(jobs, len(inputs)))
@@ -347,7 +350,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     return tables
 
 
-def _read_rank_for_blocking(item, world_size, strict):
+def _read_rank_for_blocking(item, world_size, strict, custom=None):
     """The blocking analysis' map: one rank's trace read once, into align's
     RankCollector and correlate's RankTimeline (flows left out: neither reads them)."""
     from .align.collect import RankCollector
@@ -361,7 +364,7 @@ def _read_rank_for_blocking(item, world_size, strict):
     # the tokenizer (no GIL) reads on in its own thread while this one collects
     for frame in prefetched(frames, depth=RANK_PREFETCH_FRAMES, name="streamtrace-extract"):
         if rows is None:   # the rank is the trace's own when the input names none
-            rows, timeline = RankCollector(frame.rank), RankTimeline(frame.rank)
+            rows, timeline = RankCollector(frame.rank, custom), RankTimeline(frame.rank)
         rows.add(frame)
         timeline.add(frame)
     return rows, timeline
@@ -408,7 +411,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
                                use_multiprocessing=False, max_workers=None, rank_regex=None, gpus_per_node=None,
                                all2allv_heatmap=False, *, align_clocks=None, allow_missing_ranks=False,
                                strict=False, jobs=None, paths=(), write_files=True, progress=None,
-                               blocking_analysis=False, output_html_path=None, executor=None):
+                               blocking_analysis=False, output_html_path=None, executor=None,
+                               custom_collective_patterns=None):
     """The whole chain (extract -> align -> report) in one process.
 
     TraceLens's ``generate_collective_report`` parameters in its order (a
@@ -428,6 +432,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     labels never shift).  ``blocking_analysis`` also runs ``correlate`` and
     adds its sheets.  ``output_html_path``: also write the HTML report
     (``html_report``; needs plotly); given alone, it is the only output.
+    ``custom_collective_patterns``: ``(regex, Collective name)`` pairs, as
+    TraceLens's: kernels whose names match are collectives (align.custom).
     """
     args = dict(locals())
     return _collective_report(args, files_only=False)[0]
@@ -486,6 +492,7 @@ def _checked_report_inputs(a):
     if a["gpus_per_node"] is not None and a["gpus_per_node"] <= 0:
         raise InvalidArgumentError(f"--gpus_per_node must be > 0 (got {a['gpus_per_node']})")
     check_aggs(a["agg_metrics"])
+    custom_collectives(a["custom_collective_patterns"])   # checked before any work
     if a["output_html_path"] and a["write_files"]:
         from .html_report import check_output
 
@@ -508,13 +515,15 @@ def _report_tables(inputs, a):
     # offsets are still estimated, and data_quality says when they matter
     align_clocks = bool(a["align_clocks"])
     jobs = a["jobs"] if a["jobs"] is not None or not a["use_multiprocessing"] else a["max_workers"]
+    custom = custom_collectives(a["custom_collective_patterns"])
     if a["blocking_analysis"]:
         tables = _correlated_tables(inputs, a["world_size"], jobs, align_clocks, a["gpus_per_node"], a["strict"],
-                                    a["progress"], executor=a["executor"])
+                                    a["progress"], executor=a["executor"], custom=custom)
         from .report import sheets as report
 
         return tables, report
-    reading = RankReading(inputs, a["world_size"], jobs, a["strict"], a["progress"], executor=a["executor"])
+    reading = RankReading(inputs, a["world_size"], jobs, a["strict"], a["progress"], executor=a["executor"],
+                          custom=custom)
     try:
         from .report import sheets as report  # pandas loads while the first ranks are tokenized
     except BaseException as exc:

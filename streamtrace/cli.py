@@ -405,15 +405,33 @@ def _wrote(paths, sheets):
         click.echo(redact_text(f"wrote {p} ({len(names)} sheets)"), err=True)
 
 
+def _custom_patterns(ctx, param, values):
+    """--custom_collective_pattern REGEX=NAME (repeatable) -> [(regex, name)]; a bad one is a usage error."""
+    from .align.custom import parse_cli_pattern
+
+    try:
+        return [parse_cli_pattern(v) for v in values]
+    except StreamtraceError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+custom_collective_option = click.option(
+    "--custom_collective_pattern", "--custom-collective-pattern", "custom_collective_patterns",
+    multiple=True, metavar="REGEX=NAME", callback=_custom_patterns,
+    help="Kernels whose name REGEX finds (any case) are collectives, of Collective name NAME when their "
+         "args do not say (TraceLens's custom_collective_patterns); repeatable.")
+
+
 @main.command()
 @click.argument("streams", nargs=-1, type=click.Path())
 @output_option()
 @align_clocks_option("on when the ranks span more than one node")
 @click.option("--gpus_per_node", "--gpus-per-node", "gpus_per_node", type=click.IntRange(min=1),
         help="GPUs per node, to decide whether ranks span nodes (default: deviceProperties count).")
+@custom_collective_option
 @quiet_option
 @handle_errors
-def align(streams, output, align_clocks, gpus_per_node, quiet):
+def align(streams, output, align_clocks, gpus_per_node, custom_collective_patterns, quiet):
     """Event stream -> event stream + collective matches and clock offsets.
 
     Finds the collective kernels of every rank (NCCL/RCCL names and kernels
@@ -434,7 +452,8 @@ def align(streams, output, align_clocks, gpus_per_node, quiet):
     frames = _input_frames(streams)
     with stream_output(output) as out:
         writer = StreamWriter(out)
-        for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node):
+        for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
+                                  custom_collective_patterns=custom_collective_patterns):
             writer.write(frame)
         out.flush()
 
@@ -482,12 +501,13 @@ def report(streams, output_xlsx_path, output_csvs_dir, output_html_path, detaile
         "blocking_analysis", default=False, show_default=True,
         help="Also run correlate and add its sheets (collective_blockers, blocking_kernels, ...); "
              "costs several times the report's time and memory.")
+@custom_collective_option
 @quiet_option
 @handle_errors
 def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
                       output_xlsx_path, output_csvs_dir, output_html_path, detailed_analysis, agg_metrics,
                       gpus_per_node, all2allv_heatmap, align_clocks, strict, use_multiprocessing, max_workers, jobs,
-                      scheduler, blocking_analysis, quiet):
+                      scheduler, blocking_analysis, custom_collective_patterns, quiet):
     """Trace files -> collective report, in one process (extract | align | report).
 
     TraceLens_generate_multi_rank_collective_report_pytorch's flags, sheets,
@@ -516,7 +536,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
             agg_metrics=agg_metrics, gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
             align_clocks=align_clocks, allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs,
             use_multiprocessing=use_multiprocessing, max_workers=max_workers, progress=progress,
-            blocking_analysis=blocking_analysis)
+            blocking_analysis=blocking_analysis, custom_collective_patterns=custom_collective_patterns)
     _end_progress(progress)
     _wrote(written, sheets)
 

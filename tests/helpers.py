@@ -84,7 +84,7 @@ def assert_matches_reference(path, rank_data=None, keep_pyfunc=False):
     for row, (i, exp) in zip(cdf.itertuples(index=False), ref_c):
         assert row.event == i
         for f in ("collective_name", "dtype", "pg_name", "pg_desc", "pg_ranks", "in_split", "out_split",
-                  "input_dims", "input_type"):
+                  "input_dims", "input_type", "comms_id"):
             assert _str_or_json_equal(_norm(getattr(row, f)), exp.get(f)), (i, f, getattr(row, f), exp.get(f))
         for f in int_fields | {"rank"}:
             got = getattr(row, "rank_arg" if f == "rank" else f)

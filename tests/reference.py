@@ -18,7 +18,7 @@ COMM_INT_KEYS = {"In msg nelems": "in_nelems", "Out msg nelems": "out_nelems", "
                  "Process Group ID": "pg_id", "Seq": "seq", "Rank": "rank"}
 COMM_STR_KEYS = {"Collective name": "collective_name", "dtype": "dtype", "Process Group Name": "pg_name",
                  "Process Group Description": "pg_desc", "Process Group Ranks": "pg_ranks",
-                 "In split size": "in_split", "Out split size": "out_split"}
+                 "In split size": "in_split", "Out split size": "out_split", "Comms Id": "comms_id"}
 KERNEL_KEYS = {"grid", "block", "registers per thread", "shared memory", "blocks per SM", "warps per SM",
                "est. achieved occupancy %"}
 

@@ -1,6 +1,7 @@
 """The align stage: each rank's collective kernels, matched across ranks, with
 clock offsets and data-quality findings.  Modules, lowest first:
 
+``custom``     custom collective kernels: user patterns -> Collective name
 ``collect``    a rank's frames reduced, as they stream past, to the rows align
                keeps (RankCollector; no pandas)
 ``quality``    data-quality findings (the rows of ``align.quality``; no pandas)

@@ -16,10 +16,13 @@ from ..stream.format import Kind
 # string classes (bit flags), computed once per string
 S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
 S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
+# user annotations (record_function) that may label a communication launch
+S_USER_CAT, S_LABEL = 256, 512
 OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
-# the complete events kept: kernels, kernel launches, collective CPU ops
+# the complete events kept: kernels, kernel launches, collective CPU ops, user labels
 _RULES = (dict(cat_any=S_KERNEL_CAT, ph=b"X"), dict(cat_any=S_RUNTIME_CAT, name_any=S_LAUNCH, ph=b"X"),
-          dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"))
+          dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"),
+          dict(cat_any=S_USER_CAT, name_any=S_LABEL, ph=b"X"))
 
 _K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")],
@@ -33,10 +36,20 @@ _K_FIELDS = (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("cor
              ("ext", "external_id"), ("name", "name"), ("stream", "stream"), ("device", "device"))
 _L_FIELDS = (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("corr", "correlation"))
 _O_FIELDS = (("ts", "ts"), ("dur", "dur"), ("pid", "pid"), ("tid", "tid"), ("ext", "external_id"), ("name", "name"))
+_U_DTYPE = np.dtype([("ts", "<i8"), ("dur", "<i8"), ("tid", "<i8"), ("name", "<u4")], align=True)
+_U_FIELDS = (("ts", "ts"), ("dur", "dur"), ("tid", "tid"), ("name", "name"))
 
 
-def classify_string(s):
-    """Bit flags of one string-table entry (S_* constants)."""
+def is_label_name(s):
+    """Whether a user annotation of this name may label a launch: not the
+    profiler's step marker and not the ``nccl:*`` annotation of the
+    collective itself."""
+    return bool(s) and not s.startswith(("ProfilerStep#", "nccl:"))
+
+
+def classify_string(s, custom=None):
+    """Bit flags of one string-table entry (S_* constants); ``custom``: a
+    CustomCollectives whose patterns also make kernel names collective."""
     c = 0
     if s in ("kernel", "Kernel"):
         c |= S_KERNEL_CAT
@@ -44,7 +57,7 @@ def classify_string(s):
         c |= S_CPU_CAT
     elif s in ("cuda_runtime", "Runtime", "cuda_driver"):
         c |= S_RUNTIME_CAT
-    if coll.COLLECTIVE_KERNEL_RE.search(s):
+    if coll.COLLECTIVE_KERNEL_RE.search(s) or (custom is not None and custom.collective_of(s)):
         c |= S_NCCL_NAME
     if s.startswith("nccl:"):
         c |= S_ANNOT
@@ -54,21 +67,27 @@ def classify_string(s):
         c |= S_C10D
     if s[:2] in ("cu", "hi") and "Launch" in s and ("Kernel" in s or "Graph" in s):
         c |= S_LAUNCH
+    if s == "user_annotation":
+        c |= S_USER_CAT
+    if is_label_name(s):
+        c |= S_LABEL
     return c
 
 
 class RankCollector:
     """Consumes one rank's frames; ``describe.finish_rank`` makes its RankResult.
 
-    Kept per frame: ``kernels``, ``launches`` and ``ops`` (numpy record arrays
-    of the candidate rows) and ``comms`` (comm-argument records)."""
+    Kept per frame: ``kernels``, ``launches``, ``ops`` and ``labels`` (numpy
+    record arrays of the candidate rows; labels: user annotations) and
+    ``comms`` (comm-argument records)."""
 
-    def __init__(self, rank):
+    def __init__(self, rank, custom=None):
         self.rank = rank
+        self.custom = custom   # CustomCollectives or None
         self.strings = []
         self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
         self.n_events = 0
-        self.kernels, self.launches, self.ops, self.comms = [], [], [], []
+        self.kernels, self.launches, self.ops, self.comms, self.labels = [], [], [], [], []
         self.meta = None
 
     # ---------------------------------------------------------------- frames
@@ -97,7 +116,7 @@ class RankCollector:
             grown[: len(self.strings)] = self._cls[: len(self.strings)]
             self._cls = grown
         n0 = len(self.strings)
-        self._cls[n0:n0 + len(strings)] = [classify_string(s) for s in strings]
+        self._cls[n0:n0 + len(strings)] = [classify_string(s, self.custom) for s in strings]
         self.strings.extend(strings)
 
     def lookup(self, ids):
@@ -112,7 +131,7 @@ class RankCollector:
         # one C pass picks the rows of the three kinds (no per-frame class
         # lookups or masks in numpy, and no GIL held meanwhile), and one C
         # pass per kind copies the kept rows' fields
-        kernels, launches, ops = select_many(recs, self._cls, len(self.strings), _RULES)
+        kernels, launches, ops, labels = select_many(recs, self._cls, len(self.strings), _RULES)
         if len(kernels):
             k = np.empty(len(kernels), _K_DTYPE)
             k["event"] = base + kernels
@@ -131,15 +150,19 @@ class RankCollector:
             nc = self.lookup(o["name"])
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self.ops.append(o)
+        if len(labels):
+            u = np.empty(len(labels), _U_DTYPE)
+            gather(recs, labels, [(src, u[dst]) for dst, src in _U_FIELDS])
+            self.labels.append(u)
 
 
-def collected_rank(frames, rank=None):
+def collected_rank(frames, rank=None, custom=None):
     """A RankCollector that has taken every one of a rank's frames, not yet
     finished (``describe.finish_rank`` makes its RankResult): a reading
     thread can go on to the next rank while another finishes this one."""
     collector = None
     for frame in frames:
         if collector is None:
-            collector = RankCollector(frame.rank if rank is None else rank)
+            collector = RankCollector(frame.rank if rank is None else rank, custom)
         collector.add(frame)
-    return collector or RankCollector(rank or 0)
+    return collector or RankCollector(rank or 0, custom)

@@ -9,7 +9,7 @@ import numpy as np
 
 from .. import collectives as coll
 from .._native import COMM_DTYPE, NONE, NOSTR
-from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE, collected_rank
+from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE, _U_DTYPE, collected_rank
 from .quality import _described_findings, _finding
 
 
@@ -30,10 +30,11 @@ def finish_rank(collector):
     meta = _meta_summary(collector.meta or {}, collector.rank)
     ops = _concat(collector.ops, _O_DTYPE)
     comms = _concat(collector.comms, COMM_DTYPE)
+    labels = _concat(collector.labels, _U_DTYPE)
     kernels, launches = _candidates(collector.kernels, collector.launches, ops, comms, collector.lookup)
-    collector.kernels = collector.launches = collector.ops = collector.comms = None
+    collector.kernels = collector.launches = collector.ops = collector.comms = collector.labels = None
     rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
-                                   collector.lookup, meta)
+                                   collector.lookup, meta, labels, collector.custom)
     if collector.meta is None:
         quality.append(_finding("warning", "incomplete_rank", f"rank {collector.rank}: no metadata frame "
                                 "(the stream section of this rank is incomplete)", rank=collector.rank))
@@ -242,7 +243,7 @@ class _CommRecords:
         return out
 
 
-def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta):
+def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, labels=None, custom=None):
     """Select the collective kernels of one rank and describe them (one row each)."""
     if not len(kernels):
         return _empty_rank_rows(), []
@@ -281,6 +282,11 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta):
     pg_conf = _pg_config_by_name(meta)
     args = _ArgSources(_CommRecords(comms, kernel_comm[sel]), _CommRecords(comms, rpc_comm))
     described, pg_id, need = _described_by_args(args, texts, pg_conf)
+    if custom is not None:   # the user's pattern names what the args do not
+        for i in np.flatnonzero(described["collective_name"] == None).tolist():  # noqa: E711 - object array
+            name = custom.collective_of(kernel_names[i])
+            if name is not None:
+                described["collective_name"][i], described["name_source"][i] = name, "custom_pattern"
     _fill_from_fallbacks(described, pg_id, need, ann_name, c10_name, kinds_tok, _CommRecords(comms, ann_comm),
                          _CommRecords(comms, c10_comm), _Parsed(strings), pg_conf)
 
@@ -298,11 +304,36 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta):
         "link": np.array(["none", "external_id", "containment"], dtype=object)[link[sel]],
         **described, "no_ids": no_ids,
     }
+    columns["user_label"] = _user_labels(labels, columns["launch_ts"], columns["launch_dur"], columns["launch_tid"],
+                                         texts)
     columns["cpu_op_event"] = np.where(rpc_ev >= 0, rpc_ev, np.where(ann_ev >= 0, ann_ev, columns["c10d_event"]))
     columns["cpu_op_name"] = np.where(rpc_ev >= 0, columns.pop("rpc_name"),
                                       np.where(ann_ev >= 0, columns.pop("annotation_name"), columns.pop("c10d_name")))
     rows = _in_time_order(columns, n)
     return rows, _described_findings(rank, rows, no_ids, sel_by)
+
+
+def _user_labels(labels, launch_ts, launch_dur, launch_tid, texts):
+    """Per row: the name of the innermost user annotation (``record_function``
+    label, e.g. ``PP::fwd_send (stage 0)``) around its launch on the launching
+    thread, or None."""
+    out = np.full(len(launch_ts), None, dtype=object)
+    if labels is None or not len(labels):
+        return out
+    order = np.lexsort((labels["ts"], labels["tid"]))
+    tid, ts = labels["tid"][order], labels["ts"][order]
+    end = ts + labels["dur"][order]
+    name = texts.of(labels["name"][order])
+    for i in np.flatnonzero(launch_ts != NONE).tolist():
+        t0, t1, th = launch_ts[i], launch_ts[i] + max(int(launch_dur[i]), 0), launch_tid[i]
+        lo = np.searchsorted(tid, th, side="left")
+        j = lo + np.searchsorted(ts[lo:np.searchsorted(tid, th, side="right")], t0, side="right") - 1
+        while j >= lo:   # the latest-starting label that still holds the launch is the innermost
+            if end[j] >= t1:
+                out[i] = name[j]
+                break
+            j -= 1
+    return out
 
 
 def _launch_field(launches, launch, name, missing=NONE):
@@ -438,6 +469,7 @@ def _described_by_args(args, texts, pg_conf):
         "pg_name": texts.of(pg_name_id), "pg_desc": texts.of(args.string_ids("pg_desc")[0]),
         "pg_ranks": texts.of(pg_ranks_id), "in_split": texts.of(args.string_ids("in_split")[0]),
         "out_split": texts.of(args.string_ids("out_split")[0]), "seq": args.ints("seq")[0],
+        "comms_id": texts.of(args.string_ids("comms_id")[0]),
     }
     need = (texts.absent(name_id) | texts.absent(dtype_id) | (in_n == NONE) | (out_n == NONE)
             | (texts.absent(pg_name_id) & (pg_id != NONE)))
@@ -524,7 +556,8 @@ def _empty_rank_rows():
             "link": object, "collective_name": object, "name_source": object, "dtype": object, "in_nelems": "int64",
             "out_nelems": "int64", "size_source": object, "group_size": "int64", "group_size_source": object,
             "pg_name": object, "pg_desc": object, "pg_ranks": object, "in_split": object, "out_split": object,
-            "seq": "int64", "no_ids": bool, "cpu_op_event": "int64", "cpu_op_name": object}
+            "seq": "int64", "comms_id": object, "no_ids": bool, "user_label": object, "cpu_op_event": "int64",
+            "cpu_op_name": object}
     return {k: np.zeros(0, dtype=v) for k, v in cols.items()}
 
 

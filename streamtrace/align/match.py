@@ -16,7 +16,7 @@ from ..parallel.fork import both
 from .clocks import _clocks_table, _unestimated_clocks_table, estimate_clock_offsets
 from .describe import rank_row_count
 from .quality import _clock_findings, _finding, _rank_findings, _story_findings, _world_size
-from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots
+from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots, seq_contradiction
 from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
 
 
@@ -190,13 +190,15 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     a2av = category.lookup(lambda u: u == "alltoallv", False, bool)
     sig = _signatures(cname, text["kernel_kind"], dtype, a2av, rows["in_nelems"].astype(np.int64, copy=False),
                       rows["out_nelems"].astype(np.int64, copy=False))
+    kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
+    p2p = kind.isin(("send", "recv"))
+    comms = text["comms_id"].codes if "comms_id" in text else None
     slot, position, method, mkey = _slots(pg_key, rank, rows["seq"].astype(np.int64, copy=False), sig, abs_end,
-                                          tolerance_ns, quality)
+                                          tolerance_ns, quality, p2p, comms)
     instances = _instances(pg_key, simplified, rank, slot, position, method, mkey)
     inst, participants = instances.inst, instances.participants
 
     # ---- names, categories, sizes
-    kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
     implicit_sync = category.isin(coll.IMPLICIT_SYNC)
     bytes_per_elem = dtype.lookup(lambda u: float(coll.DTYPE_BYTES[u]) if u in coll.DTYPE_BYTES else np.nan,
                                   np.nan, np.float64)
@@ -262,10 +264,11 @@ _COMPUTED_PER_OFFSETS = ("instance", "collective_id", "clock_offset_ns", "ts_ali
                          "in_bytes", "out_bytes", "flags")
 
 
-def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality):
+def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms):
     """Per row (rows sorted by rank, time and event): its slot within its
     process group, the time-order position of that slot, its match method
-    (M_*) and, for rows matched by Seq, its match key."""
+    (M_*) and, for rows matched by Seq, its match key.  ``p2p``: the rows of
+    point-to-point ops; ``comms``: Comms Id codes (-1: none) or None."""
     n = len(rank)
     slot = np.full(n, -1, dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
@@ -278,12 +281,17 @@ def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality):
         idx = by_key[bounds[c]:bounds[c + 1]]  # ascending: the argsort is stable
         g_rank = rank[idx]
         if (seq[idx] != NONE).all():
-            s, keys = _seq_slots(g_rank, seq[idx], key, quality)
-            slot[idx] = s
-            position[idx] = s
-            method[idx] = M_SEQ
-            mkey[idx] = keys
-            continue
+            why = seq_contradiction(g_rank, seq[idx], p2p[idx], sig[idx], None if comms is None else comms[idx])
+            if why is None:
+                s, keys = _seq_slots(g_rank, seq[idx], p2p[idx], key, quality)
+                slot[idx] = s
+                position[idx] = s
+                method[idx] = M_SEQ
+                mkey[idx] = keys
+                continue
+            quality.append(_finding("warning", "seq_contradictory", f"process group {key}: its Seq numbers "
+                                    f"contradict each other ({why}); its collectives are matched by alignment "
+                                    "instead", pg=key))
         s, pos_of_slot, info, ref = _match_ordinal(g_rank, sig[idx], abs_end[idx], tolerance_ns)
         slot[idx] = s
         position[idx] = pos_of_slot[s]

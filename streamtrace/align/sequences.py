@@ -1,6 +1,8 @@
 """Slots within one process group: which rows of different ranks are one
-collective.  By ``Seq`` when every row carries one (``_seq_slots``), else by
-aligning each rank's sequence of signatures and end times against a consensus
+collective.  By ``Seq`` when every row carries one and the numbers agree
+(``_seq_slots``; point-to-point ops count apart from collectives, so the key
+is (P2P or not, Seq); ``seq_contradiction`` checks them), else by aligning
+each rank's sequence of signatures and end times against a consensus
 (``align_sequences``, ``_match_ordinal``)."""
 import numpy as np
 
@@ -169,12 +171,16 @@ def _match_ordinal(g_rank, g_sig, g_end, tol):
 
 
 
-def _seq_slots(g_rank, g_seq, key, quality):
-    """Slots of one process group whose rows all carry Seq: (slot, match keys)."""
-    occ = occurrence(group_ids(g_rank, g_seq))
-    slot = dense_rank(g_seq, occ)
-    seq_values, seq_inv = np.unique(g_seq, return_inverse=True)
-    keys = np.array([f"seq={v}" for v in seq_values.tolist()], dtype=object)[seq_inv]
+def _seq_slots(g_rank, g_seq, g_p2p, key, quality):
+    """Slots of one process group whose rows all carry Seq: (slot, match keys).
+    Point-to-point ops have their own counter (ProcessGroupNCCL's seqP2P_):
+    their Seq values are another key space ("p2p_seq=...")."""
+    occ = occurrence(group_ids(g_rank, g_p2p, g_seq))
+    slot = dense_rank(g_p2p, g_seq, occ)
+    pairs = group_ids(g_p2p, g_seq)
+    _, first = np.unique(pairs, return_index=True)
+    names = {int(pairs[i]): f"{'p2p_seq' if g_p2p[i] else 'seq'}={int(g_seq[i])}" for i in first.tolist()}
+    keys = np.array([names[int(p)] for p in pairs.tolist()], dtype=object)
     dup = np.flatnonzero(occ > 0)
     if len(dup):
         keys[dup] = [f"{k}#{o}" for k, o in zip(keys[dup], occ[dup].tolist())]
@@ -183,3 +189,48 @@ def _seq_slots(g_rank, g_seq, key, quality):
                                 f"process group {key}", rank=int(r), pg=key))
     return slot, keys
 
+
+def seq_contradiction(g_rank, g_seq, g_p2p, g_sig, g_comms):
+    """Why the Seq numbers of one process group (rows sorted by rank, then
+    time) cannot be trusted, or None.
+
+    They contradict each other when a rank's numbers go back in time (per key
+    space), or when for some rank most of its collectives' Seq values are held
+    by no other rank, or name a collective of another signature (or Comms Id)
+    on other ranks -- as when a rank's counter runs ahead of the others'
+    (nccl2's process-global TracingGuard counter before pytorch#192114).  A
+    single disagreeing collective is a metadata mismatch, not a numbering
+    fault.  Point-to-point rows are checked for order only: their counters are
+    per rank and their send and recv halves differ in name."""
+    starts = np.flatnonzero(np.r_[True, g_rank[1:] != g_rank[:-1]])
+    ends = np.r_[starts[1:], len(g_rank)]
+    for a, b in zip(starts.tolist(), ends.tolist()):
+        for flag in (False, True):
+            s = g_seq[a:b][g_p2p[a:b] == flag]
+            back = np.flatnonzero(np.diff(s) < 0)
+            if len(back):
+                i = int(back[0])
+                return (f"rank {int(g_rank[a])}'s Seq goes back from {int(s[i])} to {int(s[i + 1])} "
+                        "in time order")
+    coll = ~g_p2p
+    if len(starts) < 2 or not coll.any():
+        return None
+    rank, seq, sig = g_rank[coll], g_seq[coll], g_sig[coll]
+    if g_comms is not None and (g_comms[coll] >= 0).all():
+        sig = group_ids(sig, g_comms[coll])
+    key = group_ids(seq, occurrence(group_ids(rank, seq)))
+    n_keys = int(key.max()) + 1
+    pair = group_ids(key, rank)
+    _, first_pair = np.unique(pair, return_index=True)
+    ranks_per_key = np.bincount(key[first_pair], minlength=n_keys)
+    ks = group_ids(key, sig)
+    _, first_ks = np.unique(ks, return_index=True)
+    sigs_per_key = np.bincount(key[first_ks], minlength=n_keys)
+    bad = (ranks_per_key[key] < 2) | (sigs_per_key[key] > 1)
+    for r in np.unique(rank).tolist():
+        mine = rank == r
+        n_bad, n = int(bad[mine].sum()), int(mine.sum())
+        if n_bad >= 2 and 2 * n_bad > n:
+            return (f"{n_bad} of rank {r}'s {n} collectives have a Seq that no other rank gives the same "
+                    "collective")
+    return None

@@ -63,6 +63,7 @@ from ..errors import StreamtraceError
 from ..parallel.threads import in_thread
 from ..stream.format import Kind, json_frame, table_frame
 from .collect import RankCollector, classify_string  # noqa: F401 - public names
+from .custom import custom_collectives
 from .describe import RankResult, collect_rank, finish_rank  # noqa: F401 - public names
 from .clocks import estimate_clock_offsets  # noqa: F401 - public name
 from .match import match_ranks
@@ -76,7 +77,8 @@ log = logging.getLogger("streamtrace")
 # ====================================================================== the stage
 
 
-def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
+def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS,
+                 custom_collective_patterns=None):
     """The align stage: yield every input frame, then the ``align.*`` tables.
 
     ``align_clocks``: True/False, or None for "on when the ranks span more than
@@ -84,9 +86,11 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     ``deviceProperties``).  END frames of the input are dropped and one END is
     written after the tables.  TABLE frames named ``align.*`` already in the
     input (a stream aligned twice) are dropped with a warning.
+    ``custom_collective_patterns``: (regex, Collective name) pairs (align.custom).
     """
+    custom = custom_collectives(custom_collective_patterns)
     yield table_frame("align.options", align_options_table(align_clocks, gpus_per_node, tolerance_ns))
-    ranks = _Ranks()
+    ranks = _Ranks(custom)
     replaced = False
     for frame in frames:
         kind = frame.kind
@@ -128,8 +132,9 @@ class _Ranks:
     """One RankCollector per rank of an interleaved frame sequence; a rank is
     finished (its bulky per-event arrays dropped) at its META frame."""
 
-    def __init__(self):
+    def __init__(self, custom=None):
         self.collectors, self.done = {}, {}
+        self.custom = custom
 
     def add(self, frame):
         kind = frame.kind
@@ -140,7 +145,7 @@ class _Ranks:
             raise StreamtraceError(f"rank {r} appears twice in the input (two metadata frames)")
         c = self.collectors.get(r)
         if c is None:
-            c = self.collectors[r] = RankCollector(r)
+            c = self.collectors[r] = RankCollector(r, self.custom)
         c.add(frame)
         if kind == Kind.META:
             # in a thread: in a chain, correlate finishes the rank meanwhile

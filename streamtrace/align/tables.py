@@ -23,7 +23,7 @@ COLLECTIVE_COLUMNS = [
     "collective_name", "name_source", "category", "kind", "implicit_sync",
     "dtype", "bytes_per_elem", "in_nelems", "out_nelems", "size_source", "in_bytes", "out_bytes",
     "in_split", "out_split", "pg_name", "pg_desc", "pg_ranks", "group_size", "group_size_source", "seq",
-    "participants", "metadata_mismatch", "mismatch_fields", "stream_mismatch", "flags",
+    "participants", "metadata_mismatch", "mismatch_fields", "stream_mismatch", "flags", "user_label",
 ]
 CLOCK_COLUMNS = ["rank", "offset_ns", "residual_ns", "max_residual_ns", "collectives", "reference_rank",
                  "applied", "method"]

@@ -3,7 +3,7 @@
 LONG_COLUMNS = ["collective_id", "index_in_group", "rank", "Process Group Name", "Process Group Ranks",
                 "Collective name", "Group size", "dtype", "In msg nelems", "In msg size (MB)", "Out msg nelems",
                 "Out msg size (MB)", "In split size", "Out split size", "stream", "ts", "dur"]
-LONG_EXTRA = ["instance", "kernel_name", "match_method", "ts_raw", "clock_offset_us", "flags"]
+LONG_EXTRA = ["instance", "kernel_name", "match_method", "ts_raw", "clock_offset_us", "flags", "user_label"]
 SUMMARY_LONG_KEYS = ["rank", "Process Group Name", "Process Group Ranks", "Collective name", "Group size", "dtype",
                      "In msg nelems", "Out msg nelems", "In split size", "Out split size", "stream"]
 SUMMARY_LONG_METRICS = ["In msg size (MB)_first", "Out msg size (MB)_first", "dur_sum", "dur_mean", "dur_std",

@@ -85,6 +85,10 @@ def _long_table(c, common_base):
         "clock_offset_us": c["clock_offset_ns"].to_numpy(dtype=np.int64) / 1000.0,
         "flags": _obj(c["flags"]),
     })
+    # user labels of the launches (record_function names around them): a trailing column, only when a trace has
+    # any, so that reports of unlabelled traces keep TraceLens's columns and streamtrace's as they were
+    if "user_label" in c.columns and c["user_label"].notna().any():
+        long["user_label"] = _obj(c["user_label"])
     ns = {"instance": long["instance"].to_numpy(), "rank": long["rank"].to_numpy(), "s": ts_disp, "dur": dur,
           "e": ts_disp + dur, "in_bytes": in_b, "out_bytes": out_b, "pg_name": c["pg_name"].to_numpy(dtype=object),
           "category": c["category"].to_numpy(dtype=object), "kind": c["kind"].to_numpy(dtype=object),

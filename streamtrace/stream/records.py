@@ -72,7 +72,7 @@ def kernels_frame(rank):
 
 
 COMM_STRING_FIELDS = ("collective_name", "dtype", "pg_name", "pg_desc", "pg_ranks",
-                      "in_split", "out_split", "input_dims", "input_type")
+                      "in_split", "out_split", "input_dims", "input_type", "comms_id")
 COMM_INT_FIELDS = ("in_nelems", "out_nelems", "group_size", "pg_id", "seq", "rank")
 
 

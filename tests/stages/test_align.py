@@ -156,11 +156,23 @@ def test_categories_kinds_and_factors():
     assert coll.size_bucket(float("nan")) == "unknown"
 
 
+classify_full = classify_string
+
+
 def test_string_classes():
-    from streamtrace.align.collect import S_ANNOT, S_C10D, S_KERNEL_CAT, S_LAUNCH, S_NCCL_NAME, S_RPC, S_RUNTIME_CAT
+    from streamtrace.align.collect import (S_ANNOT, S_C10D, S_KERNEL_CAT, S_LABEL, S_LAUNCH, S_NCCL_NAME, S_RPC,
+                                           S_RUNTIME_CAT, S_USER_CAT)
+
+    collect_classify = classify_full
+
+    def classify_string(s):   # without S_LABEL: any name may be a user annotation's
+        return collect_classify(s) & ~S_LABEL
 
     assert classify_string("kernel") == S_KERNEL_CAT
     assert classify_string("Runtime") == S_RUNTIME_CAT
+    assert collect_classify("user_annotation") & S_USER_CAT
+    assert collect_classify("PP::fwd_send (stage 0)") & S_LABEL
+    assert not collect_classify("ProfilerStep#12") & S_LABEL and not collect_classify("nccl:send") & S_LABEL
     assert classify_string("ncclKernel_SendRecv_RING") & S_NCCL_NAME
     assert classify_string("nccl:all_reduce") & S_ANNOT
     assert classify_string("record_param_comms") == S_RPC
