@@ -1119,7 +1119,7 @@ static int align_wants(const event_fields *f)
                (span_contains(name, "Kernel", 6) || span_contains(name, "Graph", 5));
     if (SPAN_IS(cat, "cpu_op") || SPAN_IS(cat, "Operator") || SPAN_IS(cat, "user_annotation"))
         return span_starts(name, "nccl:", 5) || SPAN_IS(name, "record_param_comms") ||
-               span_starts(name, "c10d::", 6);
+               span_starts(name, "c10d::", 6) || span_starts(name, "ProfilerStep#", 13);
     return 0;
 }
 

@@ -15,11 +15,13 @@ from ..stream.format import Kind
 
 # string classes (bit flags), computed once per string
 S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
-S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
+S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH, S_STEP = 8, 16, 32, 64, 128, 256
 OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
-# the complete events kept: kernels, kernel launches, collective CPU ops
+# the complete events kept: kernels, kernel launches, collective CPU ops,
+# profiler steps (a few per rank: point-to-point analysis reports per step)
 _RULES = (dict(cat_any=S_KERNEL_CAT, ph=b"X"), dict(cat_any=S_RUNTIME_CAT, name_any=S_LAUNCH, ph=b"X"),
-          dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"))
+          dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"),
+          dict(cat_any=S_CPU_CAT, name_any=S_STEP, ph=b"X"))
 
 _K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")],
@@ -52,6 +54,8 @@ def classify_string(s):
         c |= S_RPC
     elif s.startswith("c10d::"):
         c |= S_C10D
+    if s.startswith("ProfilerStep#"):
+        c |= S_STEP
     if s[:2] in ("cu", "hi") and "Launch" in s and ("Kernel" in s or "Graph" in s):
         c |= S_LAUNCH
     return c
@@ -61,14 +65,15 @@ class RankCollector:
     """Consumes one rank's frames; ``describe.finish_rank`` makes its RankResult.
 
     Kept per frame: ``kernels``, ``launches`` and ``ops`` (numpy record arrays
-    of the candidate rows) and ``comms`` (comm-argument records)."""
+    of the candidate rows), ``comms`` (comm-argument records) and ``steps``
+    (the ProfilerStep# spans, as ops)."""
 
     def __init__(self, rank):
         self.rank = rank
         self.strings = []
         self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
         self.n_events = 0
-        self.kernels, self.launches, self.ops, self.comms = [], [], [], []
+        self.kernels, self.launches, self.ops, self.comms, self.steps = [], [], [], [], []
         self.meta = None
 
     # ---------------------------------------------------------------- frames
@@ -112,7 +117,7 @@ class RankCollector:
         # one C pass picks the rows of the three kinds (no per-frame class
         # lookups or masks in numpy, and no GIL held meanwhile), and one C
         # pass per kind copies the kept rows' fields
-        kernels, launches, ops = select_many(recs, self._cls, len(self.strings), _RULES)
+        kernels, launches, ops, steps = select_many(recs, self._cls, len(self.strings), _RULES)
         if len(kernels):
             k = np.empty(len(kernels), _K_DTYPE)
             k["event"] = base + kernels
@@ -131,6 +136,12 @@ class RankCollector:
             nc = self.lookup(o["name"])
             o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             self.ops.append(o)
+        if len(steps):
+            st = np.empty(len(steps), _O_DTYPE)
+            st["event"] = base + steps
+            gather(recs, steps, [(src, st[dst]) for dst, src in _O_FIELDS])
+            st["kind"] = 0
+            self.steps.append(st)
 
 
 def collected_rank(frames, rank=None):
