@@ -15,7 +15,7 @@ from ..parallel.cpus import available_cpus
 from ..parallel.fork import both
 from .clocks import _clocks_table, _unestimated_clocks_table, estimate_clock_offsets
 from .describe import rank_row_count
-from .p2p import p2p_kernel_rows, p2p_tables
+from .p2p_match import p2p_kernel_rows, p2p_tables
 from .quality import _clock_findings, _finding, _rank_findings, _story_findings, _world_size
 from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots
 from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
