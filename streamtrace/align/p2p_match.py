@@ -9,7 +9,7 @@ from .._native import NONE
 P2P_COLUMNS = ["pair", "pg", "sender", "receiver", "step", "send_seq", "recv_seq", "send_bytes", "recv_bytes",
                "send_post_us", "recv_post_us", "send_start_us", "recv_start_us", "send_end_us", "recv_end_us",
                "waiter", "waited_for", "wait_us", "transfer_us", "bandwidth_GBps", "send_batched", "recv_batched",
-               "send_kernel", "recv_kernel"]
+               "send_kernel", "recv_kernel", "send_event", "recv_event"]
 UNMATCHED_COLUMNS = ["rank", "kind", "peer", "pg", "step", "seq", "bytes", "post_us", "start_us", "end_us",
                      "reason"]
 PIPELINE_COLUMNS = ["rank", "pipeline", "stage", "step", "p2p_wait_us", "bubble_us", "stage_work_us",
@@ -153,6 +153,8 @@ def _pairs_table(h, pairs):
         "transfer_us": _us(transfer), "bandwidth_GBps": bw,   # bytes per ns = GB/s
         "send_batched": s["batched"].astype(bool), "recv_batched": r["batched"].astype(bool),
         "send_kernel": s["kernel_name"], "recv_kernel": r["kernel_name"],
+        # the kernels' events (align.collectives' "event"): the blocking analysis explains late halves by them
+        "send_event": s["kernel_event"].to_numpy(np.int64), "recv_event": r["kernel_event"].to_numpy(np.int64),
     })
     out.loc[out["waited_for"] == -1, "waited_for"] = pd.NA
     return out.sort_values(["send_start_us", "sender", "receiver"], kind="stable").reset_index(drop=True) \
@@ -273,3 +275,37 @@ def bounding_stages(pipeline):
                     "work_us": float(work[r]), "extra_work_us": float(work[r] - others.median()),
                     "others_wait_us": float(g[g["rank"] != r].groupby("step")["p2p_wait_us"].sum().median())})
     return out
+
+
+def pipeline_text(pipeline, p2p=None, p2p_blockers=None):
+    """The pipeline's short answer (blockers): which stage bounds each
+    pipeline, the slowest link when it stands out, and why transfers were
+    late (from the blocking analysis' p2p_blockers).  '' without pipeline."""
+    if pipeline is None or not len(pipeline):
+        return ""
+    lines = []
+    for b in bounding_stages(pipeline):
+        ranks = sorted(pipeline.loc[pipeline["pipeline"] == b["pipeline"], "rank"].unique().tolist())
+        lines.append(f"Pipeline {b['pipeline']} (ranks {', '.join(map(str, ranks))}): stage {b['stage']} "
+                     f"(rank {b['rank']}) bounds it in steady state: its stage work takes {b['work_us'] / 1000:.2f} ms "
+                     f"per step, {b['extra_work_us'] / 1000:.2f} ms more than the median stage; the other stages "
+                     f"wait on point-to-point transfers {b['others_wait_us'] / 1000:.2f} ms per step (median)")
+    if p2p is not None and len(p2p):
+        bw = p2p.assign(link=[f"{min(a, b)}<->{max(a, b)}" for a, b in zip(p2p["sender"], p2p["receiver"])]) \
+            .groupby("link")["bandwidth_GBps"].median().dropna()
+        if len(bw) >= 2:
+            slow = bw.idxmin()
+            rest = float(bw.drop(index=slow).median())
+            if bw[slow] < 0.5 * rest:
+                lines.append(f"Slowest link: ranks {slow.replace('<->', ' <-> ')} at {bw[slow]:.2f} GB/s "
+                             f"(median of its transfers; the other links {rest:.2f} GB/s)")
+    if p2p_blockers is not None and len(p2p_blockers):
+        b = p2p_blockers
+        parts = {"host launch lateness": b["host_launch_lateness_us"].sum(),
+                 "GPU dependency wait": b["gpu_dependency_wait_us"].sum(), "GPU backlog": b["gpu_backlog_us"].sum()}
+        total = sum(parts.values())
+        cause = max(parts, key=parts.get)
+        lines.append(f"Late point-to-point halves: {len(b)}; dominant cause: {cause} "
+                     f"({parts[cause]:.1f} of {total:.1f} us)  "
+                     + "  ".join(f"{k}: {v:.1f} us" for k, v in parts.items() if k != cause))
+    return "\n".join(lines)

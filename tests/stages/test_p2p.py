@@ -157,3 +157,35 @@ def test_fixture_generator_pipeline_mode(tmp_path):
     assert truth["matched_pairs_per_link"] == {"0->1": 4, "1->0": 4, "1->2": 4, "2->1": 4}
     assert sorted(os.listdir(tmp_path)) == ["rank0_trace.json", "rank1_trace.json", "rank2_trace.json",
                                            "truth.json"]
+
+
+def test_blockers_names_the_slow_stage_and_link(plain):
+    d, truth, _ = plain
+    res = CliRunner().invoke(main, ["blockers", str(d)])
+    assert res.exit_code == 0, res.output
+    first = res.output.splitlines()[0]
+    stage = truth["slow_stage"]["stage"]
+    assert f"stage {stage} (rank {truth['slow_stage']['rank']}) bounds it" in first
+    a, b = truth["slow_link"]["ranks"]
+    assert f"Slowest link: ranks {a} <-> {b} at 5.00 GB/s" in res.output
+    # the same through a real process
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    r = subprocess.run([exe, "blockers", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == first
+
+
+def test_blocking_analysis_explains_late_halves(plain):
+    d, truth, _ = plain
+    sheets = _report(d, blocking_analysis=True)
+    b = sheets["p2p_blockers"]
+    pairs = sheets["p2p"]
+    late = pairs[pairs["wait_us"] > 0]
+    assert len(b) == len(pairs) and len(late) > 0
+    # the late half is the one that started later; the split adds up to its delay
+    want = dict(zip("p2p_" + late["pair"].astype(str), late["wait_us"]))
+    got = b.set_index("collective_id")
+    for cid, wait in want.items():
+        row = got.loc[cid]
+        assert _close(row["delta_us"], wait)
+        parts = row["host_launch_lateness_us"] + row["gpu_dependency_wait_us"] + row["gpu_backlog_us"]
+        assert _close(parts, row["delta_us"])
