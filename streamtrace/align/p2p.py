@@ -77,7 +77,8 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     pg_name = s(c["pg_name"].astype(np.int64))
     pg_ranks = s(c["pg_ranks"].astype(np.int64))
     local = c["rank"].astype(np.int64)
-    peer = np.array([_global_peer(lp, pr) for lp, pr in zip(local.tolist(), pg_ranks.tolist())], dtype=np.int64)
+    me = meta.get("rank")
+    peer = np.array([_global_peer(lp, pr, me) for lp, pr in zip(local.tolist(), pg_ranks.tolist())], dtype=np.int64)
     nelems = c["in_nelems"].astype(np.int64)
     dtype = s(c["dtype"].astype(np.int64))
     elem = np.array([coll.DTYPE_BYTES.get(d, np.nan) if d is not None else np.nan for d in dtype.tolist()])
@@ -105,11 +106,13 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     return {"halves": halves, "steps": steps, "work": work}
 
 
-def _global_peer(local, pg_ranks):
-    """The global rank of the group-local rank ``local`` (the ``Rank`` arg)."""
-    if local == NONE or local < 0:
-        return -1
+def _global_peer(local, pg_ranks, me):
+    """The global rank of the group-local rank ``local`` (the ``Rank`` arg);
+    without one, the other rank of a two-rank group; -1 when unknown."""
     ranks = coll.parse_rank_list(pg_ranks)[0] if pg_ranks else None
+    if local == NONE or local < 0:
+        others = [r for r in ranks or () if r != me]
+        return int(others[0]) if len(others) == 1 and len(ranks) == 2 else -1
     if ranks and local < len(ranks):
         return int(ranks[local])
     return int(local)

@@ -189,3 +189,14 @@ def test_blocking_analysis_explains_late_halves(plain):
         assert _close(row["delta_us"], wait)
         parts = row["host_launch_lateness_us"] + row["gpu_dependency_wait_us"] + row["gpu_backlog_us"]
         assert _close(parts, row["delta_us"])
+
+
+def test_peer_from_the_rank_arg_or_a_two_rank_group():
+    from streamtrace._native import NONE
+    from streamtrace.align.p2p import _global_peer
+
+    # PyTorch's "Rank" on send/recv is the peer's rank in the op's group
+    assert _global_peer(1, "[4, 6]", 4) == 6
+    assert _global_peer(2, None, 0) == 2            # no ranks listed: the default group
+    assert _global_peer(NONE, "[4, 6]", 4) == 6     # no Rank arg: the other rank of a pair's group
+    assert _global_peer(NONE, "[4, 6, 7]", 4) == -1
