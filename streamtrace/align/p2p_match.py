@@ -15,6 +15,8 @@ UNMATCHED_COLUMNS = ["rank", "kind", "peer", "pg", "step", "seq", "bytes", "post
 PIPELINE_COLUMNS = ["rank", "pipeline", "stage", "step", "p2p_wait_us", "bubble_us", "stage_work_us",
                     "waited_for", "waited_for_us", "p2p_kernels", "bounds_pipeline", "extra_work_us"]
 P2P_TABLE_NAMES = ("align.p2p", "align.p2p_unmatched", "align.pipeline")
+#: kernel ends this close are the same rendezvous (scanning shifts stops there)
+EXACT_NS = 1000
 #: how far (in halves) two sides of a link may be shifted against each other
 MAX_SHIFT = 256
 
@@ -65,57 +67,63 @@ def p2p_tables(results, offsets=None):
 
 
 def _match(halves, present):
-    """(list of (send index, recv index), {index: reason}) over ``halves``."""
+    """(list of (send index, recv index), {index: reason}) over ``halves``
+    (index: its row number)."""
     pairs, unmatched = [], {}
-    for (pg, src, dst), g in halves.groupby(["pg", "src", "dst"], sort=True):
-        sends = g[g["kind"] == "send"].sort_values(["abs_post", "seq"], kind="stable")
-        recvs = g[g["kind"] == "recv"].sort_values(["abs_post", "seq"], kind="stable")
-        if src < 0 or dst < 0:
-            for i in g.index:
-                unmatched[i] = "peer unknown (no Rank arg)"
+    is_send = (halves["kind"] == "send").to_numpy()
+    pg = pd.factorize(halves["pg"], sort=True)[0]
+    src, dst = halves["src"].to_numpy(np.int64), halves["dst"].to_numpy(np.int64)
+    post, seq = halves["abs_post"].to_numpy(np.int64), halves["seq"].to_numpy(np.int64)
+    end, nbytes = halves["abs_end"].to_numpy(np.int64), halves["bytes"].to_numpy(np.float64)
+    order = np.lexsort((seq, post, dst, src, pg))
+    key = np.stack([pg[order], src[order], dst[order]], axis=1)
+    bounds = np.flatnonzero(np.r_[True, (key[1:] != key[:-1]).any(axis=1), True])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        g = order[a:b]
+        s_from, s_to = int(src[g[0]]), int(dst[g[0]])
+        sends, recvs = g[is_send[g]], g[~is_send[g]]
+        if s_from < 0 or s_to < 0:
+            unmatched.update((int(i), "peer unknown (no Rank arg)") for i in g)
             continue
-        for side, other in ((sends, dst), (recvs, src)):
-            if not len(side) or len(sends) and len(recvs):
-                continue
-            why = (f"rank {other} is not in the input" if other not in present
-                   else f"rank {other} has no matching {'recv' if side is sends else 'send'}")
-            for i in side.index:
-                unmatched[i] = why
         if not len(sends) or not len(recvs):
+            side, other, kind = (sends, s_to, "recv") if len(sends) else (recvs, s_from, "send")
+            why = (f"rank {other} is not in the input" if other not in present
+                   else f"rank {other} has no matching {kind}")
+            unmatched.update((int(i), why) for i in side)
             continue
-        k = _best_shift(sends, recvs)
-        si, ri = sends.index.to_numpy(), recvs.index.to_numpy()
-        lo, hi = max(0, -k), min(len(si), len(ri) - k)
-        for i in range(lo, hi):
-            pairs.append((si[i], ri[i + k]))
-        for i in list(si[:lo]) + list(si[hi:]):
-            unmatched[i] = f"no recv on rank {dst} (outside its window or never posted)"
-        matched_r = set(ri[lo + k:hi + k].tolist())
-        for i in ri:
-            if i not in matched_r:
-                unmatched[i] = f"no send on rank {src} (outside its window or never posted)"
+        k = _best_shift(end[sends], end[recvs], nbytes[sends], nbytes[recvs])
+        lo, hi = max(0, -k), min(len(sends), len(recvs) - k)
+        pairs += list(zip(sends[lo:hi].tolist(), recvs[lo + k:hi + k].tolist()))
+        for i in np.r_[sends[:lo], sends[hi:]].tolist():
+            unmatched[i] = f"no recv on rank {s_to} (outside its window or never posted)"
+        for i in np.r_[recvs[:max(0, lo + k)], recvs[hi + k:]].tolist():
+            unmatched[i] = f"no send on rank {s_from} (outside its window or never posted)"
     return pairs, unmatched
 
 
-def _best_shift(sends, recvs):
+def _best_shift(se, re_, sb, rb):
     """The offset k (recv i + k pairs with send i) at which the two sides'
     kernel ends agree best (median gap), more pairs and a smaller shift
-    breaking ties; sizes that differ count against a shift."""
-    se, re_ = sends["abs_end"].to_numpy(), recvs["abs_end"].to_numpy()
-    sb, rb = sends["bytes"].to_numpy(), recvs["bytes"].to_numpy()
+    breaking ties; sizes that differ count against a shift.  Shifts are
+    tried smallest first, so the usual case (both windows hold the link's
+    first transfer) costs one try."""
     ns, nr = len(se), len(re_)
     best = None
-    for k in range(max(-ns + 1, -MAX_SHIFT), min(nr, MAX_SHIFT + 1)):
+    shifts = sorted(range(max(-ns + 1, -MAX_SHIFT), min(nr, MAX_SHIFT + 1)), key=lambda k: (abs(k), k))
+    for k in shifts:
         lo, hi = max(0, -k), min(ns, nr - k)
         if hi <= lo:
             continue
         a, b = se[lo:hi], re_[lo + k:hi + k]
         ok = (a != NONE) & (b != NONE)
         gap = float(np.median(np.abs(a[ok] - b[ok]))) if ok.any() else float("inf")
-        size_bad = float(np.mean(~np.isclose(sb[lo:hi], rb[lo + k:hi + k], equal_nan=True)))
-        key = (size_bad > 0.5, gap, -(hi - lo), abs(k))
+        sa, sb_ = sb[lo:hi], rb[lo + k:hi + k]
+        size_bad = np.count_nonzero((sa != sb_) & ~(np.isnan(sa) & np.isnan(sb_))) * 2 > hi - lo
+        key = (size_bad, gap, -(hi - lo), abs(k))
         if best is None or key < best[0]:
             best = (key, k)
+        if not size_bad and gap <= EXACT_NS:   # the ends agree: no other shift does better
+            break
     return best[1] if best else 0
 
 
@@ -185,38 +193,41 @@ def _pipeline_table(have, h, pairs, base0, offsets):
     increasing order, as pipeline frameworks number their stages)."""
     # per kernel: the wait before its latest peer kernel started (a batched
     # kernel waits for the last of its peers)
-    wait_rows = []
-    for si, ri in pairs:
-        s, r = h.loc[si], h.loc[ri]
-        if s["abs_start"] == NONE or r["abs_start"] == NONE:
-            continue
-        d = int(r["abs_start"] - s["abs_start"])
-        if d > 0:
-            wait_rows.append((s["rank"], s["kernel_event"], s["step"], r["rank"], d))
-        elif d < 0:
-            wait_rows.append((r["rank"], r["kernel_event"], r["step"], s["rank"], -d))
-    waits = pd.DataFrame(wait_rows, columns=["rank", "kernel", "step", "peer", "wait"])
-    if len(waits):
-        waits = waits.sort_values("wait", kind="stable").groupby(["rank", "kernel"], sort=False).tail(1)
+    si = np.array([p[0] for p in pairs], dtype=np.int64)
+    ri = np.array([p[1] for p in pairs], dtype=np.int64)
+    rank, start = h["rank"].to_numpy(np.int64), h["abs_start"].to_numpy(np.int64)
+    kernel, step = h["kernel_event"].to_numpy(np.int64), h["step"].to_numpy(np.int64)
+    known = (start[si] != NONE) & (start[ri] != NONE)
+    d = np.where(known, start[ri] - start[si], 0)
+    late_send = d > 0    # the sender started first and waited for the receiver
+    waiter = np.where(late_send, si, ri)
+    other = np.where(late_send, ri, si)
+    waits = pd.DataFrame({"rank": rank[waiter], "kernel": kernel[waiter], "step": step[waiter],
+                          "peer": rank[other], "wait": np.abs(d)})[d != 0]
+    waits = waits.sort_values("wait", kind="stable").drop_duplicates(["rank", "kernel"], keep="last")
+    total = waits.groupby(["rank", "step"])["wait"].sum().to_dict()
+    per_peer = waits.groupby(["rank", "step", "peer"])["wait"].sum().reset_index() \
+        .sort_values(["wait", "peer"], ascending=[False, True], kind="stable") \
+        .drop_duplicates(["rank", "step"])
+    worst = {(r, st): (p, w) for r, st, p, w in per_peer[["rank", "step", "peer", "wait"]].itertuples(index=False)}
     kernels = h[h["kernel_event"] >= 0].drop_duplicates(["rank", "kernel_event"])
-    n_kernels = kernels.groupby(["rank", "step"]).size()
+    n_kernels = kernels.groupby(["rank", "step"]).size().to_dict()
     pipelines = _pipelines(h)
     rows = []
     for res in have:
         w = res.p2p["work"]
         steps = sorted(set(w["step"].tolist()) | set(h.loc[h["rank"] == res.rank, "step"].tolist()))
+        work = {int(st): j for j, st in enumerate(w["step"].tolist())}
         for st in steps:
-            mine = waits[(waits["rank"] == res.rank) & (waits["step"] == st)] if len(waits) else waits
-            by_peer = mine.groupby("peer")["wait"].sum() if len(mine) else pd.Series(dtype=np.int64)
-            j = np.flatnonzero(w["step"] == st)
+            j = work.get(st)
             pl, stage = pipelines.get(res.rank, (-1, -1))
+            peer, peer_wait = worst.get((res.rank, st), (pd.NA, 0))
             rows.append({
                 "rank": res.rank, "pipeline": pl, "stage": stage, "step": st,
-                "p2p_wait_us": float(mine["wait"].sum()) / 1000.0 if len(mine) else 0.0,
-                "bubble_us": float(w["bubble"][j[0]]) / 1000.0 if len(j) else np.nan,
-                "stage_work_us": float(w["busy"][j[0]]) / 1000.0 if len(j) else np.nan,
-                "waited_for": int(by_peer.idxmax()) if len(by_peer) else pd.NA,
-                "waited_for_us": float(by_peer.max()) / 1000.0 if len(by_peer) else 0.0,
+                "p2p_wait_us": float(total.get((res.rank, st), 0)) / 1000.0,
+                "bubble_us": float(w["bubble"][j]) / 1000.0 if j is not None else np.nan,
+                "stage_work_us": float(w["busy"][j]) / 1000.0 if j is not None else np.nan,
+                "waited_for": peer, "waited_for_us": float(peer_wait) / 1000.0,
                 "p2p_kernels": int(n_kernels.get((res.rank, st), 0)),
             })
     out = pd.DataFrame(rows, columns=[c for c in PIPELINE_COLUMNS if c not in ("bounds_pipeline", "extra_work_us")])

@@ -90,8 +90,8 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
                          "message": f"{unresolved} truncated 'Process Group Ranks' list(s) could not be "
                                     "completed from distributedInfo.pg_config: node_span is 'unknown' there"})
     for name in P2P_SHEETS:   # runs without send/recv have no such table
-        if f"align.{name}" in tables:
-            sheets[name] = tables[f"align.{name}"]
+        if f"align.{name}" in tables:   # (event numbers depend on what extract kept: not for users)
+            sheets[name] = tables[f"align.{name}"].drop(columns=["send_event", "recv_event"], errors="ignore")
     for name in BLOCKING_SHEETS:
         if f"correlate.{name}" in tables:
             sheets[name] = tables[f"correlate.{name}"]
