@@ -200,3 +200,17 @@ def test_peer_from_the_rank_arg_or_a_two_rank_group():
     assert _global_peer(2, None, 0) == 2            # no ranks listed: the default group
     assert _global_peer(NONE, "[4, 6]", 4) == 6     # no Rank arg: the other rank of a pair's group
     assert _global_peer(NONE, "[4, 6, 7]", 4) == -1
+
+
+def test_pipeline_times_data_parallel_replicas(tmp_path):
+    truth = generate_pipeline(str(tmp_path), stages=3, microbatches=4, steps=1, slow_stage=1, dp=2)
+    sheets = _report(tmp_path, ranks=6)
+    assert _links(sheets["p2p"]) == truth["matched_pairs_per_link"]
+    pipe = sheets["pipeline"].set_index(["rank", "step"])
+    for want in truth["per_rank_step"]:
+        row = pipe.loc[(want["rank"], want["step"])]
+        assert (row["pipeline"], row["stage"]) == (want["pipeline"], want["stage"])
+        assert _close(row["p2p_wait_us"] * 1000, want["p2p_wait_ns"])
+        assert _close(row["bubble_us"] * 1000, want["bubble_ns"])
+    bound = sheets["pipeline"][sheets["pipeline"]["bounds_pipeline"]]
+    assert sorted(set(bound["rank"])) == truth["slow_stage"]["ranks"]
