@@ -75,10 +75,13 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
 
     kind = np.array([kind_of[int(x)] for x in c["collective_name"].astype(np.int64).tolist()], dtype=object)
     pg_name = s(c["pg_name"].astype(np.int64))
-    pg_ranks = s(c["pg_ranks"].astype(np.int64))
-    local = c["rank"].astype(np.int64)
+    # one mapping per distinct (Rank arg, group ranks): a few, however many ops
     me = meta.get("rank")
-    peer = np.array([_global_peer(lp, pr, me) for lp, pr in zip(local.tolist(), pg_ranks.tolist())], dtype=np.int64)
+    pair = np.stack([c["rank"].astype(np.int64), c["pg_ranks"].astype(np.int64)], axis=1)
+    uniq_pair, inv = np.unique(pair, axis=0, return_inverse=True)
+    peer = np.array([_global_peer(lp, pr, me) for lp, pr in zip(uniq_pair[:, 0].tolist(),
+                                                                 s(uniq_pair[:, 1]).tolist())],
+                    dtype=np.int64)[inv.reshape(-1)]
     nelems = c["in_nelems"].astype(np.int64)
     dtype = s(c["dtype"].astype(np.int64))
     elem = np.array([coll.DTYPE_BYTES.get(d, np.nan) if d is not None else np.nan for d in dtype.tolist()])

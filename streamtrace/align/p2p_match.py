@@ -250,7 +250,8 @@ def _pipelines(h):
             x = parent[x]
         return x
 
-    for a, b in zip(h["rank"].tolist(), h["peer"].tolist()):
+    links = np.unique(np.stack([h["rank"].to_numpy(np.int64), h["peer"].to_numpy(np.int64)], axis=1), axis=0)
+    for a, b in links.tolist():
         if b >= 0:
             parent[find(a)] = find(b)
         else:
