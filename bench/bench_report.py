@@ -21,6 +21,12 @@ Cases (sizes scale with --scale; 1.0 is the issue's done-when size):
            show what the added bytes cost.
 ``gz``     8 ranks x ~1 GB (uncompressed) .json.gz, ``collective-report -j 2``.
            Targets: <= 15 s, <= 1 GB.
+``p2p``    what point-to-point matching adds to ``collective-report``
+           (target: <= 10 % on the ``big`` set): in one process, the time
+           in its code (the per-rank halves and stage work, the cross-rank
+           matching and tables) over the whole report, on the ``big`` set
+           (no send/recv: the one check per rank) and on a 1F1B pipeline
+           set (fixtures/pipeline.py, 4 stages).
 
 Traces are generated once per size into --workdir (fixtures/generate_fixture.py)
 and reused.  Memory is reported twice: the peak RSS of the largest single
@@ -249,13 +255,57 @@ def case_gz(workdir, scale, out):
     row("  same, --blocking_analysis", w, r, t, c, f"{8 * mb / w:.0f} MB JSON/s")
 
 
+_P2P_SHARE = """
+import sys, time
+import streamtrace.align.describe as describe, streamtrace.align.match as match
+from streamtrace.chain import generate_collective_report
+spent = [0.0]
+def timed(fn):
+    def wrapper(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[0] += time.perf_counter() - t0
+    return wrapper
+describe.rank_p2p, match.p2p_tables = timed(describe.rank_p2p), timed(match.p2p_tables)
+t0 = time.perf_counter()
+sheets = generate_collective_report(trace_dir=sys.argv[1], world_size=4, output_csvs_dir=sys.argv[2], jobs=1)
+print(f"{spent[0]:.3f} {time.perf_counter() - t0:.3f} {len(sheets.get('p2p', ()))}")
+"""
+
+
+def _p2p_share(d, out):
+    """(seconds in point-to-point code, seconds of the report, matched pairs), best of REPEAT (-j 1)."""
+    runs = [subprocess.run([sys.executable, "-c", _P2P_SHARE, d, out], capture_output=True, text=True,
+                           check=True).stdout.split() for _ in range(REPEAT)]
+    best = min(runs, key=lambda r: float(r[1]))
+    return float(best[0]), float(best[1]), int(best[2])
+
+
+def case_p2p(workdir, scale, out):
+    header("p2p: time in point-to-point matching within collective-report -j 1 (target: <= 10 %)")
+    mb = max(1.0, 500 * scale)
+    d, _ = generate(workdir, f"big-{mb:g}", ranks=4, target_mb=mb, jobs=2)
+    p2p, total, pairs = _p2p_share(d, os.path.join(out, "p2p-big"))
+    print(f"  big set (4 x {mb:g} MB, no send/recv): {p2p:.3f} s of {total:.2f} s = {100 * p2p / total:.1f} %",
+          flush=True)
+    d = os.path.join(workdir, f"pipeline-{scale:g}")
+    if not os.path.exists(os.path.join(d, "truth.json")):
+        from pipeline import generate_pipeline
+        generate_pipeline(d, stages=4, microbatches=max(8, int(256 * scale)), steps=4)
+    p2p, total, pairs = _p2p_share(d, os.path.join(out, "p2p-pipeline"))
+    print(f"  pipeline set ({du(d) / 1e6:.0f} MB, {pairs} matched pairs): {p2p:.3f} s of {total:.2f} s = "
+          f"{100 * p2p / total:.1f} %", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", type=float, default=1.0, help="size factor (1.0 = the issue's sizes)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"),
                     help="where generated traces are kept between runs")
-    ap.add_argument("--cases", default="big,dense,dense_compute,gz",
-                    help="comma-separated subset of big,dense,dense_compute,gz")
+    ap.add_argument("--cases", default="big,dense,dense_compute,gz,p2p",
+                    help="comma-separated subset of big,dense,dense_compute,gz,p2p")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement (the minimum wall time is shown)")
     args = ap.parse_args()
     global REPEAT
@@ -268,7 +318,7 @@ def main():
     try:
         for case in args.cases.split(","):
             {"big": case_big, "dense": case_dense, "dense_compute": case_dense_compute,
-             "gz": case_gz}[case.strip()](args.workdir, args.scale, out)
+             "gz": case_gz, "p2p": case_p2p}[case.strip()](args.workdir, args.scale, out)
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

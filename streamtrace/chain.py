@@ -317,6 +317,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     The map reads each rank once into what align keeps (its collective rows)
     and what correlate keeps (its Timeline); the reduce matches the ranks'
     collectives and runs the cross-rank analyses over the timelines."""
+    from .align.p2p_match import P2P_TABLE_NAMES
     from .align.stage import TABLE_NAMES, align_options_table, match_ranks
     from .correlate.compute import compute_table
     from .correlate.inputs import ALIGN_COLUMNS_USED
@@ -340,9 +341,10 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     align["align.options"] = align_options_table(align_clocks, gpus_per_node)
     # every table as the staged chain hands it on (a table frame's decoded form)
-    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES}
+    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + P2P_TABLE_NAMES
+              if name in align}
     used = {"align.collectives": table_frame("align.collectives", align["align.collectives"])
-            .table(ALIGN_COLUMNS_USED)[1]}
+            .table(ALIGN_COLUMNS_USED)[1], **{n: tables[n] for n in P2P_TABLE_NAMES if n in tables}}
     sheets = analyze_collected(timelines, used, compute=compute_table(timelines))
     for name, df in sheets.items():
         tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
@@ -596,6 +598,7 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
     ``correlated_tables`` takes them.  ``html_path``: also the HTML report of
     the whole run there (waits, bandwidth and clocks beside the blocking
     answer; needs plotly)."""
+    from .align.p2p_match import pipeline_text
     from .correlate.stage import blockers_text, sheets_from_tables
 
     if html_path:
@@ -603,7 +606,12 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
 
         check_output(html_path)   # before the work, not after it
     tables = correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor)
-    text = blockers_text(sheets_from_tables(tables), top=top)
+    sheets = sheets_from_tables(tables)
+    text = blockers_text(sheets, top=top)
+    pipeline = pipeline_text(tables.get("align.pipeline"), tables.get("align.p2p"), sheets.get("p2p_blockers"))
+    if pipeline:   # the pipeline's answer first; alone when no collective was waited on
+        blocked = sheets.get("collective_blockers")
+        text = pipeline if blocked is None or not len(blocked) else pipeline + "\n" + text
     if html_path:
         from .html_report import write_html
         from .report.sheets import build_report

@@ -18,11 +18,14 @@ S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
 S_NCCL_NAME, S_ANNOT, S_RPC, S_C10D, S_LAUNCH = 8, 16, 32, 64, 128
 # user annotations (record_function) that may label a communication launch
 S_USER_CAT, S_LABEL = 256, 512
+S_STEP = 1024
 OP_ANNOT, OP_RPC, OP_C10D = 1, 2, 3
-# the complete events kept: kernels, kernel launches, collective CPU ops, user labels
+# the complete events kept: kernels, kernel launches, collective CPU ops, user
+# labels, profiler steps (a few per rank: point-to-point analysis reports per step)
 _RULES = (dict(cat_any=S_KERNEL_CAT, ph=b"X"), dict(cat_any=S_RUNTIME_CAT, name_any=S_LAUNCH, ph=b"X"),
           dict(cat_any=S_CPU_CAT, name_any=S_ANNOT | S_RPC | S_C10D, ph=b"X"),
-          dict(cat_any=S_USER_CAT, name_any=S_LABEL, ph=b"X"))
+          dict(cat_any=S_USER_CAT, name_any=S_LABEL, ph=b"X"),
+          dict(cat_any=S_CPU_CAT, name_any=S_STEP, ph=b"X"))
 
 _K_DTYPE = np.dtype([("event", "<i8"), ("ts", "<i8"), ("dur", "<i8"), ("pid", "<i8"), ("tid", "<i8"),
                      ("corr", "<i8"), ("ext", "<i8"), ("name", "<u4"), ("stream", "<i4"), ("device", "<i4")],
@@ -65,6 +68,8 @@ def classify_string(s, custom=None):
         c |= S_RPC
     elif s.startswith("c10d::"):
         c |= S_C10D
+    if s.startswith("ProfilerStep#"):
+        c |= S_STEP
     if s[:2] in ("cu", "hi") and "Launch" in s and ("Kernel" in s or "Graph" in s):
         c |= S_LAUNCH
     if s == "user_annotation":
@@ -78,8 +83,9 @@ class RankCollector:
     """Consumes one rank's frames; ``describe.finish_rank`` makes its RankResult.
 
     Kept per frame: ``kernels``, ``launches``, ``ops`` and ``labels`` (numpy
-    record arrays of the candidate rows; labels: user annotations) and
-    ``comms`` (comm-argument records)."""
+    record arrays of the candidate rows; labels: user annotations),
+    ``comms`` (comm-argument records) and ``steps`` (the ProfilerStep#
+    spans, as ops)."""
 
     def __init__(self, rank, custom=None):
         self.rank = rank
@@ -87,7 +93,7 @@ class RankCollector:
         self.strings = []
         self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
         self.n_events = 0
-        self.kernels, self.launches, self.ops, self.comms, self.labels = [], [], [], [], []
+        self.kernels, self.launches, self.ops, self.comms, self.labels, self.steps = [], [], [], [], [], []
         self.meta = None
 
     # ---------------------------------------------------------------- frames
@@ -131,7 +137,7 @@ class RankCollector:
         # one C pass picks the rows of the three kinds (no per-frame class
         # lookups or masks in numpy, and no GIL held meanwhile), and one C
         # pass per kind copies the kept rows' fields
-        kernels, launches, ops, labels = select_many(recs, self._cls, len(self.strings), _RULES)
+        kernels, launches, ops, labels, steps = select_many(recs, self._cls, len(self.strings), _RULES)
         if len(kernels):
             k = np.empty(len(kernels), _K_DTYPE)
             k["event"] = base + kernels
@@ -154,6 +160,12 @@ class RankCollector:
             u = np.empty(len(labels), _U_DTYPE)
             gather(recs, labels, [(src, u[dst]) for dst, src in _U_FIELDS])
             self.labels.append(u)
+        if len(steps):
+            st = np.empty(len(steps), _O_DTYPE)
+            st["event"] = base + steps
+            gather(recs, steps, [(src, st[dst]) for dst, src in _O_FIELDS])
+            st["kind"] = 0
+            self.steps.append(st)
 
 
 def collected_rank(frames, rank=None, custom=None):

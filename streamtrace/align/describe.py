@@ -10,6 +10,7 @@ import numpy as np
 from .. import collectives as coll
 from .._native import COMM_DTYPE, NONE, NOSTR
 from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE, _U_DTYPE, collected_rank
+from .p2p import rank_p2p
 from .quality import _described_findings, _finding
 
 
@@ -22,6 +23,7 @@ class RankResult:
     rows: dict  # {column: numpy array}, one row per collective kernel, in (ts, event) order
     quality: list = field(default_factory=list)
     events: int = 0
+    p2p: dict = None  # point-to-point halves and stage work (align.p2p), None without send/recv
 
 
 def finish_rank(collector):
@@ -32,13 +34,16 @@ def finish_rank(collector):
     comms = _concat(collector.comms, COMM_DTYPE)
     labels = _concat(collector.labels, _U_DTYPE)
     kernels, launches = _candidates(collector.kernels, collector.launches, ops, comms, collector.lookup)
+    kernel_parts, launch_parts = collector.kernels, collector.launches
     collector.kernels = collector.launches = collector.ops = collector.comms = collector.labels = None
     rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
                                    collector.lookup, meta, labels, collector.custom)
+    p2p = rank_p2p(ops, comms, rows, kernel_parts, launch_parts, collector.steps, collector.strings, meta)
+    del kernel_parts, launch_parts
     if collector.meta is None:
         quality.append(_finding("warning", "incomplete_rank", f"rank {collector.rank}: no metadata frame "
                                 "(the stream section of this rank is incomplete)", rank=collector.rank))
-    return RankResult(collector.rank, meta, rows, quality, collector.n_events)
+    return RankResult(collector.rank, meta, rows, quality, collector.n_events, p2p)
 
 
 def collect_rank(frames, rank=None):

@@ -15,6 +15,7 @@ from ..parallel.cpus import available_cpus
 from ..parallel.fork import both
 from .clocks import _clocks_table, _unestimated_clocks_table, estimate_clock_offsets
 from .describe import rank_row_count
+from .p2p_match import p2p_kernel_rows, p2p_tables
 from .quality import _clock_findings, _finding, _rank_findings, _story_findings, _world_size
 from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots, seq_contradiction
 from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
@@ -224,13 +225,22 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
             columns[col] = text.get(col, rows[col])
     columns["no_ids"] = rows["no_ids"]
     collectives = functools.partial(_collectives_table, columns, instances, abs_ts, method, cname.missing(), present)
-    sample, clock_method, sync = _clock_sample(implicit_sync, participants, inst, rank, abs_end)
+    sample, clock_method, sync = _clock_sample(implicit_sync, np.where(kind.isin(_P2P) | p2p_kernel_rows(results, rank, rows["event"]), 0, participants),
+                                               inst, rank, abs_end)
     out_df, row_findings, clocks = _rows_and_clocks(collectives, sample, clock_method, rank, present, apply)
     if not apply:
         quality += _story_findings(clocks, inst[sync], rank[sync], abs_ts[sync])
     quality += _clock_findings(clocks, apply, multi_node, node_gpus) + row_findings
-    return {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
-            "align.quality": quality_table(quality)}
+    tables = {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
+              "align.quality": quality_table(quality)}
+    tables.update(p2p_tables(results, _applied_offsets(clocks)))   # nothing without send/recv
+    return tables
+
+
+def _applied_offsets(clocks):
+    """{rank: offset in ns} of the offsets applied to the rows (none when not applied)."""
+    applied = clocks[clocks["applied"].astype(bool)] if len(clocks) else clocks
+    return dict(zip(applied["rank"].tolist(), applied["offset_ns"].fillna(0).astype(np.int64).tolist()))
 
 
 def _rows_and_clocks(collectives, sample, clock_method, rank, present, apply):
@@ -381,10 +391,17 @@ def _mismatch_fields(values, instances, a2av):
     return joined_labels(checks, ",")
 
 
+#: point-to-point kinds: their rows' "instances" (by group and Seq) are not a
+#: rendezvous of the group, so their ends say nothing about the clocks (nor
+#: do the kernels of batch_isend_irecv groups, p2p_kernel_rows)
+_P2P = frozenset(("send", "recv"))
+
+
 def _clock_sample(implicit_sync, participants, inst, rank, abs_end):
     """The (instance, rank, end) of the rows the clock offsets are estimated
     from, the method's name and those rows' mask: the ends of implicit-sync
-    collectives with more than one participant, else of every such collective."""
+    collectives with more than one participant, else of every such collective
+    (``participants``: 0 for rows that never count, point-to-point ones)."""
     sync = implicit_sync & (participants > 1)
     if not sync.any():
         sync = participants > 1

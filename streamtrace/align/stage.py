@@ -70,6 +70,7 @@ from .match import match_ranks
 from .sequences import MATCH_TOLERANCE_NS, align_sequences  # noqa: F401 - public names
 from .tables import CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS  # noqa: F401 - public
 from .tables import TABLE_NAMES, VERSION
+from .p2p_match import P2P_TABLE_NAMES
 from .tables import quality_table  # noqa: F401 - report's data_quality sheet imports it from here
 
 log = logging.getLogger("streamtrace")
@@ -108,8 +109,9 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         log.warning("the input already held align tables; they are replaced by this run's")
     results = ranks.results()
     tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns)
-    for name in TABLE_NAMES[1:]:
-        yield table_frame(name, tables[name])
+    for name in TABLE_NAMES[1:] + P2P_TABLE_NAMES:   # the point-to-point ones only when present
+        if name in tables:
+            yield table_frame(name, tables[name])
     yield json_frame(Kind.END, 0, {"stage": "align", "ranks": len(results),
                                    "collective_kernels": int(len(tables["align.collectives"]))})
 

@@ -50,6 +50,29 @@ def instances_from_align(coll):
     }).reset_index(drop=True)
 
 
+def instances_from_p2p(pairs, coll):
+    """Each matched send/recv pair of ``align.p2p`` as a two-rank instance
+    (``p2p_<pair>``) of the sender's and the receiver's kernels, so that a
+    late half is explained as a late collective rank is.  Halves whose kernel
+    is not in ``align.collectives`` are left out."""
+    rows = instances_from_align(coll)
+    by_kernel = {(r, e): i for i, (r, e) in enumerate(zip(rows["rank"].tolist(), rows["event"].tolist()))}
+    take, names = [], []
+    for pair, s, r, se, re_ in zip(pairs["pair"].tolist(), pairs["sender"].tolist(), pairs["receiver"].tolist(),
+                                   pairs["send_event"].tolist(), pairs["recv_event"].tolist()):
+        i, j = by_kernel.get((s, se)), by_kernel.get((r, re_))
+        if i is None or j is None:
+            continue
+        take += [i, j]
+        names += [f"p2p_{pair}"] * 2
+    out = rows.iloc[take].reset_index(drop=True)
+    out["instance"] = names
+    # the send/recv names would leave them out of the late-rank analysis
+    out["collective_name"] = [f"p2p {a}->{b}" for a, b in zip(pairs.set_index("pair").loc[
+        [int(n[4:]) for n in names], "sender"], pairs.set_index("pair").loc[[int(n[4:]) for n in names], "receiver"])]
+    return out
+
+
 def offsets_from_align(coll):
     """ns to add to each rank's (base-applied) times to reach the aligned clock."""
     if not len(coll):

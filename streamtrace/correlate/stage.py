@@ -10,7 +10,7 @@ import pandas as pd
 from .collect import StreamCollector
 from .exposed import _exposed_comm
 from .inflation import _compute_inflation, _nccl_inflation
-from .inputs import Inputs, _empty_instances, instances_from_align, offsets_from_align
+from .inputs import Inputs, _empty_instances, instances_from_align, instances_from_p2p, offsets_from_align
 from .late_rank import _late_rank_analysis
 from .overlap import _overlap_analysis
 
@@ -60,7 +60,12 @@ def analyze_collected(timelines, tables, compute=None):
                                                         "run 'streamtrace align' before correlate"))
     else:
         inputs = Inputs(timelines, instances_from_align(coll), offsets_from_align(coll), compute)
-    return analyze(inputs)
+    sheets = analyze(inputs)
+    pairs = tables.get("align.p2p")
+    if coll is not None and pairs is not None and len(pairs):   # runs with send/recv only
+        p2p_inputs = Inputs(timelines, instances_from_p2p(pairs, coll), offsets_from_align(coll), inputs.compute)
+        sheets["p2p_blockers"] = _late_rank_analysis(p2p_inputs)[0]
+    return sheets
 
 
 SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",

@@ -10,10 +10,12 @@ REPORT_NAME = "nccl_analysis_report.xlsx"
 #: correlate's sheets (spec blocking-analysis.md), present when the stream
 #: went through ``correlate``
 BLOCKING_SHEETS = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
-                   "contention_pairs", "nccl_inflation", "compute_inflation", "exposed_comm"]
+                   "contention_pairs", "nccl_inflation", "compute_inflation", "exposed_comm", "p2p_blockers"]
+#: point-to-point sheets (align.p2p*, align.pipeline): only when the run has send/recv
+P2P_SHEETS = ["p2p", "p2p_unmatched", "pipeline"]
 SHEET_ORDER = ["nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
                "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary",
-               "nccl_summary_by_size", "clock_alignment"] + BLOCKING_SHEETS + ["data_quality"]
+               "nccl_summary_by_size", "clock_alignment"] + P2P_SHEETS + BLOCKING_SHEETS + ["data_quality"]
 
 
 def check_report_outputs(output_xlsx_path, output_csvs_dir, inputs):

@@ -43,7 +43,7 @@ from ..parallel.cpus import available_cpus
 from ..parallel.fork import both, can_fork
 from .all2allv import _all2allv, _heatmap, _summary_all2allv
 from .columns import IMPLICIT_EXTRA
-from .files import BLOCKING_SHEETS, SHEET_ORDER
+from .files import BLOCKING_SHEETS, P2P_SHEETS, SHEET_ORDER
 from .implicit import _implicit_sync, _straggler, _summary_implicit
 from .nodes import _Nodes, _with_nodes
 from .options import DEFAULT_AGG_METRICS, check_aggs
@@ -89,6 +89,9 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
                          "collective_id": None, "count": unresolved,
                          "message": f"{unresolved} truncated 'Process Group Ranks' list(s) could not be "
                                     "completed from distributedInfo.pg_config: node_span is 'unknown' there"})
+    for name in P2P_SHEETS:   # runs without send/recv have no such table
+        if f"align.{name}" in tables:   # (event numbers depend on what extract kept: not for users)
+            sheets[name] = tables[f"align.{name}"].drop(columns=["send_event", "recv_event"], errors="ignore")
     for name in BLOCKING_SHEETS:
         if f"correlate.{name}" in tables:
             sheets[name] = tables[f"correlate.{name}"]

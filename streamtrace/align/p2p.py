@@ -1,0 +1,214 @@
+"""Point-to-point operations (send/recv) matched across ranks, and what a
+pipeline-parallel run spends waiting on them.
+
+Per rank (``rank_p2p``, at the end of ``describe.finish_rank``, only when the
+rank has point-to-point ops, so other runs pay one check): every
+``record_param_comms`` whose ``Collective name`` is ``send`` or ``recv`` is one
+*half* of a transfer.  Its peer is the ``Rank`` arg (the peer's rank in the
+op's process group, as PyTorch records it) mapped through the group's ranks;
+its GPU kernel is the one the op launched, or, for the members of a
+``batch_isend_irecv`` group (which launch nothing: one ``nccl:coalesced``
+launch follows them), the next collective kernel launched on the same thread
+that no ``record_param_comms`` claims.  Also per rank, for the pipeline
+sheet: the profiler steps, and per step the busy time and the gaps (bubbles)
+of the rank's other kernels (its stage work).
+
+Across ranks (``p2p_tables``): the sends of rank a to rank b in a group meet
+the receives of b from a in the same group, in posting order.  A rank whose
+window starts or ends mid-run lacks a prefix or suffix of a link's halves, so
+the two sides are lined up at the shift whose kernel ends agree best (both
+kernels of a transfer end when its data is through); what is left on either
+side is listed as unmatched, never dropped.  PyTorch's point-to-point ``Seq``
+counts a rank's point-to-point ops in the group (every peer together), so it
+orders one rank's halves but does not name the pair.
+
+Tables (only when the run has point-to-point ops):
+``align.p2p``            one row per matched pair
+``align.p2p_unmatched``  one row per half without a partner, and why
+``align.pipeline``       per rank and step: P2P wait, bubbles, stage work, the
+                         peer waited for most, and which stage bounds the pipeline
+
+numpy only (a rank is described before pandas is loaded); the cross-rank
+matching and the tables are in ``p2p_match``.
+"""
+import numpy as np
+
+from .. import collectives as coll
+from .._native import NONE
+
+
+# ======================================================================= per rank
+def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, meta):
+    """One rank's point-to-point halves and per-step stage work, or None when
+    the rank has no point-to-point op.  ``ops``/``comms``: the rank's
+    collective CPU ops and comm records; ``rows``: its described collective
+    kernels; ``*_parts``: the collector's per-frame kernels, launches and
+    ProfilerStep spans."""
+    if not len(comms) or not len(ops):
+        return None
+    names = comms["collective_name"].astype(np.int64)
+    uniq = np.unique(names)
+    kind_of = {int(u): strings[u] for u in uniq.tolist() if 0 <= u < len(strings) and strings[u] in ("send", "recv")}
+    if not kind_of:
+        return None
+    is_p2p_comm = np.isin(names, list(kind_of))
+    rpc = np.flatnonzero(ops["kind"] == 2)   # OP_RPC
+    if not len(rpc):
+        return None
+    comm_ev = comms["event"].astype(np.int64)
+    order = np.argsort(comm_ev, kind="stable")
+    pos = np.minimum(np.searchsorted(comm_ev[order], ops["event"][rpc]), len(order) - 1)
+    found = comm_ev[order][pos] == ops["event"][rpc]
+    ci = np.where(found, order[pos], -1)
+    keep = (ci >= 0) & is_p2p_comm[np.maximum(ci, 0)]
+    rpc, ci = rpc[keep], ci[keep]
+    if not len(rpc):
+        return None
+    c = comms[ci]
+    op = ops[rpc]
+    text = np.array(strings + [None], dtype=object)
+    n_str = len(strings)
+
+    def s(ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        return text[np.where((ids < 0) | (ids >= n_str), n_str, ids)]
+
+    kind = np.array([kind_of[int(x)] for x in c["collective_name"].astype(np.int64).tolist()], dtype=object)
+    pg_name = s(c["pg_name"].astype(np.int64))
+    # one mapping per distinct (Rank arg, group ranks): a few, however many ops
+    me = meta.get("rank")
+    pair = np.stack([c["rank"].astype(np.int64), c["pg_ranks"].astype(np.int64)], axis=1)
+    uniq_pair, inv = np.unique(pair, axis=0, return_inverse=True)
+    peer = np.array([_global_peer(lp, pr, me) for lp, pr in zip(uniq_pair[:, 0].tolist(),
+                                                                 s(uniq_pair[:, 1]).tolist())],
+                    dtype=np.int64)[inv.reshape(-1)]
+    nelems = c["in_nelems"].astype(np.int64)
+    dtype = s(c["dtype"].astype(np.int64))
+    elem = np.array([coll.DTYPE_BYTES.get(d, np.nan) if d is not None else np.nan for d in dtype.tolist()])
+    nbytes = np.where(nelems != NONE, nelems * elem, np.nan)
+    seq = c["seq"].astype(np.int64)
+
+    kernel_row = _kernels_of(op, rows)
+    has = kernel_row >= 0
+    kr = np.maximum(kernel_row, 0)
+    n_rows = len(rows["event"])
+    pick = (lambda col, missing: np.where(has, rows[col][kr], missing)) if n_rows else \
+        (lambda col, missing: np.full(len(op), missing))
+    batched = has & (rows["rpc_event"][kr] != op["event"]) if n_rows else np.zeros(len(op), bool)
+    halves = {
+        "kind": kind, "peer": peer, "pg": np.array([p if p is not None else "" for p in pg_name.tolist()], object),
+        "bytes": nbytes, "seq": seq, "post_ts": op["ts"].astype(np.int64), "tid": op["tid"].astype(np.int64),
+        "event": op["event"].astype(np.int64),
+        "kernel_event": pick("event", -1).astype(np.int64), "start": pick("ts", NONE).astype(np.int64),
+        "end": np.where(has, pick("ts", 0) + pick("dur", 0), NONE).astype(np.int64),
+        "batched": batched, "kernel_name": pick("kernel_name", None).astype(object),
+    }
+    steps = _steps(step_parts, strings)
+    halves["step"] = _step_of(steps, halves["post_ts"])
+    work = _stage_work(kernel_parts, launch_parts, rows, steps)
+    return {"halves": halves, "steps": steps, "work": work}
+
+
+def _global_peer(local, pg_ranks, me):
+    """The global rank of the group-local rank ``local`` (the ``Rank`` arg);
+    without one, the other rank of a two-rank group; -1 when unknown."""
+    ranks = coll.parse_rank_list(pg_ranks)[0] if pg_ranks else None
+    if local == NONE or local < 0:
+        others = [r for r in ranks or () if r != me]
+        return int(others[0]) if len(others) == 1 and len(ranks) == 2 else -1
+    if ranks and local < len(ranks):
+        return int(ranks[local])
+    return int(local)
+
+
+def _kernels_of(op, rows):
+    """Index into ``rows`` of each op's kernel: the kernel it launched (its
+    record_param_comms), else the next collective kernel launched on its
+    thread that no record_param_comms claims (a batch_isend_irecv group's
+    coalesced launch); -1 when none."""
+    n = len(op)
+    out = np.full(n, -1, dtype=np.int64)
+    if not len(rows["event"]):
+        return out
+    rpc_ev = rows["rpc_event"].astype(np.int64)
+    order = np.argsort(rpc_ev, kind="stable")
+    pos = np.minimum(np.searchsorted(rpc_ev[order], op["event"]), len(order) - 1)
+    own = rpc_ev[order][pos] == op["event"]
+    out[own] = order[pos[own]]
+    free = np.flatnonzero((rpc_ev < 0) & (rows["launch_ts"] != NONE))
+    if len(free) and (~own).any():
+        ltid, lts = rows["launch_tid"][free], rows["launch_ts"][free]
+        for t in np.unique(op["tid"][~own]).tolist():
+            cand = free[ltid == t]
+            if not len(cand):
+                continue
+            cand = cand[np.argsort(rows["launch_ts"][cand], kind="stable")]
+            q = np.flatnonzero(~own & (op["tid"] == t))
+            j = np.searchsorted(rows["launch_ts"][cand], op["ts"][q], side="left")
+            ok = j < len(cand)
+            out[q[ok]] = cand[j[ok]]
+    return out
+
+
+def _steps(step_parts, strings):
+    """ProfilerStep spans: {"step", "ts", "end"} arrays in time order."""
+    if not step_parts:
+        return {"step": np.zeros(0, np.int64), "ts": np.zeros(0, np.int64), "end": np.zeros(0, np.int64)}
+    st = np.concatenate(step_parts)
+    st = st[np.argsort(st["ts"], kind="stable")]
+    num = []
+    for sid in st["name"].tolist():
+        name = strings[sid] if sid < len(strings) else ""
+        try:
+            num.append(int(name.split("#", 1)[1]))
+        except (IndexError, ValueError):
+            num.append(-1)
+    return {"step": np.array(num, np.int64), "ts": st["ts"].astype(np.int64),
+            "end": (st["ts"] + st["dur"]).astype(np.int64)}
+
+
+def _step_of(steps, t):
+    """The step whose span holds each time (the last one started before it;
+    -1 before the first step or when the trace has none)."""
+    if not len(steps["ts"]):
+        return np.full(len(t), -1, np.int64)
+    j = np.searchsorted(steps["ts"], t, side="right") - 1
+    return np.where(j >= 0, steps["step"][np.maximum(j, 0)], -1)
+
+
+def _stage_work(kernel_parts, launch_parts, rows, steps):
+    """Per step: busy time of the rank's non-collective kernels (their union)
+    and its gaps (the bubbles), each kernel in the step its launch was posted
+    in.  {"step", "busy", "bubble", "first", "last"} arrays."""
+    empty = {k: np.zeros(0, np.int64) for k in ("step", "busy", "bubble", "first", "last")}
+    if not kernel_parts:
+        return empty
+    k = np.concatenate(kernel_parts)
+    k = k[~np.isin(k["event"], rows["event"])]
+    if not len(k):
+        return empty
+    when = k["ts"].astype(np.int64)
+    if launch_parts:
+        la = np.concatenate(launch_parts)
+        order = np.argsort(la["corr"], kind="stable")
+        pos = np.minimum(np.searchsorted(la["corr"][order], k["corr"]), max(len(order) - 1, 0))
+        ok = (len(order) > 0) & (la["corr"][order][pos] == k["corr"]) & (k["corr"] != NONE)
+        when = np.where(ok, la["ts"][order][pos], when)
+    step = _step_of(steps, when)
+    start, end = k["ts"].astype(np.int64), (k["ts"] + k["dur"]).astype(np.int64)
+    out = {key: [] for key in empty}
+    for s in np.unique(step).tolist():
+        m = step == s
+        a, b = start[m], end[m]
+        o = np.argsort(a, kind="stable")
+        a, b = a[o], np.maximum.accumulate(b[o])
+        gaps = np.maximum(a[1:] - b[:-1], 0)
+        first, last = int(a[0]), int(b[-1])
+        out["step"].append(s)
+        out["bubble"].append(int(gaps.sum()))
+        out["busy"].append(last - first - int(gaps.sum()))
+        out["first"].append(first)
+        out["last"].append(last)
+    return {key: np.array(v, np.int64) for key, v in out.items()}
+
+

@@ -1,0 +1,216 @@
+"""Point-to-point matching and the p2p / p2p_unmatched / pipeline sheets,
+checked against the truths fixtures/pipeline.py derives from its simulated
+1F1B schedule (an injected slow stage and a slow link)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline import generate_pipeline
+from streamtrace.chain import generate_collective_report
+from streamtrace.cli import main
+
+SLOW_STAGE, SLOW_LINK = 2, (0, 1)
+
+
+def _report(d, ranks=4, **kw):
+    return generate_collective_report(trace_dir=str(d), world_size=ranks, write_files=False,
+                                      allow_missing_ranks=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pp")
+    truth = generate_pipeline(str(d), slow_stage=SLOW_STAGE, slow_link=SLOW_LINK)
+    return d, truth, _report(d)
+
+
+@pytest.fixture(scope="module")
+def batched(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pp_batched")
+    truth = generate_pipeline(str(d), slow_stage=SLOW_STAGE, slow_link=SLOW_LINK, batched=True)
+    return d, truth, _report(d)
+
+
+def _close(got, want, rel=0.05):
+    return abs(got - want) <= rel * abs(want) + 1e-6
+
+
+def _links(p2p):
+    return {f"{a}->{b}": int(n) for (a, b), n in p2p.groupby(["sender", "receiver"]).size().items()}
+
+
+@pytest.mark.parametrize("which", ["plain", "batched"])
+def test_waits_bubbles_and_peers_per_stage_and_step(which, request):
+    _, truth, sheets = request.getfixturevalue(which)
+    pipe = sheets["pipeline"].set_index(["rank", "step"])
+    assert len(pipe) == len(truth["per_rank_step"])
+    for want in truth["per_rank_step"]:
+        row = pipe.loc[(want["rank"], want["step"])]
+        assert row["stage"] == want["stage"]
+        assert _close(row["p2p_wait_us"] * 1000, want["p2p_wait_ns"]), (want, row.to_dict())
+        assert _close(row["bubble_us"] * 1000, want["bubble_ns"]), (want, row.to_dict())
+        assert row["waited_for"] == want["waited_for"]
+
+
+@pytest.mark.parametrize("which", ["plain", "batched"])
+def test_matched_pairs_per_link_exact_and_nothing_unmatched(which, request):
+    _, truth, sheets = request.getfixturevalue(which)
+    assert _links(sheets["p2p"]) == truth["matched_pairs_per_link"]
+    assert len(sheets["p2p_unmatched"]) == 0
+    # stages 1 and 2 send to both neighbours, interleaved in the 1F1B order
+    assert {"1->0", "1->2", "2->1", "2->3"} <= set(truth["matched_pairs_per_link"])
+    if which == "batched":
+        assert sheets["p2p"]["send_batched"].any() and sheets["p2p"]["recv_batched"].any()
+
+
+def test_slow_stage_bounds_the_pipeline_with_its_extra_time(plain):
+    _, truth, sheets = plain
+    pipe = sheets["pipeline"]
+    bound = pipe[pipe["bounds_pipeline"]]
+    assert set(bound["rank"]) == {truth["slow_stage"]["rank"]}
+    assert _close(bound["extra_work_us"].iloc[0] * 1000, truth["slow_stage"]["extra_ns_per_step"])
+
+
+def test_slow_link_bandwidth(plain):
+    _, truth, sheets = plain
+    p2p = sheets["p2p"]
+    a, b = truth["slow_link"]["ranks"]
+    slow = p2p[((p2p["sender"] == a) & (p2p["receiver"] == b)) | ((p2p["sender"] == b) & (p2p["receiver"] == a))]
+    want_gbps = truth["slow_link"]["bandwidth_bytes_per_s"] / 1e9
+    assert _close(slow["bandwidth_GBps"].median(), want_gbps)
+    fast = p2p.drop(slow.index)
+    assert _close(fast["bandwidth_GBps"].median(), truth["bandwidth_bytes_per_s"] / 1e9)
+    # both sides of every pair: sizes, post times, who waited
+    assert (p2p["send_bytes"] == truth["bytes_per_transfer"]).all()
+    assert (p2p["recv_bytes"] == truth["bytes_per_transfer"]).all()
+    assert p2p[["send_post_us", "recv_post_us"]].notna().all().all()
+    waited = p2p[p2p["wait_us"] > 0]
+    assert set(waited["waiter"]) <= {"sender", "receiver"}
+    assert ((waited["waiter"] == "sender") == (waited["waited_for"] == waited["receiver"])).all()
+
+
+def test_window_starting_mid_pipeline(tmp_path):
+    truth = generate_pipeline(str(tmp_path), late_start_rank=1, late_start_ops=7)
+    sheets = _report(tmp_path)
+    assert _links(sheets["p2p"]) == truth["matched_pairs_per_link"]
+    unmatched = sheets["p2p_unmatched"]
+    assert (unmatched["kind"] == "send").sum() == truth["unmatched_sends"] > 0
+    assert (unmatched["kind"] == "recv").sum() == truth["unmatched_recvs"] > 0
+    assert set(unmatched["peer"]) == {1}
+
+
+def test_missing_rank_lists_its_partners_halves(tmp_path):
+    truth = generate_pipeline(str(tmp_path), missing_rank=3)
+    sheets = _report(tmp_path)
+    assert _links(sheets["p2p"]) == truth["matched_pairs_per_link"]
+    unmatched = sheets["p2p_unmatched"]
+    sends = unmatched[unmatched["kind"] == "send"]
+    assert len(sends) == truth["unmatched_sends"] > 0
+    assert (unmatched["rank"] == 2).all() and (unmatched["peer"] == 3).all()
+    assert unmatched["reason"].str.contains("rank 3 is not in the input").all()
+
+
+def test_runs_without_p2p_have_no_p2p_sheets(tmp_path):
+    import generate_fixture
+
+    generate_fixture.generate(str(tmp_path), ranks=2, steps=1, seed=3)
+    sheets = _report(tmp_path, ranks=2)
+    assert not {"p2p", "p2p_unmatched", "pipeline"} & set(sheets)
+
+
+def test_collective_report_and_stream_chain_write_the_sheets(plain, tmp_path):
+    d, truth, sheets = plain
+    out = tmp_path / "csvs"
+    res = CliRunner().invoke(main, ["collective-report", "--trace_dir", str(d), "--world_size", "4",
+                                    "--output_csvs_dir", str(out)])
+    assert res.exit_code == 0, res.output
+    for name in ("p2p", "p2p_unmatched", "pipeline"):
+        assert (out / f"{name}.csv").exists()
+    # extract | align | report through real pipes gives the same sheets
+    exe = [os.path.join(os.path.dirname(sys.executable), "streamtrace")]
+    streamed = tmp_path / "streamed"
+    ex = subprocess.Popen(exe + ["extract", "--trace_dir", str(d), "--world_size", "4"], stdout=subprocess.PIPE)
+    al = subprocess.Popen(exe + ["align"], stdin=ex.stdout, stdout=subprocess.PIPE)
+    ex.stdout.close()
+    rp = subprocess.run(exe + ["report", "--output_csvs_dir", str(streamed)], stdin=al.stdout,
+                        capture_output=True, text=True)
+    al.stdout.close()
+    assert ex.wait() == 0 and al.wait() == 0 and rp.returncode == 0, rp.stderr
+    for name in ("p2p", "p2p_unmatched", "pipeline"):
+        assert (streamed / f"{name}.csv").read_bytes() == (out / f"{name}.csv").read_bytes(), name
+
+
+def test_fixture_generator_pipeline_mode(tmp_path):
+    gen = os.path.join(os.path.dirname(__file__), "..", "..", "fixtures", "generate_fixture.py")
+    r = subprocess.run([sys.executable, gen, "--out", str(tmp_path), "--pipeline", "--ranks", "3", "--steps", "1",
+                        "--microbatches", "4", "--slow_stage", "1", "--slow_link", "1,2"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    assert truth["mode"] == "pipeline" and truth["stages"] == 3
+    assert truth["slow_stage"]["rank"] == 1 and truth["slow_link"]["ranks"] == [1, 2]
+    # every forward and backward crosses each link once per microbatch
+    assert truth["matched_pairs_per_link"] == {"0->1": 4, "1->0": 4, "1->2": 4, "2->1": 4}
+    assert sorted(os.listdir(tmp_path)) == ["rank0_trace.json", "rank1_trace.json", "rank2_trace.json",
+                                           "truth.json"]
+
+
+def test_blockers_names_the_slow_stage_and_link(plain):
+    d, truth, _ = plain
+    res = CliRunner().invoke(main, ["blockers", str(d)])
+    assert res.exit_code == 0, res.output
+    first = res.output.splitlines()[0]
+    stage = truth["slow_stage"]["stage"]
+    assert f"stage {stage} (rank {truth['slow_stage']['rank']}) bounds it" in first
+    a, b = truth["slow_link"]["ranks"]
+    assert f"Slowest link: ranks {a} <-> {b} at 5.00 GB/s" in res.output
+    # the same through a real process
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    r = subprocess.run([exe, "blockers", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == first
+
+
+def test_blocking_analysis_explains_late_halves(plain):
+    d, truth, _ = plain
+    sheets = _report(d, blocking_analysis=True)
+    b = sheets["p2p_blockers"]
+    pairs = sheets["p2p"]
+    late = pairs[pairs["wait_us"] > 0]
+    assert len(b) == len(pairs) and len(late) > 0
+    # the late half is the one that started later; the split adds up to its delay
+    want = dict(zip("p2p_" + late["pair"].astype(str), late["wait_us"]))
+    got = b.set_index("collective_id")
+    for cid, wait in want.items():
+        row = got.loc[cid]
+        assert _close(row["delta_us"], wait)
+        parts = row["host_launch_lateness_us"] + row["gpu_dependency_wait_us"] + row["gpu_backlog_us"]
+        assert _close(parts, row["delta_us"])
+
+
+def test_peer_from_the_rank_arg_or_a_two_rank_group():
+    from streamtrace._native import NONE
+    from streamtrace.align.p2p import _global_peer
+
+    # PyTorch's "Rank" on send/recv is the peer's rank in the op's group
+    assert _global_peer(1, "[4, 6]", 4) == 6
+    assert _global_peer(2, None, 0) == 2            # no ranks listed: the default group
+    assert _global_peer(NONE, "[4, 6]", 4) == 6     # no Rank arg: the other rank of a pair's group
+    assert _global_peer(NONE, "[4, 6, 7]", 4) == -1
+
+
+def test_pipeline_times_data_parallel_replicas(tmp_path):
+    truth = generate_pipeline(str(tmp_path), stages=3, microbatches=4, steps=1, slow_stage=1, dp=2)
+    sheets = _report(tmp_path, ranks=6)
+    assert _links(sheets["p2p"]) == truth["matched_pairs_per_link"]
+    pipe = sheets["pipeline"].set_index(["rank", "step"])
+    for want in truth["per_rank_step"]:
+        row = pipe.loc[(want["rank"], want["step"])]
+        assert (row["pipeline"], row["stage"]) == (want["pipeline"], want["stage"])
+        assert _close(row["p2p_wait_us"] * 1000, want["p2p_wait_ns"])
+        assert _close(row["bubble_us"] * 1000, want["bubble_ns"])
+    bound = sheets["pipeline"][sheets["pipeline"]["bounds_pipeline"]]
+    assert sorted(set(bound["rank"])) == truth["slow_stage"]["ranks"]
