@@ -41,6 +41,26 @@ def _free_port():
 
 # ------------------------------------------------------------------ servers
 
+@pytest.fixture(scope="module", autouse=True)
+def _fsspec_thread_stopped():
+    """fsspec runs its I/O on an event loop in a thread it starts once per
+    process; later tests fork and need no thread but the main one, so stop
+    it (and its resolver pool) after this module; fsspec starts anew if needed."""
+    yield
+    import asyncio
+
+    from fsspec import asyn
+
+    for cls in (type(fsspec.filesystem("s3")), type(fsspec.filesystem("http"))):
+        cls.clear_instance_cache()
+    loop, thread = asyn.loop[0], asyn.iothread[0]
+    if loop is not None:
+        asyncio.run_coroutine_threadsafe(loop.shutdown_default_executor(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(60)
+        asyn.loop[0] = asyn.iothread[0] = None
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server, the environment pointing at it (AWS_ENDPOINT_URL, as
@@ -90,6 +110,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     answers 403; a file in ``cuts`` has its body cut at that byte."""
 
     protocol_version = "HTTP/1.1"
+    timeout = 2   # an idle kept-alive connection ends its thread, so the server's close can join it
 
     def log_message(self, *args):
         pass
@@ -154,7 +175,7 @@ def http_root(tmp_path_factory, run_dir):
     shutil.copytree(run_dir[0], root / "run")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), _Handler)
     server.root, server.cuts, server.requests, server.stalls = str(root), {}, [], {}
-    server.daemon_threads = True
+    server.daemon_threads = False   # server_close joins every request's thread: none outlives the module
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
