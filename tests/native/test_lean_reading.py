@@ -10,7 +10,7 @@ from conftest import real_id, real_traces
 from streamtrace._native import FLAGS
 from streamtrace.extract import extract_rank
 from streamtrace.align.collect import (S_ANNOT, S_C10D, S_CPU_CAT, S_KERNEL_CAT, S_LAUNCH, S_RPC, S_RUNTIME_CAT,
-                                     classify_string)
+                                     S_STEP, classify_string)
 from streamtrace.align.stage import collect_rank
 from streamtrace.stream.format import Kind
 
@@ -35,12 +35,10 @@ def _align_reads(ev, strings):
     """Per event: would align's row selection (rankcollect) consider it, or
     is it a ProfilerStep#N op (the report's step marks)?"""
     cls = np.array([classify_string(s) for s in strings] + [0], dtype=np.int64)
-    step = np.array([s.startswith("ProfilerStep#") for s in strings] + [False])
     cat = cls[np.minimum(ev["cat"], len(strings))]
     name = cls[np.minimum(ev["name"], len(strings))]
     return ((cat & S_KERNEL_CAT) != 0) | (((cat & S_RUNTIME_CAT) != 0) & ((name & S_LAUNCH) != 0)) | \
-        (((cat & S_CPU_CAT) != 0) & (((name & (S_ANNOT | S_RPC | S_C10D)) != 0) | step[np.minimum(ev["name"],
-                                                                                                len(strings))]))
+        (((cat & S_CPU_CAT) != 0) & ((name & (S_ANNOT | S_RPC | S_C10D | S_STEP)) != 0))
 
 
 def _escaped(strings, ids):
