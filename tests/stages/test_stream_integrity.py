@@ -152,9 +152,9 @@ def test_error_offset_is_the_frame_start(crafted):
     assert err.value.offset == 16 and "not a whole number of 96-byte records" in str(err.value)
 
 
-def test_format_version_is_2():
-    assert FORMAT_VERSION == 2
-    assert struct.unpack_from("<I", header_bytes(), 8)[0] == 2
+def test_format_version_is_3():
+    assert FORMAT_VERSION == 3   # 3: st_comm.comms_id ("Comms Id")
+    assert struct.unpack_from("<I", header_bytes(), 8)[0] == 3
     assert len(encode_frame(Kind.END, 0, b"{}")) == 24 + 2
 
 
