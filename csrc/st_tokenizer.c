@@ -1104,11 +1104,11 @@ static int span_contains(span sp, const char *lit, size_t n)
 }
 
 /* align_only: can align use this event?  Align reads only complete ("X")
- * events: kernels, kernel launches and the collective CPU ops (nccl:*,
- * record_param_comms, c10d::*) -- the string classes of
+ * events: kernels, kernel launches, the collective CPU ops (nccl:*,
+ * record_param_comms, c10d::*) and user annotations -- the string classes of
  * streamtrace/align/collect.py, which this mirrors.  The ProfilerStep#N
- * annotations (a few per rank) are kept too: the report marks the steps on
- * its time axis from them (streamtrace/steps.py).  Conservative: an event
+ * ops (a few per rank) are kept too: the report marks the steps on its time
+ * axis from them (streamtrace/steps.py).  Conservative: an event
  * whose phase, category or name is missing, or escaped, is kept (align's
  * own selection decides). */
 static int align_wants(const event_fields *f)
@@ -1123,7 +1123,9 @@ static int align_wants(const event_fields *f)
     if (SPAN_IS(cat, "cuda_runtime") || SPAN_IS(cat, "Runtime") || SPAN_IS(cat, "cuda_driver"))
         return (span_starts(name, "cu", 2) || span_starts(name, "hi", 2)) && span_contains(name, "Launch", 6) &&
                (span_contains(name, "Kernel", 6) || span_contains(name, "Graph", 5));
-    if (SPAN_IS(cat, "cpu_op") || SPAN_IS(cat, "Operator") || SPAN_IS(cat, "user_annotation"))
+    if (SPAN_IS(cat, "user_annotation")) /* nccl:* ops, and the user labels around launches */
+        return 1;
+    if (SPAN_IS(cat, "cpu_op") || SPAN_IS(cat, "Operator"))
         return span_starts(name, "nccl:", 5) || SPAN_IS(name, "record_param_comms") ||
                span_starts(name, "c10d::", 6) || span_starts(name, "ProfilerStep#", 13);
     return 0;

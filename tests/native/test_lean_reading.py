@@ -10,7 +10,7 @@ from conftest import real_id, real_traces
 from streamtrace._native import FLAGS
 from streamtrace.extract import extract_rank
 from streamtrace.align.collect import (S_ANNOT, S_C10D, S_CPU_CAT, S_KERNEL_CAT, S_LAUNCH, S_RPC, S_RUNTIME_CAT,
-                                     S_STEP, classify_string)
+                                     S_STEP, S_USER_CAT, classify_string)
 from streamtrace.align.stage import collect_rank
 from streamtrace.stream.format import Kind
 
@@ -38,7 +38,8 @@ def _align_reads(ev, strings):
     cat = cls[np.minimum(ev["cat"], len(strings))]
     name = cls[np.minimum(ev["name"], len(strings))]
     return ((cat & S_KERNEL_CAT) != 0) | (((cat & S_RUNTIME_CAT) != 0) & ((name & S_LAUNCH) != 0)) | \
-        (((cat & S_CPU_CAT) != 0) & ((name & (S_ANNOT | S_RPC | S_C10D | S_STEP)) != 0))
+        (((cat & S_CPU_CAT) != 0) & ((name & (S_ANNOT | S_RPC | S_C10D | S_STEP)) != 0)) | \
+        ((cat & S_USER_CAT) != 0)   # every user annotation: the labels among them are align's (S_LABEL)
 
 
 def _escaped(strings, ids):

@@ -234,10 +234,12 @@ def test_log_members_valid_or_not(tmp_path, members, warning):
 # ---------------------------------------------------------------- user labels
 
 
-def test_user_labels_are_carried_into_nccl_long(variant, run_dir):
+@pytest.mark.parametrize("blocking", [False, True])   # two ways of reading the ranks
+def test_user_labels_are_carried_into_nccl_long(variant, run_dir, blocking):
     for shape in formats.SHAPES:
         d, info = variant("labels", shape)
-        long = sheets_of(d)["nccl_long"]
+        long = generate_collective_report(trace_dir=d, world_size=WORLD, write_files=False,
+                                          blocking_analysis=blocking)["nccl_long"]
         assert list(long.columns)[-1] == "user_label"
         truth = truth_of(run_dir)
         want = {}

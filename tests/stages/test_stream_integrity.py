@@ -153,7 +153,7 @@ def test_error_offset_is_the_frame_start(crafted):
 
 
 def test_format_version_is_3():
-    assert FORMAT_VERSION == 3
+    assert FORMAT_VERSION == 3   # 3: packed columns; st_comm.comms_id ("Comms Id")
     assert struct.unpack_from("<I", header_bytes(), 8)[0] == 3
     assert len(encode_frame(Kind.END, 0, b"{}")) == 24 + 2
 
