@@ -98,7 +98,7 @@ bench: $(STAMP)
 	    --small_mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
 	$(PY) bench/bench_report.py --scale $(BENCH_SCALE) --repeat 3
 	$(PY) bench/bench_correlate.py --ranks 4 --mb $(BENCH_MB) --repeat 9
-	$(PY) bench/bench_correlate.py --bounded --base main --scale $(BENCH_SCALE)
+	$(PY) bench/bench_correlate.py --bounded --base 7b3a78d --scale $(BENCH_SCALE)
 	$(PY) bench/bench_fuse.py --ranks 4 --mb $(BENCH_MB) -j 2
 	$(PY) bench/bench_scaling.py --ranks $(BENCH_SCALING_RANKS) --mb 1
 	$(PY) bench/bench_remote.py --mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
