@@ -459,7 +459,10 @@ def iter_frames(source, name=None):
                     cut = read_error(f)
                     if cut is None:
                         raise
-                    raise StreamFormatError(exc.source, f"{exc.problem} ({cut})", exc.offset) from None
+                    problem = exc.problem
+                    if problem.startswith("empty input"):   # the very first read failed: not an empty stream
+                        problem = "incomplete stream: not even its header could be read"
+                    raise StreamFormatError(exc.source, f"{problem} ({cut})", exc.offset) from None
             return
         try:
             f = open(local_path(source), "rb")
