@@ -20,6 +20,7 @@ Where the cluster is (``open_executor``'s ``scheduler``):
 imported only here and only when a cluster is asked for.
 """
 import concurrent.futures as cf
+import socket
 import uuid
 
 from ..errors import StreamtraceError
@@ -250,8 +251,26 @@ def open_executor(scheduler, jobs=None, items=None):
             cluster.close()
             raise
         return DaskExecutor(client, owned=[cluster, client])
+    _check_reachable(address)
     try:
         client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
         raise DaskError(f"{address}: cannot reach the Dask scheduler ({_reason(exc)})") from None
     return DaskExecutor(client, owned=[client])
+
+
+def _check_reachable(address):
+    """Connect once to a ``tcp://`` scheduler before making a Client: a
+    Client that cannot connect leaves its event-loop thread running in this
+    process (which then can no longer fork safely)."""
+    if not address.startswith("tcp://"):
+        return
+    host, _, port = address[len("tcp://"):].rpartition(":")
+    try:
+        port = int(port.split("/")[0])
+    except ValueError:
+        return   # Dask's own parsing says what is wrong with it
+    try:
+        socket.create_connection((host.strip("[]"), port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise DaskError(f"{address}: cannot reach the Dask scheduler ({_reason(exc)})") from None

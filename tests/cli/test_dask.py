@@ -259,6 +259,8 @@ def test_scheduler_unreachable_is_one_line_and_writes_nothing(job, tmp_path):
     res = invoke("blockers", job[0], "--html", tmp_path / "b.html", "--scheduler", address)
     assert res.exit_code == 1 and address in res.output and len(res.output.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "b.html")
+    # no event-loop thread of a failed Client left in this process (it could no longer fork safely)
+    assert [t.name for t in threading.enumerate()] == [threading.main_thread().name]
 
 
 def test_scheduler_auto_without_a_configured_address_is_one_line(job, tmp_path):
