@@ -296,7 +296,7 @@ def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms):
         if len(own):
             slot[own] = position[own] = n + own   # past every collective's slot
             method[own] = M_P2P
-            mkey[own] = "p2p"
+            mkey[own] = ["p2p" if q == NONE else f"p2p_seq={q}" for q in seq[own].tolist()]
             idx = idx[~p2p[idx]]
             if not len(idx):
                 continue
