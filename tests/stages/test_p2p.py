@@ -252,6 +252,8 @@ def test_blockers_on_a_pipeline_has_no_collective_straggler(which, request):
     assert f"stage {stage['stage']} (rank {stage['rank']}) bounds it" in res.output.splitlines()[0]
     assert f"Slowest link: ranks {a} <-> {b}" in res.output
     assert "Straggler" not in res.output and "Dominant cause of waiting" not in res.output
+    blocked = _report(d, blocking_analysis=True)
+    assert not len(blocked["collective_blockers"]) and len(blocked["p2p_blockers"]) == len(blocked["p2p"])
     exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
     r = subprocess.run([exe, "blockers", str(d)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == res.output.strip()
