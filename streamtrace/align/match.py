@@ -149,11 +149,11 @@ def _disagree(values, inst, n_inst):
 _PARALLEL_MIN_ROWS = 20_000
 
 #: match_method values, by code
-METHODS = np.array(["seq", "ordinal", "aligned", "unmatched"], dtype=object)
+METHODS = np.array(["seq", "ordinal", "aligned", "unmatched", "p2p"], dtype=object)
 #: the largest message size taken as real (1 TiB, beyond any GPU's memory);
 #: sums of it over 2^20 ranks still fit int64
 MAX_MESSAGE_BYTES = 1 << 40
-M_SEQ, M_ORDINAL, M_ALIGNED, M_UNMATCHED = 0, 1, 2, 3
+M_SEQ, M_ORDINAL, M_ALIGNED, M_UNMATCHED, M_P2P = 0, 1, 2, 3, 4
 
 
 def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
@@ -192,7 +192,9 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     sig = _signatures(cname, text["kernel_kind"], dtype, a2av, rows["in_nelems"].astype(np.int64, copy=False),
                       rows["out_nelems"].astype(np.int64, copy=False))
     kind = cname.recode(coll.KIND.get, coll.KIND.get(None))
-    p2p = kind.isin(("send", "recv"))
+    # point-to-point kernels (batch_isend_irecv groups' included) are paired
+    # by the p2p module, never matched across ranks as collective instances
+    p2p = kind.isin(_P2P) | p2p_kernel_rows(results, rank, rows["event"])
     comms = text["comms_id"].codes if "comms_id" in text else None
     slot, position, method, mkey = _slots(pg_key, rank, rows["seq"].astype(np.int64, copy=False), sig, abs_end,
                                           tolerance_ns, quality, p2p, comms)
@@ -225,8 +227,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
             columns[col] = text.get(col, rows[col])
     columns["no_ids"] = rows["no_ids"]
     collectives = functools.partial(_collectives_table, columns, instances, abs_ts, method, cname.missing(), present)
-    sample, clock_method, sync = _clock_sample(implicit_sync, np.where(kind.isin(_P2P) | p2p_kernel_rows(results, rank, rows["event"]), 0, participants),
-                                               inst, rank, abs_end)
+    sample, clock_method, sync = _clock_sample(implicit_sync, np.where(p2p, 0, participants), inst, rank, abs_end)
     out_df, row_findings, clocks = _rows_and_clocks(collectives, sample, clock_method, rank, present, apply)
     if not apply:
         quality += _story_findings(clocks, inst[sync], rank[sync], abs_ts[sync])
@@ -278,7 +279,9 @@ def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms):
     """Per row (rows sorted by rank, time and event): its slot within its
     process group, the time-order position of that slot, its match method
     (M_*) and, for rows matched by Seq, its match key.  ``p2p``: the rows of
-    point-to-point ops; ``comms``: Comms Id codes (-1: none) or None."""
+    point-to-point kernels: each is a slot of its own (M_P2P), after its
+    group's collectives, and takes no part in the matching of the others;
+    ``comms``: Comms Id codes (-1: none) or None."""
     n = len(rank)
     slot = np.full(n, -1, dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
@@ -289,6 +292,14 @@ def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms):
     for c in sorted(range(len(pg_key.uniques)), key=lambda c: pg_key.uniques[c]):
         key = pg_key.uniques[c]
         idx = by_key[bounds[c]:bounds[c + 1]]  # ascending: the argsort is stable
+        own = idx[p2p[idx]]
+        if len(own):
+            slot[own] = position[own] = n + own   # past every collective's slot
+            method[own] = M_P2P
+            mkey[own] = ["p2p" if q == NONE else f"p2p_seq={q}" for q in seq[own].tolist()]
+            idx = idx[~p2p[idx]]
+            if not len(idx):
+                continue
         g_rank = rank[idx]
         if (seq[idx] != NONE).all():
             why = seq_contradiction(g_rank, seq[idx], p2p[idx], sig[idx], None if comms is None else comms[idx])
@@ -341,9 +352,10 @@ def _instances(pg_key, simplified, rank, slot, position, method, mkey):
     np.minimum.at(group_first, pg_key.codes, dense)
     index_in_group = dense - group_first[pg_key.codes]
     is_seq = method == M_SEQ
-    if not is_seq.all():
-        ix_values, ix_inv = np.unique(index_in_group[~is_seq], return_inverse=True)
-        mkey[~is_seq] = np.array([f"ordinal={v}" for v in ix_values.tolist()], dtype=object)[ix_inv]
+    by_order = (method != M_SEQ) & (method != M_P2P)
+    if by_order.any():
+        ix_values, ix_inv = np.unique(index_in_group[by_order], return_inverse=True)
+        mkey[by_order] = np.array([f"ordinal={v}" for v in ix_values.tolist()], dtype=object)[ix_inv]
     inst = group_ids(pg_key.codes, slot)
     n_inst = int(inst.max()) + 1
     participants = np.bincount(inst)[inst]
@@ -351,7 +363,7 @@ def _instances(pg_key, simplified, rank, slot, position, method, mkey):
     pairs = group_ids(pg_key.codes, rank)
     _, first_of_pair = np.unique(pairs, return_index=True)
     ranks_per_group = np.bincount(pg_key.codes[first_of_pair], minlength=len(pg_key.uniques))
-    single = (participants == 1) & ~is_seq
+    single = (participants == 1) & by_order
     method[single & (ranks_per_group[pg_key.codes] > 1)] = M_UNMATCHED
     return _Instances(inst, n_inst, participants, index_in_group, pg_key, simplified)
 
@@ -391,9 +403,9 @@ def _mismatch_fields(values, instances, a2av):
     return joined_labels(checks, ",")
 
 
-#: point-to-point kinds: their rows' "instances" (by group and Seq) are not a
-#: rendezvous of the group, so their ends say nothing about the clocks (nor
-#: do the kernels of batch_isend_irecv groups, p2p_kernel_rows)
+#: point-to-point kinds: with the kernels of batch_isend_irecv groups
+#: (p2p_kernel_rows) each is an instance of its own (M_P2P), no rendezvous of
+#: its group: no findings, no straggler, nothing said about the clocks
 _P2P = frozenset(("send", "recv"))
 
 
@@ -552,6 +564,7 @@ def _instance_findings(cols, method, present):
         return len([r for r in ranks if r in present_set]) if ranks is not None and not truncated else np.nan
 
     exp = pg_ranks.take(firsts).lookup(expected, np.nan, np.float64)
+    exp[method[firsts] == M_P2P] = np.nan   # a point-to-point kernel is no rendezvous of its group
     partial = firsts[~np.isnan(exp) & (cols["participants"][firsts] < np.nan_to_num(exp, nan=0.0))]
     if len(partial):
         first = cols["collective_id"].at(partial[0])

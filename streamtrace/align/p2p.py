@@ -95,6 +95,8 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     pick = (lambda col, missing: np.where(has, rows[col][kr], missing)) if n_rows else \
         (lambda col, missing: np.full(len(op), missing))
     batched = has & (rows["rpc_event"][kr] != op["event"]) if n_rows else np.zeros(len(op), bool)
+    _name_batched_groups(rows, kernel_row[batched], pg_name[batched], s(c["pg_desc"][batched].astype(np.int64)),
+                         s(c["pg_ranks"][batched].astype(np.int64)), c["group_size"][batched].astype(np.int64))
     halves = {
         "kind": kind, "peer": peer, "pg": np.array([p if p is not None else "" for p in pg_name.tolist()], object),
         "bytes": nbytes, "seq": seq, "post_ts": op["ts"].astype(np.int64), "tid": op["tid"].astype(np.int64),
@@ -107,6 +109,18 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     halves["step"] = _step_of(steps, halves["post_ts"])
     work = _stage_work(kernel_parts, launch_parts, rows, steps)
     return {"halves": halves, "steps": steps, "work": work}
+
+
+def _name_batched_groups(rows, kernel_row, pg_name, pg_desc, pg_ranks, group_size):
+    """Give a batch_isend_irecv group's kernel (rows ``kernel_row``, in place)
+    the process group of its members where it has none: its launch has no
+    comm args of its own, and without them align would list it under
+    Unknown_Group."""
+    for i, k in enumerate(kernel_row.tolist()):
+        if rows["pg_name"][k] is None and pg_name[i] is not None:
+            rows["pg_name"][k], rows["pg_desc"][k], rows["pg_ranks"][k] = pg_name[i], pg_desc[i], pg_ranks[i]
+            if rows["group_size"][k] == NONE and group_size[i] != NONE:
+                rows["group_size"][k], rows["group_size_source"][k] = group_size[i], "args"
 
 
 def _global_peer(local, pg_ranks, me):

@@ -155,9 +155,12 @@ def test_p2p_ops_have_their_own_seq_counter(tmp_path):
         write_trace(tmp_path / f"rank{rank}_trace.json", events, rank=rank, world_size=2)
     s = generate_collective_report(trace_dir=str(tmp_path), world_size=2, write_files=False)
     long = s["nccl_long"]
-    assert set(long["match_method"]) == {"seq"}
-    by_inst = long.groupby("instance")["Collective name"].agg(lambda v: tuple(sorted(v)))
-    assert sorted(by_inst.tolist()) == [("allreduce", "allreduce")] * 3 + [("recv", "send")] * 3
+    p2p = long["Collective name"].isin(("send", "recv"))
+    assert set(long[~p2p]["match_method"]) == {"seq"}
+    by_inst = long[~p2p].groupby("instance")["Collective name"].agg(lambda v: tuple(sorted(v)))
+    assert sorted(by_inst.tolist()) == [("allreduce", "allreduce")] * 3
+    # a send and a recv are paired by the p2p module, never as a collective instance
+    assert set(long[p2p]["match_method"]) == {"p2p"} and long[p2p]["instance"].is_unique and p2p.sum() == 6
     assert not {"duplicate_seq", "seq_contradictory"} & set(s["data_quality"]["category"])
 
 

@@ -214,3 +214,46 @@ def test_pipeline_times_data_parallel_replicas(tmp_path):
         assert _close(row["bubble_us"] * 1000, want["bubble_ns"])
     bound = sheets["pipeline"][sheets["pipeline"]["bounds_pipeline"]]
     assert sorted(set(bound["rank"])) == truth["slow_stage"]["ranks"]
+
+
+# ------------------------------------------------ send/recv rows are not collectives (issue 28 follow-up)
+#: findings that only a cross-rank match of collective instances produces:
+#: none may come from point-to-point kernels
+_MATCH_FINDINGS = {"seq_contradictory", "sequence_aligned", "unmatched", "partial_instances", "metadata_mismatch",
+                   "unknown_kind", "duplicate_seq"}
+
+
+@pytest.mark.parametrize("which", ["plain", "batched"])
+def test_p2p_kernels_are_not_matched_as_collectives(which, request):
+    _, truth, sheets = request.getfixturevalue(which)
+    assert not _MATCH_FINDINGS & set(sheets["data_quality"]["category"])
+    long = sheets["nccl_long"]
+    # every point-to-point kernel stays listed, each an instance of its own
+    # (a send and a recv are paired by the p2p sheet, never by align)
+    assert set(long["match_method"]) == {"p2p"}
+    assert long["instance"].is_unique
+    assert (long["Process Group Name"].astype(str) == "0").all()
+    assert not long["flags"].fillna("").str.contains("unmatched|aligned|mismatch").any()
+    for sheet in ("nccl_implicit_sync", "nccl_summary_implicit_sync"):
+        assert not len(sheets[sheet])
+    halves = 2 * sum(truth["matched_pairs_per_link"].values())
+    if which == "plain":   # one kernel per half
+        assert len(long) == halves
+    else:                  # a batched kernel carries a send and a recv
+        assert len(long) < halves
+
+
+@pytest.mark.parametrize("which", ["plain", "batched"])
+def test_blockers_on_a_pipeline_has_no_collective_straggler(which, request):
+    d, truth, _ = request.getfixturevalue(which)
+    res = CliRunner().invoke(main, ["blockers", str(d)])
+    assert res.exit_code == 0, res.output
+    stage, (a, b) = truth["slow_stage"], truth["slow_link"]["ranks"]
+    assert f"stage {stage['stage']} (rank {stage['rank']}) bounds it" in res.output.splitlines()[0]
+    assert f"Slowest link: ranks {a} <-> {b}" in res.output
+    assert "Straggler" not in res.output and "Dominant cause of waiting" not in res.output
+    blocked = _report(d, blocking_analysis=True)
+    assert not len(blocked["collective_blockers"]) and len(blocked["p2p_blockers"]) == len(blocked["p2p"])
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    r = subprocess.run([exe, "blockers", str(d)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.strip() == res.output.strip()
