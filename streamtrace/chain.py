@@ -325,12 +325,12 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .steps import TABLE as STEPS, rank_steps, step_table
     from .stream.format import table_frame
 
-    read = functools.partial(_read_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
+    read = functools.partial(_summarize_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
     executor = as_executor(executor)
     with contextlib.ExitStack() as owned:
         executor_ = executor if executor is not None else owned.enter_context(local_executor(jobs, len(inputs)))
         items = _rank_items(inputs, progress, executor_)
-        summaries = list(executor_.map(read, items, finish=_finish_rank_for_blocking))
+        summaries = list(executor_.map(read, items))
     _check_distinct_ranks(inputs, [result for result, _ in summaries])
     summaries.sort(key=lambda s: s[0].rank)
     results = [result for result, _ in summaries]
@@ -350,6 +350,15 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
         tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
     tables[STEPS] = step_table(step_rows, tables)
     return tables
+
+
+def _summarize_rank_for_blocking(item, world_size, strict, custom=None):
+    """The blocking analysis' map, read and finished on the same worker: a
+    rank's collection is reduced to its summary before the worker reads the
+    next rank, so at most ``jobs`` ranks are held whole at once (finished on
+    the consuming thread instead, read ranks queued behind the one being
+    finished)."""
+    return _finish_rank_for_blocking(_read_rank_for_blocking(item, world_size, strict, custom))
 
 
 def _read_rank_for_blocking(item, world_size, strict, custom=None):

@@ -89,12 +89,20 @@ _COLUMNS = ("step", "dur", "tid", "name")
 
 def _squeeze(packed):
     """A packed part's columns zstd-compressed into one bytes object (kept
-    for the whole run; runs of near-equal steps and few names compress 2-3x)."""
+    for the whole run; runs of near-equal steps and few names compress 2-3x).
+    A column may also be a list of pieces (``_ops_on_threads``): written one
+    after another, at the widest of their dtypes, without joining them first."""
     import zstandard
 
-    cols = [np.ascontiguousarray(packed[c]) for c in _COLUMNS]
-    return {"first": packed["first"], "n": len(cols[0]), "dtypes": [a.dtype.str for a in cols],
-            "data": zstandard.ZstdCompressor(level=1).compress(b"".join(a.tobytes() for a in cols))}
+    cols = [packed[c] if isinstance(packed[c], list) else [packed[c]] for c in _COLUMNS]
+    dtypes = [np.result_type(*pieces) for pieces in cols]
+    n = sum(len(p) for p in cols[0])
+    # streamed into one frame that records its size (what ``_unsqueeze``'s
+    # one-shot decompress needs), with no joined copy of the columns
+    z = zstandard.ZstdCompressor(level=1).compressobj(size=n * sum(dt.itemsize for dt in dtypes))
+    data = [z.compress(np.ascontiguousarray(p, dtype=dt).data) for pieces, dt in zip(cols, dtypes) for p in pieces]
+    data.append(z.flush())
+    return {"first": packed["first"], "n": n, "dtypes": [dt.str for dt in dtypes], "data": b"".join(data)}
 
 
 def _unsqueeze(packed):
@@ -117,12 +125,25 @@ def unpack_ops(packed):
 
 
 def _ops_on_threads(packed_parts, tids):
-    """The packed parts' ops on threads ``tids``, in stream order, packed as one part."""
+    """The packed parts' ops on threads ``tids``, in stream order, packed as
+    one part.  A part at a time, each part's picked ops narrowed at once
+    (its first step taken from the previous part's last start): a rank's
+    picked spans whole, as int64, joined and then packed, held several
+    times the packed size."""
     tids = np.unique(tids)
-    picked = []
+    picked = {c: [] for c in _COLUMNS}
+    first = last = None
     for packed in packed_parts:
         start, end, tid, name = unpack_ops(packed)
         on = np.isin(tid, tids)
-        if on.any():
-            picked.append((start[on], end[on], tid[on], name[on]))
-    return [_squeeze(pack_ops(*(np.concatenate(c) for c in zip(*picked))))] if picked else []
+        if not on.any():
+            continue
+        start = start[on]
+        if first is None:
+            first = last = int(start[0])
+        piece = pack_ops(start, end[on], tid[on], name[on])
+        piece["step"] = _narrow(np.diff(start, prepend=last))
+        last = int(start[-1])
+        for c in _COLUMNS:
+            picked[c].append(piece[c])
+    return [] if first is None else [_squeeze(dict(picked, first=first))]

@@ -1,0 +1,115 @@
+"""What the blocking analysis' map holds at once (issue #26's bounded
+memory): ranks are summarized by the worker that read them, so no more than
+``jobs`` ranks are held whole; a summary's host ops are picked and packed a
+part at a time."""
+import threading
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import generate_fixture
+from streamtrace import chain
+from streamtrace.correlate import summary
+from streamtrace.io.ranks import resolve_inputs
+
+
+def test_a_rank_is_summarized_before_its_worker_reads_another(tmp_path, monkeypatch):
+    """With 2 workers and 4 ranks, a read rank is never left waiting while
+    the others are read: the first rank's finish waits (up to a second) for
+    a third rank to start, which it may only do when a worker is free."""
+    generate_fixture.generate(str(tmp_path), ranks=4, steps=2)
+    read, finish = chain._read_rank_for_blocking, chain._finish_rank_for_blocking
+    lock, third_started = threading.Lock(), threading.Event()
+    held, most, started = [0], [0], [0]
+
+    def reading(*args, **kwargs):
+        with lock:
+            started[0] += 1
+            held[0] += 1
+            most[0] = max(most[0], held[0])
+            if started[0] >= 3:
+                third_started.set()
+        return read(*args, **kwargs)
+
+    def finishing(pair):
+        third_started.wait(1.0)   # a waiting rank, if the map lets one wait, is read meanwhile
+        out = finish(pair)
+        with lock:
+            held[0] -= 1
+        return out
+
+    monkeypatch.setattr(chain, "_read_rank_for_blocking", reading)
+    monkeypatch.setattr(chain, "_finish_rank_for_blocking", finishing)
+    inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=4)
+    chain._correlated_tables(inputs, 4, 2, None, None, False, None)
+    assert started[0] == 4 and held[0] == 0
+    assert most[0] <= 2
+
+
+def _parts(n_parts, per_part, wide=False, seed=0):
+    rng = np.random.default_rng(seed)
+    parts, at = [], 0
+    for k in range(n_parts):
+        start = at + np.cumsum(rng.integers(0, 1000, per_part))
+        at = int(start[-1])
+        end = start + rng.integers(0, 500, per_part)
+        tid = rng.choice(np.array([1, 2, 3, (1 << 40) if wide and k == 1 else 4]), per_part)
+        name = rng.integers(0, (1 << 20) if wide and k == 2 else 300, per_part).astype(np.uint32)
+        parts.append((start, end, tid, name))
+    return parts
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_ops_on_threads_are_the_parts_ops_on_those_threads(wide):
+    """Threads and names past int32/uint16 in some parts only: the picked
+    spans come back exactly, in stream order."""
+    parts = _parts(5, 2000, wide)
+    tids = np.array([2, 4, 1 << 40])
+    got = summary._ops_on_threads([summary.pack_ops(*p) for p in parts], tids)
+    assert len(got) == 1
+    want = [np.concatenate(c) for c in zip(*parts)]
+    on = np.isin(want[2], tids)
+    for a, b in zip(summary.unpack_ops(got[0]), want):
+        np.testing.assert_array_equal(a, b[on])
+        assert a.dtype == b.dtype
+
+
+@given(st.lists(st.integers(0, 40), min_size=0, max_size=6), st.integers(0, 3))
+@settings(max_examples=50, deadline=None)
+def test_ops_on_threads_of_any_parts(sizes, seed):
+    parts = [p for n in sizes if n for p in _parts(1, n, seed=seed + n)]
+    parts.sort(key=lambda p: p[0][0])
+    order_ok = all(a[0][-1] <= b[0][0] for a, b in zip(parts, parts[1:]))
+    if not order_ok:   # parts of one rank follow each other
+        return
+    tids = np.array([1, 3])
+    got = summary._ops_on_threads([summary.pack_ops(*p) for p in parts], tids)
+    want = [np.concatenate(c) for c in zip(*parts)] if parts else None
+    if want is None or not np.isin(want[2], tids).any():
+        assert got == []
+        return
+    on = np.isin(want[2], tids)
+    for a, b in zip(summary.unpack_ops(got[0]), want):
+        np.testing.assert_array_equal(a, b[on])
+
+
+def test_ops_on_threads_hold_little_more_than_the_packed_ops():
+    """Picking a rank's host ops (most on the launching thread) holds them
+    narrow, about 14 bytes each, and one part's spans at a time: not the
+    whole rank's spans as int64 (28 bytes each) copied several times."""
+    parts = _parts(16, 60_000)
+    packed = [summary.pack_ops(*p) for p in parts]
+    n = sum(len(p[0]) for p in parts)
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        got = summary._ops_on_threads(packed, np.array([1, 2, 3, 4]))
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert got[0]["n"] == n
+    assert peak < 40 * n
