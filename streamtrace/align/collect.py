@@ -134,38 +134,28 @@ class RankCollector:
         self.n_events += len(recs)
         if not len(recs):
             return
-        # one C pass picks the rows of the three kinds (no per-frame class
+        # one C pass picks the rows of every kind (no per-frame class
         # lookups or masks in numpy, and no GIL held meanwhile), and one C
         # pass per kind copies the kept rows' fields
         kernels, launches, ops, labels, steps = select_many(recs, self._cls, len(self.strings), _RULES)
-        if len(kernels):
-            k = np.empty(len(kernels), _K_DTYPE)
-            k["event"] = base + kernels
-            gather(recs, kernels, [(src, k[dst]) for dst, src in _K_FIELDS])
-            self.kernels.append(k)
         launches = launches[recs["correlation"][launches] != NONE]
-        if len(launches):
-            launch = np.empty(len(launches), _L_DTYPE)
-            launch["event"] = base + launches
-            gather(recs, launches, [(src, launch[dst]) for dst, src in _L_FIELDS])
-            self.launches.append(launch)
-        if len(ops):
-            o = np.empty(len(ops), _O_DTYPE)
-            o["event"] = base + ops
-            gather(recs, ops, [(src, o[dst]) for dst, src in _O_FIELDS])
-            nc = self.lookup(o["name"])
-            o["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
-            self.ops.append(o)
-        if len(labels):
-            u = np.empty(len(labels), _U_DTYPE)
-            gather(recs, labels, [(src, u[dst]) for dst, src in _U_FIELDS])
-            self.labels.append(u)
-        if len(steps):
-            st = np.empty(len(steps), _O_DTYPE)
-            st["event"] = base + steps
-            gather(recs, steps, [(src, st[dst]) for dst, src in _O_FIELDS])
-            st["kind"] = 0
-            self.steps.append(st)
+        for rows, dtype, fields, kept in ((kernels, _K_DTYPE, _K_FIELDS, self.kernels),
+                                          (launches, _L_DTYPE, _L_FIELDS, self.launches),
+                                          (ops, _O_DTYPE, _O_FIELDS, self.ops),
+                                          (labels, _U_DTYPE, _U_FIELDS, self.labels),
+                                          (steps, _O_DTYPE, _O_FIELDS, self.steps)):
+            if not len(rows):
+                continue
+            out = np.empty(len(rows), dtype)
+            if "event" in dtype.names:
+                out["event"] = base + rows
+            gather(recs, rows, [(src, out[dst]) for dst, src in fields])
+            if kept is self.ops:
+                nc = self.lookup(out["name"])
+                out["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
+            elif kept is self.steps:
+                out["kind"] = 0
+            kept.append(out)
 
 
 def collected_rank(frames, rank=None, custom=None):
