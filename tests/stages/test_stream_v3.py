@@ -135,6 +135,45 @@ def test_summary_reads_no_record(run, monkeypatch):
         assert row["pyfunc_skipped"] == counts["X/python_function"]
 
 
+def test_summary_does_not_import_pandas(run):
+    """dump --what summary is a few numbers per rank: its start-up must not
+    pay for importing pandas (issue #25: most of its time was that import).
+    A real process, as a user runs it; values checked against the truth."""
+    d, truth = run
+    code = ("import sys; from streamtrace.cli import main\n"
+            "try:\n    main(sys.argv[1:])\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "sys.stderr.write('pandas imported' if 'pandas' in sys.modules else 'no pandas')")
+    for fmt in ("jsonl", "csv"):
+        proc = subprocess.run([sys.executable, "-c", code, "dump", str(d / "run.stev"), "--what", "summary",
+                               "--format", fmt], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.endswith("no pandas"), proc.stderr
+    rows = [json.loads(line) for line in subprocess.run(
+        [sys.executable, "-c", code, "dump", str(d / "run.stev"), "--what", "summary"],
+        capture_output=True, text=True, check=True).stdout.splitlines()]
+    assert [r["kernels"] for r in rows] == [truth["event_counts"][str(r)]["X/kernel"] for r in (0, 1)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_summary_without_pandas_prints_what_pandas_printed(run, fmt):
+    """The summary's own writer gives the bytes the DataFrame writer gives
+    for the same rows (the format every other --what has)."""
+    import pandas as pd
+
+    from streamtrace.dump import _summary_rows, write_table
+
+    d, _ = run
+    want = io.StringIO()
+    for i, (_, row) in enumerate(_summary_rows(str(d / "run.stev"))):
+        write_table(pd.DataFrame([row]), fmt, want, header=i == 0)
+    res = CliRunner().invoke(main, ["dump", str(d / "run.stev"), str(d / "run.stev"), "--what", "summary",
+                                    "--format", fmt])
+    assert res.exit_code == 0, res.output
+    lines = want.getvalue().splitlines(keepends=True)
+    assert res.output == "".join(lines + lines[1 if fmt == "csv" else 0:])   # a header once
+
+
 def test_summary_matches_the_records(run):
     """What extract counted into META is what the records say (the way
     summary computed it from every record before v3)."""
@@ -190,7 +229,7 @@ def test_dump_streams_what_the_whole_rank_gives(run, what):
 def test_dump_events_holds_one_frame_at_a_time(run, tmp_path, monkeypatch):
     """dump --what events never holds more than the frame it is printing:
     every events table it makes is one frame's records."""
-    import streamtrace.dump as dump
+    import streamtrace.stream.records as records   # dump imports its table makers when it needs them
     from streamtrace import StreamWriter
 
     d, truth = run
@@ -200,13 +239,13 @@ def test_dump_events_holds_one_frame_at_a_time(run, tmp_path, monkeypatch):
         writer.close()
     d = tmp_path
     sizes = []
-    real = dump.events_frame
+    real = records.events_frame
 
     def spy(rank):
         sizes.append(len(rank.events))
         return real(rank)
 
-    monkeypatch.setattr(dump, "events_frame", spy)
+    monkeypatch.setattr(records, "events_frame", spy)
     res = CliRunner().invoke(main, ["dump", str(d / "run.stev"), "--what", "events", "--format", "csv"])
     assert res.exit_code == 0
     frames = [f.count() for f in iter_frames(str(d / "run.stev")) if f.kind == Kind.EVENTS]
@@ -242,3 +281,4 @@ def test_read_stream_joins_many_frames_of_a_rank(run, tmp_path):
         want = np.concatenate(parts)
         for name in want.dtype.names:
             assert got[name].tobytes() == want[name].tobytes(), (kind, name)
+
