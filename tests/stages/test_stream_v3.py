@@ -282,3 +282,86 @@ def test_read_stream_joins_many_frames_of_a_rank(run, tmp_path):
         for name in want.dtype.names:
             assert got[name].tobytes() == want[name].tobytes(), (kind, name)
 
+
+def _frames_of(stream):
+    return [(f.kind, f.rank, bytes(f.payload), f.offset) for f in iter_frames(stream)]
+
+
+def test_read_ahead_gives_the_frames_unpacked(run):
+    """Frames read ahead in a thread are the frames read inline, the record
+    kinds asked for already unpacked (records equal to unpacking inline)."""
+    from streamtrace.stream.format import read_ahead
+
+    d, _ = run
+    stream = str(d / "run.stev")
+    ahead = list(read_ahead(iter_frames(stream), (Kind.EVENTS, Kind.COMMS), depth=2))
+    assert [(f.kind, f.rank, bytes(f.payload), f.offset) for f in ahead] == _frames_of(stream)
+    for frame in ahead:
+        unpacked = "_records" in frame.__dict__
+        assert unpacked == (frame.kind in (Kind.EVENTS, Kind.COMMS))
+        if unpacked:
+            want = packing.unpack_records(frame.payload, Kind.RECORDS[frame.kind])
+            assert frame.records().tobytes() == want.tobytes()
+
+
+def _with_corrupt_events(src, dst):
+    """A copy of stream ``src`` whose second EVENTS frame holds a zstd body
+    that does not decompress, under a correct checksum (so only unpacking
+    finds it); its byte offset."""
+    from streamtrace.stream.format import encode_frame, header_bytes
+
+    out, bad, seen = [header_bytes()], None, 0
+    for f in iter_frames(src):
+        payload = bytes(f.payload)
+        if f.kind == Kind.EVENTS:
+            seen += 1
+            if seen == 2:
+                payload = payload[:packing.ENVELOPE.size] + b"\0" * (len(payload) - packing.ENVELOPE.size)
+                bad = sum(len(b) for b in out)
+        out.append(encode_frame(f.kind, f.rank, payload))
+    dst.write_bytes(b"".join(out))
+    return bad
+
+
+def test_read_ahead_raises_a_corrupt_frame_where_inline_reading_does(run, tmp_path):
+    """A frame that does not unpack: the frames before it arrive, then its
+    own records() raises the error naming its offset (not the thread)."""
+    from streamtrace import StreamFormatError
+    from streamtrace.stream.format import read_ahead
+
+    d, _ = run
+    bad = _with_corrupt_events(str(d / "run.stev"), tmp_path / "bad.stev")
+    got = []
+    with pytest.raises(StreamFormatError) as exc:
+        for frame in read_ahead(iter_frames(str(tmp_path / "bad.stev")), (Kind.EVENTS,), depth=2):
+            got.append(frame.offset)
+            if frame.kind == Kind.EVENTS:
+                frame.records()
+    assert got[-1] == bad and exc.value.offset == bad and "corrupt EVENTS frame" in str(exc.value)
+
+
+def test_read_ahead_thread_ends_when_the_consumer_stops(run):
+    import threading
+
+    from streamtrace.stream.format import read_ahead
+
+    d, _ = run
+    frames = read_ahead(iter_frames(str(d / "run.stev")), (Kind.EVENTS,), depth=1)
+    next(frames)
+    frames.close()
+    assert not [t for t in threading.enumerate() if t.name == "streamtrace-unpack"]
+
+
+def test_align_and_correlate_through_pipes_give_the_files_bytes(run, tmp_path):
+    """The stages read ahead when reading a pipe as when reading a file:
+    the same bytes out (a real pipe between real processes)."""
+    d, _ = run
+    stev = str(d / "run.stev")
+    subprocess.run([BIN, "align", stev, "-q", "-o", str(tmp_path / "a.stev")], check=True)
+    subprocess.run([BIN, "correlate", str(tmp_path / "a.stev"), "-q", "-o", str(tmp_path / "c.stev")], check=True)
+    with open(stev, "rb") as src:
+        align = subprocess.Popen([BIN, "align", "-q"], stdin=src, stdout=subprocess.PIPE)
+        piped = subprocess.run([BIN, "correlate", "-q"], stdin=align.stdout, capture_output=True, check=True).stdout
+        align.stdout.close()
+        assert align.wait() == 0
+    assert piped == (tmp_path / "c.stev").read_bytes()
