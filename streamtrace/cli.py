@@ -274,9 +274,9 @@ def correlate(streams, output, quiet):
 
     _setup_logging(quiet)
     _check_stream_output(output, streams)
-    with stream_output(output) as out:
+    with stream_output(output) as out, contextlib.closing(_input_frames(streams, unpack=RECORDS_READ)) as frames:
         writer = StreamWriter(out)
-        writer.write_all(correlate_frames(_input_frames(streams, unpack=RECORDS_READ)))
+        writer.write_all(correlate_frames(frames))
         out.flush()
 
 
@@ -392,7 +392,9 @@ def _stream_sources(streams):
 
 def _input_frames(streams, unpack=()):
     """The input streams' frames; with ``unpack`` (record kinds the stage
-    reads), read and unpacked a few frames ahead in a thread."""
+    reads), read and unpacked a few frames ahead in a thread, which
+    ``close()`` stops (a stage that fails midway must not leave it running:
+    a process with a second thread no longer forks, parallel.fork)."""
     from .stream.format import iter_frames, read_ahead
 
     frames = (frame for source in _stream_sources(streams) for frame in iter_frames(source))
@@ -451,8 +453,7 @@ def align(streams, output, align_clocks, gpus_per_node, custom_collective_patter
 
     _setup_logging(quiet)
     _check_stream_output(output, streams)
-    with stream_output(output) as out:
-        frames = _input_frames(streams, unpack=RECORDS_READ)
+    with stream_output(output) as out, contextlib.closing(_input_frames(streams, unpack=RECORDS_READ)) as frames:
         writer = StreamWriter(out)
         for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
                                   custom_collective_patterns=custom_collective_patterns):

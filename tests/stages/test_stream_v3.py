@@ -4,6 +4,7 @@ metadata alone, dump that streams frame by frame.
 Truths: the fixture generator's truth.json (event counts per rank and
 category), the records extract holds in memory before any packing, and
 the numpy arrays packed in the test itself."""
+import contextlib
 import io
 import json
 import os
@@ -332,8 +333,9 @@ def test_read_ahead_raises_a_corrupt_frame_where_inline_reading_does(run, tmp_pa
     d, _ = run
     bad = _with_corrupt_events(str(d / "run.stev"), tmp_path / "bad.stev")
     got = []
-    with pytest.raises(StreamFormatError) as exc:
-        for frame in read_ahead(iter_frames(str(tmp_path / "bad.stev")), (Kind.EVENTS,), depth=2):
+    frames = read_ahead(iter_frames(str(tmp_path / "bad.stev")), (Kind.EVENTS,), depth=2)
+    with pytest.raises(StreamFormatError) as exc, contextlib.closing(frames):
+        for frame in frames:
             got.append(frame.offset)
             if frame.kind == Kind.EVENTS:
                 frame.records()
@@ -365,3 +367,18 @@ def test_align_and_correlate_through_pipes_give_the_files_bytes(run, tmp_path):
         align.stdout.close()
         assert align.wait() == 0
     assert piped == (tmp_path / "c.stev").read_bytes()
+
+
+def test_a_stage_that_fails_midway_leaves_no_read_ahead_thread(run, tmp_path):
+    """align on a stream whose records do not unpack fails with one line and
+    stops its read-ahead thread (in-process: a leftover thread would keep
+    parallel.fork from forking)."""
+    import threading
+
+    d, _ = run
+    _with_corrupt_events(str(d / "run.stev"), tmp_path / "bad.stev")
+    for stage in ("align", "correlate"):
+        res = CliRunner().invoke(main, [stage, str(tmp_path / "bad.stev"), "-q", "-o", str(tmp_path / "out.stev")])
+        assert res.exit_code == 1 and "corrupt EVENTS frame" in res.output, res.output
+        assert not [t for t in threading.enumerate() if t.name == "streamtrace-unpack"]
+        assert not (tmp_path / "out.stev").exists()
