@@ -17,8 +17,9 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
   worktree and its C core built there (scripts/compare_outputs.py's
   build_tree), then both run the same way, ``python -m streamtrace.cli``
   with their tree first on PYTHONPATH, alternately, best of --repeat;
-* ``extract | align | correlate | report`` through pipes and the same four
-  stages through files, against one ``collective-report
+* ``extract | align | correlate | report`` through pipes (also with
+  STREAMTRACE_READ_AHEAD=0: align and correlate unpacking inline) and the
+  same four stages through files, against one ``collective-report
   --blocking_analysis`` (CSVs in every case);
 * ``dump --what summary`` on the extracted stream.
 
@@ -196,6 +197,9 @@ def main():
                 f"{line} report -q --output_csvs_dir {csvs}")
         show("extract | align | correlate | report (pipes)",
              best(args.repeat, lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env)))
+        inline = dict(env, STREAMTRACE_READ_AHEAD="0")   # align and correlate unpack without a read-ahead thread
+        show("the same pipes, STREAMTRACE_READ_AHEAD=0",
+             best(args.repeat, lambda: timed(["bash", "-o", "pipefail", "-c", pipe], inline)))
         show("collective-report --blocking_analysis (one process)",
              best(args.repeat, lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
                                               "--output_csvs_dir", csvs], env)))
@@ -217,6 +221,9 @@ def main():
               f"{rows['extract -o FILE'][0] / rows['extract -o os.devnull'][0]:8.2f}x  (target <= 1.15x)")
         print(f"  pipes / one-shot                            "
               f"{rows['extract | align | correlate | report (pipes)'][0] / one:8.2f}x  (target <= 1.3x)")
+        ahead = rows["extract | align | correlate | report (pipes)"][0]
+        print(f"  pipes, read-ahead / READ_AHEAD=0             "
+              f"{ahead / rows['the same pipes, STREAMTRACE_READ_AHEAD=0'][0]:8.2f}x")
         print(f"  four stages through files / one-shot        {files / one:8.2f}x  (target <= 1.6x)")
         print(f"  dump --what summary                         {rows['dump FILE --what summary'][0]:8.2f} s, "
               f"{rows['dump FILE --what summary'][1]:.0f} MB (target <= 1 s, <= 100 MB)")

@@ -269,14 +269,14 @@ def correlate(streams, output, quiet):
     \b
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align | streamtrace correlate -o analysed.stev
     """
-    from .correlate.stage import correlate_frames
+    from .correlate.stage import RECORDS_READ, correlate_frames
     from .stream.format import StreamWriter
 
     _setup_logging(quiet)
     _check_stream_output(output, streams)
-    with stream_output(output) as out:
+    with stream_output(output) as out, contextlib.closing(_input_frames(streams, unpack=RECORDS_READ)) as frames:
         writer = StreamWriter(out)
-        writer.write_all(correlate_frames(_input_frames(streams)))
+        writer.write_all(correlate_frames(frames))
         out.flush()
 
 
@@ -390,11 +390,15 @@ def _stream_sources(streams):
     return sources
 
 
-def _input_frames(streams):
-    from .stream.format import iter_frames
+def _input_frames(streams, unpack=()):
+    """The input streams' frames; with ``unpack`` (record kinds the stage
+    reads), read and unpacked a few frames ahead in a thread, which
+    ``close()`` stops (a stage that fails midway must not leave it running:
+    a process with a second thread no longer forks, parallel.fork)."""
+    from .stream.format import iter_frames, read_ahead
 
-    for source in _stream_sources(streams):
-        yield from iter_frames(source)
+    frames = (frame for source in _stream_sources(streams) for frame in iter_frames(source))
+    return read_ahead(frames, unpack) if unpack else frames
 
 
 def _wrote(paths, sheets):
@@ -444,13 +448,12 @@ def align(streams, output, align_clocks, gpus_per_node, custom_collective_patter
     \b
       streamtrace extract --trace_dir run/ --world_size 8 | streamtrace align -o run.aligned.stev
     """
-    from .align.stage import align_frames
+    from .align.stage import RECORDS_READ, align_frames
     from .stream.format import StreamWriter
 
     _setup_logging(quiet)
     _check_stream_output(output, streams)
-    frames = _input_frames(streams)
-    with stream_output(output) as out:
+    with stream_output(output) as out, contextlib.closing(_input_frames(streams, unpack=RECORDS_READ)) as frames:
         writer = StreamWriter(out)
         for frame in align_frames(frames, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
                                   custom_collective_patterns=custom_collective_patterns):

@@ -5,18 +5,16 @@ same formats.  Tables are made frame by frame as the stream is read:
 memory is one frame and the strings of the ranks seen, whatever the
 stream's length.  ``summary`` unpacks no record at all: extract counted
 what it shows into each rank's META frame, and the record counts are in
-the frames' envelopes.
+the frames' envelopes.  Its JSON lines and CSV are written without pandas
+(``_summary_rows``): importing pandas would be most of its time.
 """
+import csv
 import json
 import math
 import os
+import sys
 
-import numpy as np
-import pandas as pd
-
-from ._native import EVENT_DTYPE
 from .stream.format import Kind, RankData, iter_frames
-from .stream.records import comms_frame, events_frame, kernels_frame
 
 
 def _summary_row(rank, meta, counts):
@@ -62,6 +60,12 @@ class _Rank:
     def collectives(self, frame):
         """A COMMS frame's rows joined with their events' identity and
         timing; event frames before the first event it uses are let go."""
+        import numpy as np
+        import pandas as pd
+
+        from ._native import EVENT_DTYPE
+        from .stream.records import comms_frame, events_frame
+
         comms = frame.records()
         index = comms["event"].astype(np.int64)
         low = int(index.min()) if len(index) else self.events_before
@@ -79,8 +83,30 @@ class _Rank:
         return pd.concat([joined, comms_frame(self.view(comms=comms))], axis=1)
 
 
+def _summary_rows(source):
+    """(rank, summary row) of every rank of one stream, in rank order, once
+    the whole stream checked out (every frame's checksum and envelope, as
+    iter_frames reads it): only META payloads are decoded."""
+    metas, counts = {}, {}
+    for frame in iter_frames(source):
+        kind = frame.kind
+        if kind in (Kind.END, Kind.TABLE):
+            continue
+        c = counts.setdefault(frame.rank, {})
+        if kind == Kind.META:
+            metas[frame.rank] = frame.json()
+        elif kind in Kind.RECORDS:
+            c[kind] = c.get(kind, 0) + frame.count()
+    for rank in sorted(counts):
+        yield rank, _summary_row(rank, metas.get(rank) or {}, counts[rank])
+
+
 def _tables(source, what):
     """(rank, DataFrame) pieces of table ``what`` of one stream, in stream order."""
+    import pandas as pd
+
+    from .stream.records import events_frame, kernels_frame
+
     ranks = {}
     for frame in iter_frames(source):
         if frame.kind in (Kind.END, Kind.TABLE):
@@ -121,13 +147,35 @@ def _tables(source, what):
 
 
 def _jsonable(v):
-    if v is None or v is pd.NA:
+    if v is None or _is_na(v):
         return None
     if isinstance(v, float) and math.isnan(v):
         return None
     if hasattr(v, "item"):
         return v.item()
     return v
+
+
+def _is_na(v):
+    pd = sys.modules.get("pandas")   # pd.NA can only come from pandas, imported then
+    return pd is not None and v is pd.NA
+
+
+def write_rows(rows, fmt, out, header=True):
+    """Write dicts of plain values (one set of keys) as JSON lines or CSV,
+    the text ``write_table`` gives for the same one-row DataFrames."""
+    if fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        for row in rows:
+            if header:
+                writer.writerow(row)
+                header = False
+            writer.writerow(["" if v is None else json.dumps(v) if isinstance(v, (dict, list)) else v
+                             for v in row.values()])
+        return
+    for row in rows:
+        out.write(json.dumps({c: _jsonable(v) for c, v in row.items()}, default=str))
+        out.write("\n")
 
 
 def write_table(df, fmt, out, header=True):
@@ -153,6 +201,15 @@ def dump_stream(sources, what, fmt, out, ranks=None):
     """Write table ``what`` of every rank, piece by piece as the stream is
     read (an aligned text table needs every row first, so it is printed
     once, at the end)."""
+    if what == "summary" and fmt != "table":   # no pandas: the summary is a few numbers per rank
+        first = True
+        for source in sources:
+            rows = [row for r, row in _summary_rows(source) if ranks is None or r in ranks]
+            write_rows(rows, fmt, out, header=first)
+            first = first and not rows
+        return
+    import pandas as pd
+
     first, held = True, []
     for source in sources:
         for r, df in _tables(source, what):

@@ -75,6 +75,9 @@ from .tables import quality_table  # noqa: F401 - report's data_quality sheet im
 
 log = logging.getLogger("streamtrace")
 
+#: the record frames align unpacks (a reader may unpack them ahead: stream.format.read_ahead)
+RECORDS_READ = (Kind.EVENTS, Kind.COMMS)
+
 # ====================================================================== the stage
 
 

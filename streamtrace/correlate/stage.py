@@ -7,6 +7,7 @@ import logging
 
 import pandas as pd
 
+from ..stream.format import Kind
 from .collect import StreamCollector
 from .exposed import _exposed_comm
 from .inflation import _compute_inflation, _nccl_inflation
@@ -18,6 +19,9 @@ log = logging.getLogger("streamtrace")
 
 
 TABLE_PREFIX = "correlate."
+
+#: the record frames correlate unpacks (a reader may unpack them ahead: stream.format.read_ahead)
+RECORDS_READ = (Kind.EVENTS, Kind.KERNELS)
 
 
 def correlate_frames(frames):

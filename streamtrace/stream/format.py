@@ -29,6 +29,7 @@ import numpy as np
 
 from .._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
 from ..errors import StreamFormatError, TraceError, os_reason
+from ..parallel.threads import prefetched
 from ..remote import is_url, local_path
 from .packing import PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
 
@@ -520,6 +521,33 @@ def iter_frames(source, name=None):
             open_section = False
         yield Frame(kind, rank, payload, name, pos, crc)
         pos += _FRAME.size + length
+
+
+#: frames a read-ahead thread reads, checks and unpacks before the consumer
+#: wants them: a frame of events is ~1.5 MB unpacked, so a few MB at most
+READ_AHEAD_FRAMES = 4
+
+
+def read_ahead(frames, kinds, depth=READ_AHEAD_FRAMES):
+    """``frames`` (e.g. iter_frames's) read in a background thread ``depth``
+    frames ahead, the record frames of ``kinds`` unpacked there too: file
+    reads, checksums, zstd and numpy's column copies release the GIL, so a
+    stage works on one frame while the next ones are read and unpacked.
+    The frames and any error come in the same order as reading inline.
+    ``STREAMTRACE_READ_AHEAD=0`` reads inline (as for extract's input)."""
+    if os.environ.get("STREAMTRACE_READ_AHEAD", "1") == "0":
+        return frames
+    return prefetched(_unpacked(frames, frozenset(kinds)), depth=depth, name="streamtrace-unpack")
+
+
+def _unpacked(frames, kinds):
+    for frame in frames:
+        if frame.kind in kinds:
+            try:
+                frame.records()   # cached on the frame
+            except StreamFormatError:
+                pass   # a corrupt payload: the consumer's own records() raises it, where inline reading would
+        yield frame
 
 
 def _regular_size(f):

@@ -4,6 +4,7 @@ metadata alone, dump that streams frame by frame.
 Truths: the fixture generator's truth.json (event counts per rank and
 category), the records extract holds in memory before any packing, and
 the numpy arrays packed in the test itself."""
+import contextlib
 import io
 import json
 import os
@@ -135,6 +136,45 @@ def test_summary_reads_no_record(run, monkeypatch):
         assert row["pyfunc_skipped"] == counts["X/python_function"]
 
 
+def test_summary_does_not_import_pandas(run):
+    """dump --what summary is a few numbers per rank: its start-up must not
+    pay for importing pandas (issue #25: most of its time was that import).
+    A real process, as a user runs it; values checked against the truth."""
+    d, truth = run
+    code = ("import sys; from streamtrace.cli import main\n"
+            "try:\n    main(sys.argv[1:])\n"
+            "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "sys.stderr.write('pandas imported' if 'pandas' in sys.modules else 'no pandas')")
+    for fmt in ("jsonl", "csv"):
+        proc = subprocess.run([sys.executable, "-c", code, "dump", str(d / "run.stev"), "--what", "summary",
+                               "--format", fmt], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.endswith("no pandas"), proc.stderr
+    rows = [json.loads(line) for line in subprocess.run(
+        [sys.executable, "-c", code, "dump", str(d / "run.stev"), "--what", "summary"],
+        capture_output=True, text=True, check=True).stdout.splitlines()]
+    assert [r["kernels"] for r in rows] == [truth["event_counts"][str(r)]["X/kernel"] for r in (0, 1)]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_summary_without_pandas_prints_what_pandas_printed(run, fmt):
+    """The summary's own writer gives the bytes the DataFrame writer gives
+    for the same rows (the format every other --what has)."""
+    import pandas as pd
+
+    from streamtrace.dump import _summary_rows, write_table
+
+    d, _ = run
+    want = io.StringIO()
+    for i, (_, row) in enumerate(_summary_rows(str(d / "run.stev"))):
+        write_table(pd.DataFrame([row]), fmt, want, header=i == 0)
+    res = CliRunner().invoke(main, ["dump", str(d / "run.stev"), str(d / "run.stev"), "--what", "summary",
+                                    "--format", fmt])
+    assert res.exit_code == 0, res.output
+    lines = want.getvalue().splitlines(keepends=True)
+    assert res.output == "".join(lines + lines[1 if fmt == "csv" else 0:])   # a header once
+
+
 def test_summary_matches_the_records(run):
     """What extract counted into META is what the records say (the way
     summary computed it from every record before v3)."""
@@ -190,7 +230,7 @@ def test_dump_streams_what_the_whole_rank_gives(run, what):
 def test_dump_events_holds_one_frame_at_a_time(run, tmp_path, monkeypatch):
     """dump --what events never holds more than the frame it is printing:
     every events table it makes is one frame's records."""
-    import streamtrace.dump as dump
+    import streamtrace.stream.records as records   # dump imports its table makers when it needs them
     from streamtrace import StreamWriter
 
     d, truth = run
@@ -200,13 +240,13 @@ def test_dump_events_holds_one_frame_at_a_time(run, tmp_path, monkeypatch):
         writer.close()
     d = tmp_path
     sizes = []
-    real = dump.events_frame
+    real = records.events_frame
 
     def spy(rank):
         sizes.append(len(rank.events))
         return real(rank)
 
-    monkeypatch.setattr(dump, "events_frame", spy)
+    monkeypatch.setattr(records, "events_frame", spy)
     res = CliRunner().invoke(main, ["dump", str(d / "run.stev"), "--what", "events", "--format", "csv"])
     assert res.exit_code == 0
     frames = [f.count() for f in iter_frames(str(d / "run.stev")) if f.kind == Kind.EVENTS]
@@ -242,3 +282,103 @@ def test_read_stream_joins_many_frames_of_a_rank(run, tmp_path):
         want = np.concatenate(parts)
         for name in want.dtype.names:
             assert got[name].tobytes() == want[name].tobytes(), (kind, name)
+
+
+def _frames_of(stream):
+    return [(f.kind, f.rank, bytes(f.payload), f.offset) for f in iter_frames(stream)]
+
+
+def test_read_ahead_gives_the_frames_unpacked(run):
+    """Frames read ahead in a thread are the frames read inline, the record
+    kinds asked for already unpacked (records equal to unpacking inline)."""
+    from streamtrace.stream.format import read_ahead
+
+    d, _ = run
+    stream = str(d / "run.stev")
+    ahead = list(read_ahead(iter_frames(stream), (Kind.EVENTS, Kind.COMMS), depth=2))
+    assert [(f.kind, f.rank, bytes(f.payload), f.offset) for f in ahead] == _frames_of(stream)
+    for frame in ahead:
+        unpacked = "_records" in frame.__dict__
+        assert unpacked == (frame.kind in (Kind.EVENTS, Kind.COMMS))
+        if unpacked:
+            want = packing.unpack_records(frame.payload, Kind.RECORDS[frame.kind])
+            assert frame.records().tobytes() == want.tobytes()
+
+
+def _with_corrupt_events(src, dst):
+    """A copy of stream ``src`` whose second EVENTS frame holds a zstd body
+    that does not decompress, under a correct checksum (so only unpacking
+    finds it); its byte offset."""
+    from streamtrace.stream.format import encode_frame, header_bytes
+
+    out, bad, seen = [header_bytes()], None, 0
+    for f in iter_frames(src):
+        payload = bytes(f.payload)
+        if f.kind == Kind.EVENTS:
+            seen += 1
+            if seen == 2:
+                payload = payload[:packing.ENVELOPE.size] + b"\0" * (len(payload) - packing.ENVELOPE.size)
+                bad = sum(len(b) for b in out)
+        out.append(encode_frame(f.kind, f.rank, payload))
+    dst.write_bytes(b"".join(out))
+    return bad
+
+
+def test_read_ahead_raises_a_corrupt_frame_where_inline_reading_does(run, tmp_path):
+    """A frame that does not unpack: the frames before it arrive, then its
+    own records() raises the error naming its offset (not the thread)."""
+    from streamtrace import StreamFormatError
+    from streamtrace.stream.format import read_ahead
+
+    d, _ = run
+    bad = _with_corrupt_events(str(d / "run.stev"), tmp_path / "bad.stev")
+    got = []
+    frames = read_ahead(iter_frames(str(tmp_path / "bad.stev")), (Kind.EVENTS,), depth=2)
+    with pytest.raises(StreamFormatError) as exc, contextlib.closing(frames):
+        for frame in frames:
+            got.append(frame.offset)
+            if frame.kind == Kind.EVENTS:
+                frame.records()
+    assert got[-1] == bad and exc.value.offset == bad and "corrupt EVENTS frame" in str(exc.value)
+
+
+def test_read_ahead_thread_ends_when_the_consumer_stops(run):
+    import threading
+
+    from streamtrace.stream.format import read_ahead
+
+    d, _ = run
+    frames = read_ahead(iter_frames(str(d / "run.stev")), (Kind.EVENTS,), depth=1)
+    next(frames)
+    frames.close()
+    assert not [t for t in threading.enumerate() if t.name == "streamtrace-unpack"]
+
+
+def test_align_and_correlate_through_pipes_give_the_files_bytes(run, tmp_path):
+    """The stages read ahead when reading a pipe as when reading a file:
+    the same bytes out (a real pipe between real processes)."""
+    d, _ = run
+    stev = str(d / "run.stev")
+    subprocess.run([BIN, "align", stev, "-q", "-o", str(tmp_path / "a.stev")], check=True)
+    subprocess.run([BIN, "correlate", str(tmp_path / "a.stev"), "-q", "-o", str(tmp_path / "c.stev")], check=True)
+    with open(stev, "rb") as src:
+        align = subprocess.Popen([BIN, "align", "-q"], stdin=src, stdout=subprocess.PIPE)
+        piped = subprocess.run([BIN, "correlate", "-q"], stdin=align.stdout, capture_output=True, check=True).stdout
+        align.stdout.close()
+        assert align.wait() == 0
+    assert piped == (tmp_path / "c.stev").read_bytes()
+
+
+def test_a_stage_that_fails_midway_leaves_no_read_ahead_thread(run, tmp_path):
+    """align on a stream whose records do not unpack fails with one line and
+    stops its read-ahead thread (in-process: a leftover thread would keep
+    parallel.fork from forking)."""
+    import threading
+
+    d, _ = run
+    _with_corrupt_events(str(d / "run.stev"), tmp_path / "bad.stev")
+    for stage in ("align", "correlate"):
+        res = CliRunner().invoke(main, [stage, str(tmp_path / "bad.stev"), "-q", "-o", str(tmp_path / "out.stev")])
+        assert res.exit_code == 1 and "corrupt EVENTS frame" in res.output, res.output
+        assert not [t for t in threading.enumerate() if t.name == "streamtrace-unpack"]
+        assert not (tmp_path / "out.stev").exists()
