@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 
 import click
 
@@ -662,7 +663,22 @@ def _raise_interrupted(signum, frame):
     stop signals are ignored meanwhile, so the cleaning up is not cut short."""
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
+    # the clean-up must not turn a stop into a hang (a `timeout` or Slurm
+    # waiting on us): if it has not ended the process in time, end it here
+    watchdog = threading.Timer(CLEANUP_SECONDS, _stop_now, args=(signum,))
+    watchdog.daemon = True
+    watchdog.start()
     raise Interrupted(signum)
+
+
+#: the longest a signalled command spends cleaning up before it exits anyway
+CLEANUP_SECONDS = 15
+
+
+def _stop_now(signum):
+    with contextlib.suppress(Exception):
+        os.write(2, f"{Interrupted(signum)} (clean-up did not finish in {CLEANUP_SECONDS} s)\n".encode())
+    os._exit(128 + signum)
 
 
 def run():
