@@ -79,6 +79,12 @@ RANK_PREFETCH_FRAMES = 8
 #: for its bounded RSS.  See docs/performance.md.
 PIPELINE_MAP_WINDOW = 16 << 20
 
+#: the same for the blocking analysis' map, which holds each rank it reads
+#: whole until the rank's end: there the mapped windows queued ahead of two
+#: ranks were a fifth of the peak RSS (16 MiB: ~50 MB more on 4 x 512 MB,
+#: for no time measurable).  See docs/performance.md.
+BLOCKING_MAP_WINDOW = 4 << 20
+
 
 def trace_frames(inputs, world_size=None, jobs=1, keep_pyfunc=False, prefetch=True, strict=False, progress=None,
                  drop_flows=False):
@@ -371,11 +377,11 @@ def _read_rank_for_blocking(item, world_size, strict, custom=None):
     inp, progress = item
     rows = timeline = None
     frames = extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict, progress=progress,
-                          batch_events=PIPELINE_BATCH_EVENTS, map_window=PIPELINE_MAP_WINDOW, drop_flows=True)
+                          batch_events=PIPELINE_BATCH_EVENTS, map_window=BLOCKING_MAP_WINDOW, drop_flows=True)
     # the tokenizer (no GIL) reads on in its own thread while this one collects
     for frame in prefetched(frames, depth=RANK_PREFETCH_FRAMES, name="streamtrace-extract"):
         if rows is None:   # the rank is the trace's own when the input names none
-            rows, timeline = RankCollector(frame.rank, custom), RankTimeline(frame.rank)
+            rows, timeline = RankCollector(frame.rank, custom, squeeze=True), RankTimeline(frame.rank, squeeze=True)
         rows.add(frame)
         timeline.add(frame)
     return rows, timeline

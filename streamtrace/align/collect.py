@@ -12,6 +12,7 @@ from .. import collectives as coll
 from .._native import NONE, gather, select_many
 from ..errors import StreamtraceError
 from ..stream.format import Kind
+from ..stream.packing import Squeezed
 
 # string classes (bit flags), computed once per string
 S_KERNEL_CAT, S_CPU_CAT, S_RUNTIME_CAT = 1, 2, 4
@@ -85,11 +86,15 @@ class RankCollector:
     Kept per frame: ``kernels``, ``launches``, ``ops`` and ``labels`` (numpy
     record arrays of the candidate rows; labels: user annotations),
     ``comms`` (comm-argument records) and ``steps`` (the ProfilerStep#
-    spans, as ops)."""
+    spans, as ops).  ``squeeze``: kernels and launches are kept compressed
+    (``packing.Squeezed``; read them with ``packing.arrays``), for a map that
+    holds whole ranks beside other state (the blocking analysis): they are
+    most of what a collector holds, and are looked through once at the end."""
 
-    def __init__(self, rank, custom=None):
+    def __init__(self, rank, custom=None, squeeze=False):
         self.rank = rank
         self.custom = custom   # CustomCollectives or None
+        self.squeeze = squeeze
         self.strings = []
         self._cls = np.zeros(1024, dtype=np.uint16)  # slot len(strings) is always 0 (NOSTR sentinel)
         self.n_events = 0
@@ -155,6 +160,8 @@ class RankCollector:
                 out["kind"] = np.where((nc & S_ANNOT) != 0, OP_ANNOT, np.where((nc & S_RPC) != 0, OP_RPC, OP_C10D))
             elif kept is self.steps:
                 out["kind"] = 0
+            elif self.squeeze and (kept is self.kernels or kept is self.launches):
+                out = Squeezed(out)
             kept.append(out)
 
 

@@ -3,12 +3,15 @@
 launches and CPU ops, the collective kernels selected, their kind, sizes and
 process group filled in from the best source present).  numpy only (no
 pandas import)."""
+import json
+import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .. import collectives as coll
 from .._native import COMM_DTYPE, NONE, NOSTR
+from ..stream.packing import arrays
 from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE, _U_DTYPE, collected_rank
 from .p2p import rank_p2p
 from .quality import _described_findings, _finding
@@ -24,6 +27,12 @@ class RankResult:
     quality: list = field(default_factory=list)
     events: int = 0
     p2p: dict = None  # point-to-point halves and stage work (align.p2p), None without send/recv
+
+    def __setstate__(self, state):
+        # results that arrive pickled (worker processes, Dask) share their
+        # equal pg_config texts again, as results made in this process do
+        self.__dict__.update(state)
+        _intern_pg_config(self.meta)
 
 
 def finish_rank(collector):
@@ -105,9 +114,9 @@ def _candidates(kernel_parts, launch_parts, ops, comms, lookup):
         comm_events = np.sort(comm_events)
     op_ext = np.sort(ops["ext"])
     kernels = _concat([_take(part, np.flatnonzero(_maybe_collective(part, lookup, comm_events, op_ext)))
-                       for part in kernel_parts], _K_DTYPE)
+                       for part in arrays(kernel_parts)], _K_DTYPE)
     corr = np.sort(kernels["corr"])
-    launches = _concat([_take(part, np.flatnonzero(_in_sorted(part["corr"], corr))) for part in launch_parts],
+    launches = _concat([_take(part, np.flatnonzero(_in_sorted(part["corr"], corr))) for part in arrays(launch_parts)],
                        _L_DTYPE)
     return kernels, launches
 
@@ -138,7 +147,8 @@ def _meta_summary(meta, rank):
         "rank": rank, "source": meta.get("source"), "world_size": _int_or_none(meta.get("world_size")),
         "trace_rank": _int_or_none(dist.get("rank")), "trace_world_size": _int_or_none(dist.get("world_size")),
         "gpus": len(devices) if isinstance(devices, list) else None, "base_ns": base or 0,
-        "pg_config": pg_config, "warnings": list(meta.get("warnings") or []),
+        "pg_config": None if pg_config is None else pg_config_text(pg_config),
+        "warnings": list(meta.get("warnings") or []),
         "truncated_at_byte": _int_or_none(meta.get("truncated_at_byte")), "counts": counts,
     }
 
@@ -443,10 +453,25 @@ class _ArgSources:
         return np.where(a != NONE, a, b), a != NONE, b != NONE
 
 
+def pg_config_text(pg_config):
+    """distributedInfo.pg_config as the compact JSON text kept per rank (and
+    written to align.ranks), interned.  Every rank's trace lists every
+    group's ranks there, so a job of N ranks holds N copies of an O(N) list
+    (4,096 ranks: ~150 KB a rank as Python lists); as one shared text per
+    distinct config, the ranks' results stay O(N) together."""
+    return sys.intern(json.dumps(pg_config, separators=(",", ":"), default=str))
+
+
+def _intern_pg_config(meta):
+    if isinstance(meta, dict) and isinstance(meta.get("pg_config"), str):
+        meta["pg_config"] = sys.intern(meta["pg_config"])
+
+
 def _pg_config_by_name(meta):
     """The rank's distributedInfo.pg_config entries by process group name."""
     pg_conf = {}
-    for pg in meta.get("pg_config") or []:
+    config = meta.get("pg_config")
+    for pg in (json.loads(config) if isinstance(config, str) else config) or []:
         if isinstance(pg, dict) and pg.get("pg_name") is not None:
             pg_conf[str(pg["pg_name"])] = pg
     return pg_conf

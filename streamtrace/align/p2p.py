@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import collectives as coll
 from .._native import NONE
+from ..stream.packing import arrays
 
 
 # ======================================================================= per rank
@@ -197,13 +198,13 @@ def _stage_work(kernel_parts, launch_parts, rows, steps):
     empty = {k: np.zeros(0, np.int64) for k in ("step", "busy", "bubble", "first", "last")}
     if not kernel_parts:
         return empty
-    k = np.concatenate(kernel_parts)
+    k = np.concatenate(list(arrays(kernel_parts)))
     k = k[~np.isin(k["event"], rows["event"])]
     if not len(k):
         return empty
     when = k["ts"].astype(np.int64)
     if launch_parts:
-        la = np.concatenate(launch_parts)
+        la = np.concatenate(list(arrays(launch_parts)))
         order = np.argsort(la["corr"], kind="stable")
         pos = np.minimum(np.searchsorted(la["corr"][order], k["corr"]), max(len(order) - 1, 0))
         ok = (len(order) > 0) & (la["corr"][order][pos] == k["corr"]) & (k["corr"] != NONE)

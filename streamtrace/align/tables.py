@@ -40,7 +40,8 @@ def _ranks_table(results):
         "rank": np.array([res.rank for res in results], dtype=np.int64),
         "source": _objects([m.get("source") for m in metas]),
         "base_ns": np.array([int(m.get("base_ns") or 0) for m in metas], dtype=np.int64),
-        "pg_config": _objects([None if m.get("pg_config") is None else _json(m["pg_config"]) for m in metas]),
+        "pg_config": _objects([m.get("pg_config") if isinstance(m.get("pg_config"), (str, type(None)))
+                                else _json(m["pg_config"]) for m in metas]),
         "collective_kernels": np.array([rank_row_count(res.rows) for res in results], dtype=np.int64),
         "events": np.array([res.events for res in results], dtype=np.int64),
         "warnings": _objects(["; ".join(m.get("warnings") or []) for m in metas]),

@@ -21,7 +21,7 @@ from ..errors import StreamtraceError
 from .compute import _Compute
 from .growing import _Growing
 from .inputs import ALIGN_COLUMNS_USED
-from .summary import compact, pack_ops
+from .summary import _squeeze, _unsqueeze, compact, pack_ops
 from .timeline import Timeline, _cat_kind, _classify
 
 
@@ -49,9 +49,13 @@ class RankTimeline:
     the extractor reads on), so a rank's end is left with what needs the
     whole rank."""
 
-    def __init__(self, rank, capacity=4096):
-        """``capacity``: GPU rows to make room for at first (more as needed)."""
+    def __init__(self, rank, capacity=4096, squeeze=False):
+        """``capacity``: GPU rows to make room for at first (more as needed).
+        ``squeeze``: each frame's CPU ops are kept zstd-compressed (a third
+        of their bytes), for a map holding whole ranks beside other state
+        (the blocking analysis); they are read part by part at the end."""
         self.rank = rank
+        self.squeeze = squeeze
         self.strings = []
         # slot len(strings) is always 0: NOSTR and ids not yet defined
         self._kind = np.zeros(1024, dtype=np.uint8)
@@ -116,7 +120,8 @@ class RankTimeline:
         # bytes each (an event record is 96; the spans as selected, 28)
         spans = _native.select_spans(records, self._sel, n_cls, SEL_HOST, flags_all=has_ts, ph=b"X")
         if len(spans[0]):
-            self.cpu_parts.append(pack_ops(*spans))
+            ops = pack_ops(*spans)
+            self.cpu_parts.append(_squeeze(ops) if self.squeeze else ops)
         rows = self.gpu.extend(len(g))
         self.last_part = rows
         if len(g):
@@ -160,8 +165,12 @@ class RankTimeline:
         gpu["name"][nostr] = n_str     # the "" slot
         keys = gpu.pop("keys")
         keys[nostr, 0] = n_str
-        for part in cpu_parts:
-            part["name"][part["name"] == _native.NOSTR] = n_str   # (a uint16 column holds no NOSTR)
+        for i, part in enumerate(cpu_parts):
+            if part["dtypes"][-1] == "<u2" if "data" in part else part["name"].dtype == np.uint16:
+                continue   # a uint16 column holds no NOSTR
+            part = _unsqueeze(part) if "data" in part else part
+            part["name"] = np.where(part["name"] == _native.NOSTR, np.uint32(n_str), part["name"]).astype(np.uint32)
+            cpu_parts[i] = _squeeze(part) if self.squeeze else part
         by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None

@@ -63,7 +63,18 @@ def compact(tl, linked, launch_tids):
     tl.gpu = tl.compute_rows = tl.compute_buckets = None
     tl.unions = {"comm": tl.unions["comm"]}   # the compute union is made again when used (as large as the kernels)
     tl.nccl_name = None
+    tl.meta = _meta_read(tl.meta)
     return tl
+
+
+def _meta_read(meta):
+    """What the analyses read of a rank's metadata (world size, base time,
+    device properties): the rest (distributedInfo's group lists, one entry
+    per rank of the job in every rank's trace) would make the summaries of
+    N ranks O(N^2)."""
+    trace = meta.get("trace") if isinstance(meta.get("trace"), dict) else {}
+    return {"world_size": meta.get("world_size"),
+            "trace": {k: trace[k] for k in ("baseTimeNanoseconds", "deviceProperties") if k in trace}}
 
 
 def _narrow(a):

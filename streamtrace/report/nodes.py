@@ -15,14 +15,18 @@ class _Nodes:
 
     def __init__(self, gpus_per_node, ranks_table):
         self.G = gpus_per_node
-        self.groups = []  # (pg_name, ranks tuple) from distributedInfo.pg_config
-        for text in ranks_table.get("pg_config", pd.Series([], dtype=object)).dropna().tolist():
+        # (pg_name, ranks tuple) from distributedInfo.pg_config, each once in
+        # first-seen order: every rank repeats the job's configs, so parsed
+        # per rank they would be O(ranks^2)
+        groups = {}
+        for text in dict.fromkeys(ranks_table.get("pg_config", pd.Series([], dtype=object)).dropna().tolist()):
             try:
                 for pg in json.loads(text):
                     if isinstance(pg, dict) and isinstance(pg.get("ranks"), list):
-                        self.groups.append((str(pg.get("pg_name")), tuple(pg["ranks"])))
+                        groups.setdefault((str(pg.get("pg_name")), tuple(pg["ranks"])), None)
             except (ValueError, TypeError):
                 continue
+        self.groups = list(groups)
         self._cache = {}
         self.unresolved_keys = set()   # the (ranks list, pg name) pairs that stayed truncated
 

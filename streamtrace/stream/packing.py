@@ -138,3 +138,34 @@ def unpack_bytes(payload):
     """(count, the bytes) of a payload made by ``pack_bytes``."""
     count, _, size = envelope(payload)
     return count, _unpack(payload, size)
+
+
+class Squeezed:
+    """A record array held zstd-compressed in memory, not in a stream: for
+    rows a stage keeps until a rank's end only to look through them once,
+    part by part (about a fifth of the bytes; one compression and one
+    decompression of each part, ~5 ms per MB)."""
+
+    __slots__ = ("dtype", "count", "data")
+
+    def __init__(self, array):
+        array = np.ascontiguousarray(array)
+        self.dtype, self.count = array.dtype, len(array)
+        # copied out: zstandard's compress() keeps the whole compressBound-sized
+        # allocation behind the shorter bytes it returns
+        self.data = memoryview(_zstd()[0].compress(array.data.cast("B"))).tobytes() if array.nbytes else b""
+
+    def __len__(self):
+        return self.count
+
+    def array(self):
+        """The records again (read-only)."""
+        if not self.count:
+            return np.empty(0, self.dtype)
+        return np.frombuffer(_zstd()[1].decompress(self.data), dtype=self.dtype, count=self.count)
+
+
+def arrays(parts):
+    """The record arrays of ``parts`` (arrays or ``Squeezed``), one at a time."""
+    for part in parts:
+        yield part.array() if isinstance(part, Squeezed) else part

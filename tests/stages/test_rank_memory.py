@@ -1,0 +1,98 @@
+"""What the per-rank map holds: kernels and launches kept compressed while a
+rank is read for the blocking analysis describe the rank exactly as the
+plain arrays do, and a job's process-group configs (every rank's trace lists
+every group's ranks) are held once, not once per rank, also when results
+arrive pickled from worker processes."""
+import pickle
+
+import numpy as np
+import pytest
+
+import generate_fixture
+from pipeline import generate_pipeline
+from streamtrace import chain
+from streamtrace.align.collect import RankCollector
+from streamtrace.align.describe import finish_rank
+from streamtrace.correlate.collect import RankTimeline
+from streamtrace.extract import extract_rank
+from streamtrace.io.ranks import resolve_inputs
+from streamtrace.report.nodes import _Nodes
+from streamtrace.stream.packing import Squeezed, arrays
+
+
+def _collected(path, rank, squeeze):
+    rows, timeline = RankCollector(rank, squeeze=squeeze), RankTimeline(rank, squeeze=squeeze)
+    for frame in extract_rank(path, rank, batch_events=256, drop_flows=True):
+        rows.add(frame)
+        timeline.add(frame)
+    return rows, timeline
+
+
+def _assert_same_result(a, b):
+    assert a.rank == b.rank and a.meta == b.meta and a.events == b.events and a.quality == b.quality
+    assert a.rows.keys() == b.rows.keys()
+    for k in a.rows:
+        np.testing.assert_array_equal(a.rows[k], b.rows[k], err_msg=k)
+    assert (a.p2p is None) == (b.p2p is None)
+    if a.p2p is not None:
+        assert pickle.dumps(a.p2p) == pickle.dumps(b.p2p)
+
+
+@pytest.mark.parametrize("kind", ["collectives", "pipeline"])
+def test_squeezed_rows_describe_the_rank_as_plain_ones(tmp_path, kind):
+    """Kernels, launches and CPU ops kept compressed (many frames: small
+    batches) give the same RankResult, P2P stage work included, and the same
+    CPU op spans; and they are held in a fraction of the bytes."""
+    if kind == "pipeline":
+        generate_pipeline(str(tmp_path), stages=2, microbatches=4, steps=2)
+    else:
+        generate_fixture.generate(str(tmp_path), ranks=2, steps=4, fill_ops=200)
+    path = str(tmp_path / "rank1_trace.json")
+    plain_rows, plain_tl = _collected(path, 1, squeeze=False)
+    rows, tl = _collected(path, 1, squeeze=True)
+    assert len(rows.kernels) > (3 if kind == "collectives" else 0) and all(isinstance(p, Squeezed) for p in rows.kernels + rows.launches)
+    held = sum(len(p.data) for p in rows.kernels + rows.launches)
+    assert held < 0.5 * sum(p.nbytes for p in plain_rows.kernels + plain_rows.launches)
+    for squeezed, plain in ((rows.kernels, plain_rows.kernels), (rows.launches, plain_rows.launches)):
+        for got, want in zip(arrays(squeezed), plain, strict=True):
+            np.testing.assert_array_equal(got, want)
+    _assert_same_result(finish_rank(rows), finish_rank(plain_rows))
+    from streamtrace.correlate.summary import unpack_ops
+    got, want = tl.finish(), plain_tl.finish()
+    for a, b in zip(got.cpu_ops, want.cpu_ops, strict=True):
+        for x, y in zip(unpack_ops(a), unpack_ops(b)):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_an_empty_squeezed_part_is_an_empty_array():
+    empty = np.zeros(0, dtype=[("a", "<i8"), ("b", "<u4")])
+    assert Squeezed(empty).array().dtype == empty.dtype and len(Squeezed(empty).array()) == 0
+
+
+def test_a_jobs_process_group_config_is_held_once(tmp_path):
+    """Every rank's distributedInfo.pg_config lists all 40 ranks; the ranks'
+    results share one text of it, in this process and after a pickle round
+    trip (worker processes, Dask), and the blocking summaries keep none."""
+    truth = generate_fixture.generate(str(tmp_path), ranks=40, steps=1, fill_ops=0)
+    inputs = resolve_inputs(trace_dir=str(tmp_path), world_size=truth["ranks"])
+    results = chain.RankReading(inputs, truth["ranks"], jobs=2).results()
+    texts = [r.meta["pg_config"] for r in results]
+    assert isinstance(texts[0], str) and '"ranks":[0,1,2' in texts[0]
+    assert all(t is texts[0] for t in texts)
+    arrived = [pickle.loads(pickle.dumps(r)) for r in results]
+    assert all(r.meta["pg_config"] is texts[0] for r in arrived)
+    result, timeline = chain._summarize_rank_for_blocking((inputs[3], None), truth["ranks"], False)
+    assert result.meta["pg_config"] is texts[0]
+    assert "distributedInfo" not in timeline.meta["trace"] and timeline.meta["world_size"] == truth["ranks"]
+
+
+def test_node_spans_read_each_distinct_config_once():
+    """The report's node columns parse each distinct pg_config text once and
+    keep each group once (a 4,096-rank job repeats its configs 4,096 times)."""
+    import pandas as pd
+
+    text = '[{"pg_name":"0","ranks":[0,1,2,3,4,5,6,7]},{"pg_name":"1","ranks":[0,2,4,6]}]'
+    other = '[{"pg_name":"1","ranks":[1,3,5,7]}]'
+    nodes = _Nodes(4, pd.DataFrame({"pg_config": [text] * 1000 + [other, None, "not json"]}))
+    assert nodes.groups == [("0", (0, 1, 2, 3, 4, 5, 6, 7)), ("1", (0, 2, 4, 6)), ("1", (1, 3, 5, 7))]
+    assert nodes.span("[0, 1, 2, ...]", "0") == nodes.span("[0, 1, 2, 3, 4, 5, 6, 7]", "0")
