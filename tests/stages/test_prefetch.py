@@ -160,3 +160,39 @@ def test_in_thread_raises_the_exception_in_result():
     job = in_thread(fail)
     with pytest.raises(ValueError, match="bad rank"):
         job.result()
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_a_pool_map_runs_a_bounded_window_ahead_of_its_consumer(workers):
+    """Threads.map starts work at once, but keeps at most WINDOW_PER_WORKER
+    items per worker started and not yet consumed (a slow consumer does not
+    let every rank's whole collection pile up), and still yields every item
+    in order; an early stop leaves the rest unstarted."""
+    from streamtrace.parallel.executor import WINDOW_PER_WORKER, Threads
+
+    started, lock = [], threading.Lock()
+
+    def work(i):
+        with lock:
+            started.append(i)
+        return i * i
+
+    window = WINDOW_PER_WORKER * workers
+    with Threads(workers) as pool:
+        results = pool.map(work, range(50), finish=lambda r: r + 1)
+        deadline = time.monotonic() + 5
+        while len(started) < window and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)
+        assert len(started) == window   # started before the first next(), and no more
+        got = []
+        for consumed, value in enumerate(results, 1):
+            got.append(value)
+            time.sleep(0.002)
+            with lock:
+                assert len(started) <= consumed + window
+            if consumed == 20:
+                results.close()
+                break
+    assert got == [i * i + 1 for i in range(20)]
+    assert max(started) < 20 + window
