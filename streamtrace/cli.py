@@ -675,6 +675,32 @@ def _raise_interrupted(signum, frame):
 CLEANUP_SECONDS = 15
 
 
+def _raise_interrupted_again(signum, frame):
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signum)
+
+
+def _redeliver_lost_interrupt(unraisable, previous=sys.unraisablehook):
+    """``sys.unraisablehook``: the stop signal's ``Interrupted`` was raised
+    while the main thread ran a finalizer (an object's ``__del__``, a
+    generator closed by the garbage collector), where Python only reports an
+    exception and drops it.  The command would then carry on as if no signal
+    had come (found under load: a report waiting on a blocked reader until
+    the watchdog).  The signal is sent to the main thread again, from another
+    thread a moment later (sent from here, its handler would run in this hook,
+    which drops exceptions too), to be raised once more where the finalizer
+    returned to."""
+    exc = unraisable.exc_value
+    if isinstance(exc, Interrupted) and threading.current_thread() is threading.main_thread():
+        signal.signal(exc.signum, _raise_interrupted_again)
+        again = threading.Timer(0.01, signal.pthread_kill, args=(threading.main_thread().ident, exc.signum))
+        again.daemon = True
+        again.start()
+        return
+    previous(unraisable)
+
+
 def _stop_now(signum):
     with contextlib.suppress(Exception):
         os.write(2, f"{Interrupted(signum)} (clean-up did not finish in {CLEANUP_SECONDS} s)\n".encode())
@@ -697,6 +723,7 @@ def run():
     collection walks every live object (pandas' too): ~60 ms in all on a
     large report."""
     gc.set_threshold(100_000)
+    sys.unraisablehook = _redeliver_lost_interrupt
     code = None
     try:
         for s in STOP_SIGNALS:

@@ -229,3 +229,39 @@ def test_extract_workers_die_with_a_killed_parent(run_dir):
     finally:
         _kill_group(extract.pid)
         extract.stdout.close()
+
+
+FINALIZER_GETS_THE_SIGNAL = """
+import os, signal, sys, time
+from streamtrace import cli
+
+class Finalized:
+    def __del__(self):
+        os.kill(os.getpid(), signal.{name})
+        for _ in range(100000):   # the Python handler runs here, inside __del__
+            pass
+
+def main():
+    Finalized()   # freed at once: the signal's Interrupted is raised in its __del__
+    time.sleep(40)
+    print("carried on")
+
+cli.main = main
+cli.run()
+"""
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=lambda s: signal.Signals(s).name)
+def test_a_stop_signal_that_lands_in_a_finalizer_still_stops_the_command(signum):
+    """Python drops an exception raised in a finalizer (it only reports it):
+    a stop signal whose handler ran inside one was lost, and the command
+    carried on -- under load a report then waited on a blocked reader until
+    the clean-up watchdog ended it, 15 s later.  The signal is now delivered
+    again where the finalizer returns, and the command stops at once."""
+    script = FINALIZER_GETS_THE_SIGNAL.format(name=signal.Signals(signum).name)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE)
+    assert time.monotonic() - t0 < 10, proc.stderr   # not the watchdog's 15 s
+    assert proc.returncode == 128 + signum, proc.stderr
+    assert proc.stderr.strip() == f"interrupted by {signal.Signals(signum).name}"
+    assert "carried on" not in proc.stdout
