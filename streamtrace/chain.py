@@ -269,7 +269,7 @@ def _read_rank(item, world_size, strict, custom=None):
     # the events)
     steps = StepCollector(inp.rank)
     frames = extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict, progress=progress,
-                          drop_flows=True, align_only=True, map_window=READ_MAP_WINDOW)
+                          drop_flows=True, align_only=True, map_window=READ_MAP_WINDOW, summarize=False)
     return collected_rank(steps.watch(frames), inp.rank, custom), steps
 
 
@@ -377,7 +377,8 @@ def _read_rank_for_blocking(item, world_size, strict, custom=None):
     inp, progress = item
     rows = timeline = None
     frames = extract_rank(inp.path, inp.rank, world_size, False, inp.position, strict=strict, progress=progress,
-                          batch_events=PIPELINE_BATCH_EVENTS, map_window=BLOCKING_MAP_WINDOW, drop_flows=True)
+                          batch_events=PIPELINE_BATCH_EVENTS, map_window=BLOCKING_MAP_WINDOW, drop_flows=True,
+                          summarize=False)
     # the tokenizer (no GIL) reads on in its own thread while this one collects
     for frame in prefetched(frames, depth=RANK_PREFETCH_FRAMES, name="streamtrace-extract"):
         if rows is None:   # the rank is the trace's own when the input names none

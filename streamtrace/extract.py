@@ -57,7 +57,7 @@ def _parse_meta_value(path, key, raw):
 
 def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0,
                  chunk_size=None, progress=None, gzip_backend=None, strict=False, drop_flows=False,
-                 align_only=False, batch_events=BATCH_EVENTS, map_window=None):
+                 align_only=False, batch_events=BATCH_EVENTS, map_window=None, summarize=True):
     """Yield the frames of one trace file.
 
     ``rank`` is the rank the caller assigned (flag, position, regex); when None
@@ -74,22 +74,25 @@ def extract_rank(path, rank=None, world_size=None, keep_pyfunc=False, position=0
     ``map_window``: bytes per memory-mapped window of a plain file (None:
     ``chunk_size``, else ``MappedChunks.WINDOW``); each window is one hand-off
     between the read-ahead thread and the tokenizer's, and a few feeds.
+    ``summarize``: count what ``dump --what summary`` shows into the META
+    frame (kernels, streams, time span: a few numpy passes over every EVENTS
+    frame, ~10 % of extraction); readers that write no stream leave it out.
     """
     path = str(path)
     source, close = open_source(path, gzip_backend)
     try:
         # named without a URL's credentials in messages, warnings and the metadata
         yield from _extract(redact(path), source, rank, world_size, keep_pyfunc, position, chunk_size, progress,
-                            strict, drop_flows, align_only, batch_events, map_window)
+                            strict, drop_flows, align_only, batch_events, map_window, summarize)
     finally:
         close()
 
 
 def _extract(path, source, rank, world_size, keep_pyfunc, position, chunk_size, progress, strict, drop_flows,
-             align_only, batch_events, map_window):
+             align_only, batch_events, map_window, summarize=True):
     ex = _RankExtraction(path, source, rank, position, progress,
                          _native.Tokenizer(keep_pyfunc=keep_pyfunc, capacity=batch_events, drop_flows=drop_flows,
-                                           align_only=align_only, source=path))
+                                           align_only=align_only, source=path), summarize)
     yield from ex.tokenize(chunk_reader(source, chunk_size, map_window))
     ex.check_document(strict)
     yield from ex.drain()
@@ -108,7 +111,7 @@ class _RankExtraction:
     top-level members, the rank, warnings, where a truncated file ends).  Its
     methods run per chunk or per full record batch, never per event."""
 
-    def __init__(self, path, source, rank, position, progress, tok):
+    def __init__(self, path, source, rank, position, progress, tok, summarize=True):
         self.path, self.source, self.rank, self.position, self.progress = path, source, rank, position, progress
         self.tok = tok
         self.trace_meta = {}
@@ -117,7 +120,7 @@ class _RankExtraction:
         self.truncated_at = None
         self.carry = bytearray()
         self.counts = None
-        self.tally = _Tally()
+        self.tally = _Tally() if summarize else None
 
     def warn(self, message):
         self.warnings.append(message)
@@ -148,13 +151,14 @@ class _RankExtraction:
         first, raw = tok.take_new_strings()
         if raw:
             strings = [decode_raw_string(r) for r in raw]
-            self.tally.strings(first, strings)
+            if self.tally is not None:
+                self.tally.strings(first, strings)
             yield strings_frame(rank, first, strings)
         events, kernels, comms = tok.take_records()
         for kind, payload in ((Kind.EVENTS, events), (Kind.KERNELS, kernels), (Kind.COMMS, comms)):
             if payload:
                 frame = record_frame(kind, rank, payload)
-                if kind == Kind.EVENTS:
+                if kind == Kind.EVENTS and self.tally is not None:
                     self.tally.events(frame.records())
                 yield frame
 
@@ -306,7 +310,7 @@ class _RankExtraction:
             "counts": counts,
             "truncated_at_byte": self.truncated_at,
             "warnings": self.warnings,
-            "summary": self.tally.summary(),
+            **({"summary": self.tally.summary()} if self.tally is not None else {}),
         }
 
 

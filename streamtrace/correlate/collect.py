@@ -174,13 +174,18 @@ class RankTimeline:
         by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
+        del start
 
         def sort(a):
             return a if order is None else a[order]
 
         keys = sort(keys)
-        cols = {c: sort(gpu[c]) for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas",
-                                          "threads", "regs", "smem")}
+        # each column sorted and its unsorted array let go at once: a rank's
+        # GPU rows are the largest thing its end holds, and two copies of them
+        # were the blocking map's peak (by_event keeps event and ctas unsorted)
+        cols = {c: sort(gpu.pop(c)) for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas",
+                                              "threads", "regs", "smem")}
+        del gpu
         s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_parts)) if step_parts else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
         o = np.argsort(s_start, kind="stable")

@@ -96,3 +96,20 @@ def test_node_spans_read_each_distinct_config_once():
     nodes = _Nodes(4, pd.DataFrame({"pg_config": [text] * 1000 + [other, None, "not json"]}))
     assert nodes.groups == [("0", (0, 1, 2, 3, 4, 5, 6, 7)), ("1", (0, 2, 4, 6)), ("1", (1, 3, 5, 7))]
     assert nodes.span("[0, 1, 2, ...]", "0") == nodes.span("[0, 1, 2, 3, 4, 5, 6, 7]", "0")
+
+
+def test_readers_that_write_no_stream_count_no_dump_summary(tmp_path):
+    """extract counts dump's summary into each rank's META (for streams);
+    the reports' readers, which write no stream, skip that pass, and get
+    the same frames otherwise."""
+    from streamtrace.stream.format import Kind
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=1, steps=2)
+    path = str(tmp_path / truth["files"]["0"])
+    counted = list(extract_rank(path, 0))
+    uncounted = list(extract_rank(path, 0, summarize=False))
+    assert counted[-1].kind == uncounted[-1].kind == Kind.META
+    summary = counted[-1].json()["summary"]
+    assert summary["kernels"] == sum(len(f.records()) for f in counted if f.kind == Kind.KERNELS) > 0
+    assert "summary" not in uncounted[-1].json()
+    assert [f.payload for f in counted[:-1]] == [f.payload for f in uncounted[:-1]]
