@@ -46,7 +46,8 @@ def finish_rank(collector):
     kernel_parts, launch_parts = collector.kernels, collector.launches
     collector.kernels = collector.launches = collector.ops = collector.comms = collector.labels = None
     rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
-                                   collector.lookup, meta, labels, collector.custom)
+                                   collector.lookup, meta, labels, collector.custom,
+                                   _parsed_pg_config(collector.meta or {}))
     p2p = rank_p2p(ops, comms, rows, kernel_parts, launch_parts, collector.steps, collector.strings, meta)
     del kernel_parts, launch_parts
     if collector.meta is None:
@@ -135,13 +136,24 @@ def _int_or_none(v):
         return None
 
 
+def _distributed_info(meta):
+    trace = meta.get("trace") if isinstance(meta.get("trace"), dict) else {}
+    return trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+
+
+def _parsed_pg_config(meta):
+    """distributedInfo.pg_config of a rank's metadata (a list), or None."""
+    config = _distributed_info(meta).get("pg_config")
+    return config if isinstance(config, list) else None
+
+
 def _meta_summary(meta, rank):
     trace = meta.get("trace") if isinstance(meta.get("trace"), dict) else {}
-    dist = trace.get("distributedInfo") if isinstance(trace.get("distributedInfo"), dict) else {}
+    dist = _distributed_info(meta)
     devices = trace.get("deviceProperties")
     base = trace.get("baseTimeNanoseconds")
     base = _int_or_none(base) if isinstance(base, (int, float)) else None
-    pg_config = dist.get("pg_config") if isinstance(dist.get("pg_config"), list) else None
+    pg_config = _parsed_pg_config(meta)
     counts = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
     return {
         "rank": rank, "source": meta.get("source"), "world_size": _int_or_none(meta.get("world_size")),
@@ -258,7 +270,8 @@ class _CommRecords:
         return out
 
 
-def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, labels=None, custom=None):
+def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, labels=None, custom=None,
+                   pg_config=None):
     """Select the collective kernels of one rank and describe them (one row each)."""
     if not len(kernels):
         return _empty_rank_rows(), []
@@ -294,7 +307,7 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, l
     ann_name, c10_name, rpc_name = _op_names(ops, ann, n, texts), _op_names(ops, c10, n, texts), \
         _op_names(ops, rpc, n, texts)
 
-    pg_conf = _pg_config_by_name(meta)
+    pg_conf = _pg_config_by_name(pg_config)
     args = _ArgSources(_CommRecords(comms, kernel_comm[sel]), _CommRecords(comms, rpc_comm))
     described, pg_id, need = _described_by_args(args, texts, pg_conf)
     if custom is not None:   # the user's pattern names what the args do not
@@ -467,11 +480,10 @@ def _intern_pg_config(meta):
         meta["pg_config"] = sys.intern(meta["pg_config"])
 
 
-def _pg_config_by_name(meta):
-    """The rank's distributedInfo.pg_config entries by process group name."""
+def _pg_config_by_name(pg_config):
+    """The rank's distributedInfo.pg_config entries (a list, or None) by process group name."""
     pg_conf = {}
-    config = meta.get("pg_config")
-    for pg in (json.loads(config) if isinstance(config, str) else config) or []:
+    for pg in pg_config or []:
         if isinstance(pg, dict) and pg.get("pg_name") is not None:
             pg_conf[str(pg["pg_name"])] = pg
     return pg_conf

@@ -161,9 +161,32 @@ def encode_frame(kind, rank, payload):
 
 
 def json_frame(kind, rank, obj):
-    """A META (packed) or END frame holding ``obj``."""
-    text = json.dumps(obj, separators=(",", ":"), default=_json_default).encode()
-    return Frame(kind, rank, pack_bytes(1, text) if kind == Kind.META else text)
+    """A META (packed) or END frame holding ``obj`` (JSON values only: the
+    frame hands ``obj`` itself to readers in this process)."""
+    return JsonFrame(kind, rank, obj)
+
+
+class JsonFrame(Frame):
+    """A META or END frame made in this process: it keeps its object and
+    encodes it only when its bytes are wanted (a stream being written), so
+    a reader in the same process (``collective-report``'s maps) gets the
+    object without a dump and a parse per rank -- with a job's group lists in
+    every rank's metadata, those were O(ranks) each.  The object must not be
+    changed once the frame is made; ``json()`` returns it, shared."""
+
+    def __init__(self, kind, rank, obj):
+        self.kind, self.rank, self.source, self.offset, self.crc = kind, rank, None, None, None
+        self._obj, self._payload = obj, None
+
+    @property
+    def payload(self):
+        if self._payload is None:
+            text = json.dumps(self._obj, separators=(",", ":"), default=_json_default).encode()
+            self._payload = pack_bytes(1, text) if self.kind == Kind.META else text
+        return self._payload
+
+    def json(self):
+        return self._obj
 
 
 def _json_default(o):

@@ -113,3 +113,17 @@ def test_readers_that_write_no_stream_count_no_dump_summary(tmp_path):
     assert summary["kernels"] == sum(len(f.records()) for f in counted if f.kind == Kind.KERNELS) > 0
     assert "summary" not in uncounted[-1].json()
     assert [f.payload for f in counted[:-1]] == [f.payload for f in uncounted[:-1]]
+
+
+def test_a_metadata_frame_made_here_is_read_without_a_dump_and_a_parse(tmp_path):
+    """extract's META frame hands its object to readers in this process
+    (both collectors of the blocking map share it), and its bytes, when a
+    stream is written, decode to the same object."""
+    from streamtrace.stream.format import Frame, Kind, json_frame
+
+    truth = generate_fixture.generate(str(tmp_path), ranks=2, steps=1)
+    meta_frame = list(extract_rank(str(tmp_path / truth["files"]["1"]), 1))[-1]
+    assert meta_frame.kind == Kind.META and meta_frame.json() is meta_frame.json()
+    assert Frame(Kind.META, 1, bytes(meta_frame.payload)).json() == meta_frame.json()
+    frame = json_frame(Kind.META, 3, {"a": [1, 2.5, None], "b": {"c": "d"}, "n": np.int64(7)})
+    assert Frame(Kind.META, 3, frame.payload).json() == {"a": [1, 2.5, None], "b": {"c": "d"}, "n": 7}
