@@ -48,19 +48,25 @@ def compact(tl, linked, launch_tids):
     if not np.isin(np.asarray(linked, dtype=np.int64), tl.comm_events).all():
         return tl   # align may take one of its compute kernels out: kept whole (see above)
     g, rows = tl.gpu, tl.compute_rows
-    shape = np.column_stack([tl.compute_lcode.astype(np.int64), g["stream"][rows].astype(np.int64)]
-                            + [np.ascontiguousarray(g[c][rows], dtype=np.float64).view(np.int64)
-                               for c in SHAPE_COLUMNS[1:]])
+    tl.gpu = tl.compute_rows = tl.compute_buckets = None
+    # the shape key filled a column at a time (no stacked temporaries): this
+    # runs while the rank's whole GPU rows are still held, the peak of its end
+    shape = np.empty((len(rows), 1 + len(SHAPE_COLUMNS)), dtype=np.int64)
+    shape[:, 0] = tl.compute_lcode
+    shape[:, 1] = g["stream"][rows]
+    for j, c in enumerate(SHAPE_COLUMNS[1:], 2):
+        shape[:, j] = np.ascontiguousarray(g[c][rows], dtype=np.float64).view(np.int64)
     codes, first = _native.factorize_rows(shape) if len(rows) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    del shape
     tl.compute_shape = codes.astype(np.uint16 if len(first) <= 1 << 16 else np.int64)
     tl.compute_shapes = {c: g[c][rows[first]] for c in SHAPE_COLUMNS}
+    del g, rows   # the GPU rows go before the host ops are picked
     tl.compute_shapes["lcode"] = tl.compute_lcode[first]
     tl.compute_lcode = None   # held by the shape (``Timeline.by_lcode``)
     ev, ctas = tl.by_event
     keep = np.isin(ev, tl.comm_events)
     tl.by_event = (ev[keep], ctas[keep])
     tl.cpu_ops = _ops_on_threads(tl.cpu_ops, np.asarray(launch_tids, dtype=np.int64))
-    tl.gpu = tl.compute_rows = tl.compute_buckets = None
     tl.unions = {"comm": tl.unions["comm"]}   # the compute union is made again when used (as large as the kernels)
     tl.nccl_name = None
     tl.meta = _meta_read(tl.meta)
