@@ -15,7 +15,9 @@ command's own process; the workers' largest peak beside it for the cluster)
 and the ratios the issue asks for:
 the largest job's time over the job a quarter of its size (linear in the
 trace bytes: <= 4.5 for 4x the ranks), and the cluster over the local run
-(<= 1.3 on this 2-core machine).  The cases of one size run one after the
+(<= 1.3 on this 2-core machine); then the client's peak RSS for the same
+job (--bytes_ranks) at 4x the bytes per rank, which must not grow (it grows
+with the ranks: the report's rows are ranks x collectives).  The cases of one size run one after the
 other, alternating their order between repeats, so that both see the same
 load; the ratios use each case's fastest run.
 """
@@ -80,6 +82,8 @@ def main():
     ap.add_argument("--ranks", default="64,256,1024,4096", help="comma-separated rank counts")
     ap.add_argument("--mb", type=float, default=1.0, help="MB of JSON per rank (default 1)")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--bytes_ranks", type=int, default=256,
+                    help="rank count of the bytes check: the same job at --mb and 4x --mb per rank (0: skip)")
     ap.add_argument("--child", nargs=3, metavar=("CASE", "DIR", "RANKS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -116,6 +120,15 @@ def main():
             rss = best[large, case]["client_rss_mb"] / best[small, case]["client_rss_mb"]
             print(f"  {case:8s} {large} / {small} ranks ({large / small:g}x the bytes): time {t:.2f}"
                   f"{' (target <= 4.5)' if large == 4 * small else ''}, client peak RSS {rss:.2f}")
+    if args.bytes_ranks:
+        # the client's RSS against the bytes per rank alone: the same ranks, 4x the bytes each
+        n = args.bytes_ranks
+        peak = {mb: {case: measure(case, generate(n, mb), n)["client_rss_mb"] for case in CASES}
+                for mb in (args.mb, 4 * args.mb)}
+        for case in CASES:
+            print(f"  {case:8s} {n} ranks, {4 * args.mb:g} vs {args.mb:g} MB a rank: client peak RSS "
+                  f"{peak[4 * args.mb][case]:.0f} vs {peak[args.mb][case]:.0f} MB "
+                  f"({peak[4 * args.mb][case] / peak[args.mb][case]:.2f}; target: no growth)")
 
 
 if __name__ == "__main__":
