@@ -166,24 +166,35 @@ def json_frame(kind, rank, obj):
     return JsonFrame(kind, rank, obj)
 
 
-class JsonFrame(Frame):
-    """A META or END frame made in this process: it keeps its object and
-    encodes it only when its bytes are wanted (a stream being written), so
-    a reader in the same process (``collective-report``'s maps) gets the
-    object without a dump and a parse per rank -- with a job's group lists in
-    every rank's metadata, those were O(ranks) each.  The object must not be
-    changed once the frame is made; ``json()`` returns it, shared."""
+class _MadeHere(Frame):
+    """A frame made in this process: it keeps what it holds and encodes it
+    only when its bytes are wanted (a stream being written), so readers in
+    the same process (``collective-report``'s maps) skip the encoding and
+    the decoding.  What it holds must not change once it is made."""
 
-    def __init__(self, kind, rank, obj):
+    def __init__(self, kind, rank):
         self.kind, self.rank, self.source, self.offset, self.crc = kind, rank, None, None, None
-        self._obj, self._payload = obj, None
+        self._payload = None
 
     @property
     def payload(self):
         if self._payload is None:
-            text = json.dumps(self._obj, separators=(",", ":"), default=_json_default).encode()
-            self._payload = pack_bytes(1, text) if self.kind == Kind.META else text
+            self._payload = self._encode()
         return self._payload
+
+
+class JsonFrame(_MadeHere):
+    """A META or END frame made here: ``json()`` returns its object, shared
+    (a dump and a parse per rank of its metadata, which lists the job's
+    process groups with all their ranks, were O(ranks) each)."""
+
+    def __init__(self, kind, rank, obj):
+        super().__init__(kind, rank)
+        self._obj = obj
+
+    def _encode(self):
+        text = json.dumps(self._obj, separators=(",", ":"), default=_json_default).encode()
+        return pack_bytes(1, text) if self.kind == Kind.META else text
 
     def json(self):
         return self._obj
@@ -215,21 +226,16 @@ def record_frame(kind, rank, records):
     return RecordFrame(kind, rank, records)
 
 
-class RecordFrame(Frame):
-    """A record frame made in this process (extract): it keeps its records
-    and packs them only when its bytes are wanted (a stream being written),
-    so stages chained in one process (``collective-report``) never pack or
-    unpack them.  The records must not change once the frame is made."""
+class RecordFrame(_MadeHere):
+    """A record frame made here (extract): stages chained in one process
+    never pack or unpack its records."""
 
     def __init__(self, kind, rank, records):
-        self.kind, self.rank, self.source, self.offset, self.crc = kind, rank, None, None, None
-        self._records, self._payload = records, None
+        super().__init__(kind, rank)
+        self._records = records
 
-    @property
-    def payload(self):
-        if self._payload is None:
-            self._payload = pack_records(self._records)
-        return self._payload
+    def _encode(self):
+        return pack_records(self._records)
 
     def records(self):
         return self._records
