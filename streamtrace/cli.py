@@ -200,6 +200,11 @@ def main():
 
     Any input or output path may be a URL (s3://, gs://, https://, any fsspec
     protocol; the 'remote' extra): read in ranged blocks, written when complete.
+
+    Exit status: 0 on success; 1 with one line on stderr for bad input or an
+    unreachable URL or scheduler; 2 for unknown options (Click's usage
+    error); 128 + the signal's number after SIGTERM, SIGINT or SIGHUP, once
+    workers are ended and partial outputs removed (at most 15 s of clean-up).
     """
 
 
