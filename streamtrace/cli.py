@@ -666,14 +666,12 @@ def _raise_interrupted(signum, frame):
     every ``finally`` and context manager on the way out runs (workers ended,
     temporary files removed, no partial output renamed into place).  Further
     stop signals are ignored meanwhile, so the cleaning up is not cut short."""
-    for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
     # the clean-up must not turn a stop into a hang (a `timeout` or Slurm
     # waiting on us): if it has not ended the process in time, end it here
     watchdog = threading.Timer(CLEANUP_SECONDS, _stop_now, args=(signum,))
     watchdog.daemon = True
     watchdog.start()
-    raise Interrupted(signum)
+    _raise_interrupted_again(signum, frame)
 
 
 #: the longest a signalled command spends cleaning up before it exits anyway
@@ -681,6 +679,8 @@ CLEANUP_SECONDS = 15
 
 
 def _raise_interrupted_again(signum, frame):
+    """Ignore further stop signals and raise ``Interrupted`` (the watchdog is
+    armed already: the handler for a signal delivered again)."""
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     raise Interrupted(signum)

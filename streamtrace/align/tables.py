@@ -1,7 +1,6 @@
 """The ``align.*`` tables' names and columns, and the pandas code that builds
 ``align.ranks``, an empty ``align.collectives`` and ``align.quality`` (whose
 builder the report's data_quality sheet uses too)."""
-import json
 import math
 
 import numpy as np
@@ -40,8 +39,7 @@ def _ranks_table(results):
         "rank": np.array([res.rank for res in results], dtype=np.int64),
         "source": _objects([m.get("source") for m in metas]),
         "base_ns": np.array([int(m.get("base_ns") or 0) for m in metas], dtype=np.int64),
-        "pg_config": _objects([m.get("pg_config") if isinstance(m.get("pg_config"), (str, type(None)))
-                                else _json(m["pg_config"]) for m in metas]),
+        "pg_config": _objects([m.get("pg_config") for m in metas]),   # describe.pg_config_text
         "collective_kernels": np.array([rank_row_count(res.rows) for res in results], dtype=np.int64),
         "events": np.array([res.events for res in results], dtype=np.int64),
         "warnings": _objects(["; ".join(m.get("warnings") or []) for m in metas]),
@@ -63,10 +61,6 @@ def nullable_ints(values):
 def _objects(values):
     """An object column of values, None for missing."""
     return pd.Series([None if _missing(v) else v for v in values], dtype=object)
-
-
-def _json(v):
-    return json.dumps(v, separators=(",", ":"), default=str)
 
 
 def quality_table(findings):

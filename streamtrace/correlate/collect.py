@@ -166,11 +166,12 @@ class RankTimeline:
         keys = gpu.pop("keys")
         keys[nostr, 0] = n_str
         for i, part in enumerate(cpu_parts):
-            if part["dtypes"][-1] == "<u2" if "data" in part else part["name"].dtype == np.uint16:
+            squeezed = "data" in part
+            if (part["dtypes"][-1] if squeezed else part["name"].dtype.str) == "<u2":
                 continue   # a uint16 column holds no NOSTR
-            part = _unsqueeze(part) if "data" in part else part
+            part = _unsqueeze(part) if squeezed else part
             part["name"] = np.where(part["name"] == _native.NOSTR, np.uint32(n_str), part["name"]).astype(np.uint32)
-            cpu_parts[i] = _squeeze(part) if self.squeeze else part
+            cpu_parts[i] = _squeeze(part) if squeezed else part
         by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
