@@ -27,7 +27,8 @@ Modules, lowest first:
 - ``constants``: the spec's numbers several analyses share.
 - ``growing``: columns filled part by part (``_Growing``).
 - ``timeline``: one rank's ``Timeline``, and ``_classify`` (comm vs compute,
-  unions, buckets, window lengths: what needs no other rank).
+  the comm union, window lengths: what needs no other rank; compute
+  union and buckets are made when used).
 - ``compute``: ``_Compute``, every rank's compute kernels in one table.
 - ``inputs``: align's collectives as an instance table; ``Inputs``, the
   timelines on the aligned clock.

@@ -3,7 +3,7 @@ correlate needs of one rank's frames and finishes it into a ``Timeline`` at
 the rank's end; ``StreamCollector`` does so for every rank of a stream and
 keeps align's collectives table.
 
-Memory: per rank, the GPU activities (about 100 bytes each with launch
+Memory: per rank, the GPU activities (69 bytes each with launch
 geometry) and the CPU ops and runtime calls (about 14 bytes each: start,
 end, thread, name in narrow columns), picked out of each EVENTS frame by a C
 pass as it streams past, with launch geometry joined per KERNELS frame; a
@@ -33,12 +33,13 @@ SEL_GPU, SEL_HOST, SEL_STEP_NAME = 1, 2, 4
 _SEL_OF_KIND = np.array([0, SEL_GPU, SEL_GPU, SEL_GPU, SEL_HOST, SEL_HOST], dtype=np.uint16)
 
 
-# per GPU row: kernel identity (name, grid x y z, block x y z, 0) as int32,
-# so that 4 int64 hold one row; launch geometry; CTAs and threads (NaN: unknown)
-_GPU_SPEC = {"event": (np.int64, ()), "start": (np.int64, ()), "end": (np.int64, ()), "device": (np.int64, ()),
-             "name": (np.int64, ()), "stream": (np.int64, ()), "kind": (np.uint8, ()), "keys": (np.int32, (8,)),
-             "regs": (np.float64, ()), "smem": (np.float64, ()), "ctas": (np.float64, ()),
-             "threads": (np.float64, ())}
+# per GPU row while the rank streams past, in the trace's own widths (69
+# bytes a row): launch geometry as grid x y z, block x y z (-1: none joined
+# yet), registers and shared memory (-1: unknown).  The rank's end widens
+# them into the Timeline's columns (``RankTimeline.finish``).
+_GPU_SPEC = {"event": (np.uint32, ()), "start": (np.int64, ()), "end": (np.int64, ()), "device": (np.int64, ()),
+             "name": (np.uint32, ()), "stream": (np.int32, ()), "kind": (np.uint8, ()), "dims": (np.int32, (6,)),
+             "regs": (np.int32, ()), "smem": (np.int32, ())}
 
 
 class RankTimeline:
@@ -103,6 +104,8 @@ class RankTimeline:
     def add_events(self, records):
         base = self.n_events
         self.n_events += len(records)
+        if self.n_events > 1 << 32:   # a KERNELS record names its event in 32 bits too
+            raise StreamtraceError(f"rank {self.rank}: more than 2**32 events")
         if not len(records):
             return
         # rows picked by C passes (complete events with a timestamp, by
@@ -135,10 +138,7 @@ class RankTimeline:
             c["event"][rows] = g + base
             c["device"][rows] = np.where(device >= 0, device, np.where(flags & _native.FLAGS["pid_str"], -1, pid))
             c["kind"][rows] = self._kind[cat]
-            keys = c["keys"][rows]
-            keys[:, 1:7] = -1
-            keys[:, 0], keys[:, 7] = c["name"][rows], 0
-            c["regs"][rows] = c["smem"][rows] = c["ctas"][rows] = c["threads"][rows] = np.nan
+            c["dims"][rows] = c["regs"][rows] = c["smem"][rows] = -1
 
     def add_kernels(self, records):
         """Join a KERNELS frame's geometry to the latest GPU part (extract
@@ -161,10 +161,7 @@ class RankTimeline:
         self.gpu = self.cpu_parts = self.step_parts = self.pending = None
         n_str = len(self.strings)
         names = np.array(self.strings + [""], dtype=object)
-        nostr = gpu["name"] == _native.NOSTR
-        gpu["name"][nostr] = n_str     # the "" slot
-        keys = gpu.pop("keys")
-        keys[nostr, 0] = n_str
+        gpu["name"][gpu["name"] == _native.NOSTR] = n_str     # the "" slot
         for i, part in enumerate(cpu_parts):
             squeezed = "data" in part
             if (part["dtypes"][-1] if squeezed else part["name"].dtype.str) == "<u2":
@@ -172,6 +169,16 @@ class RankTimeline:
             part = _unsqueeze(part) if squeezed else part
             part["name"] = np.where(part["name"] == _native.NOSTR, np.uint32(n_str), part["name"]).astype(np.uint32)
             cpu_parts[i] = _squeeze(part) if squeezed else part
+        # kernel identity (name, grid x y z, block x y z, 0) as int32, so
+        # that 4 int64 hold one row; CTAs and threads (NaN: no grid and block)
+        dims = gpu.pop("dims")
+        keys = np.empty((len(dims), 8), dtype=np.int32)
+        keys[:, 0], keys[:, 1:7], keys[:, 7] = gpu["name"], dims, 0
+        has = (dims[:, 0] >= 0) & (dims[:, 3] >= 0)
+        for c, d in (("ctas", dims[:, 0:3]), ("threads", dims[:, 3:6])):   # as int64: never an int32 overflow
+            gpu[c] = np.where(has, d[:, 0].astype(np.int64) * d[:, 1] * d[:, 2], np.nan)
+        del dims, has
+        gpu["event"] = gpu["event"].astype(np.int64)
         by_event = (gpu["event"], gpu["ctas"])          # rows are in stream (event) order
         start = gpu["start"]
         order = np.argsort(start, kind="stable") if len(start) > 1 and (start[1:] < start[:-1]).any() else None
@@ -181,11 +188,18 @@ class RankTimeline:
             return a if order is None else a[order]
 
         keys = sort(keys)
-        # each column sorted and its unsorted array let go at once: a rank's
-        # GPU rows are the largest thing its end holds, and two copies of them
-        # were the blocking map's peak (by_event keeps event and ctas unsorted)
-        cols = {c: sort(gpu.pop(c)) for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas",
-                                              "threads", "regs", "smem")}
+        # each column sorted (and widened) and its unsorted array let go at
+        # once: a rank's GPU rows are the largest thing its end holds, and two
+        # copies of them were the blocking map's peak (by_event keeps event
+        # and ctas unsorted)
+        widen = {"stream": np.int64, "name": np.int64, "regs": None, "smem": None}
+        cols = {}
+        for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas", "threads", "regs", "smem"):
+            a = gpu.pop(c)
+            if c in widen:
+                a = a.astype(widen[c]) if widen[c] else np.where(a >= 0, a, np.nan)
+            cols[c] = sort(a)
+            del a
         del gpu
         s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_parts)) if step_parts else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
@@ -194,6 +208,7 @@ class RankTimeline:
         cols["lcode"], first = _native.factorize_rows(keys.view(np.int64))
         tl = Timeline(self.rank, self.meta, names, cols, by_event, cpu_parts, steps)
         tl.lkeys = keys[first]
+        del keys, first   # the rows' identities are their lcodes now
         tl.nccl_name = (self._name.take(cols["name"], mode="clip") & S_NCCL) != 0
         # here, overlapped with the next rank's extraction; Inputs redoes it
         # only when align links an event this left out
@@ -206,19 +221,18 @@ class RankTimeline:
 
 def _geometry_columns(cols, rows):
     """The GPU columns _join_geometry writes, for ``rows`` (a slice: views)."""
-    return cols["keys"][rows, 1:7], cols["regs"][rows], cols["smem"][rows], cols["ctas"][rows], cols["threads"][rows]
+    return cols["dims"][rows], cols["regs"][rows], cols["smem"][rows]
 
 
-def _join_geometry(events, records, dims, regs, smem, ctas, threads):
+def _join_geometry(events, records, dims, regs, smem):
     """Write the geometry of KERNELS ``records`` into the rows of the GPU
-    rows whose (increasing) event indices are ``events``, with the CTAs and
-    threads it makes (NaN without a grid and a block); returns the records
-    that match no row.  Fields are taken one at a time: a gather of whole
-    structured records is several times slower."""
+    rows whose (increasing) event indices are ``events``; returns the
+    records that match no row.  Fields are taken one at a time: a gather of
+    whole structured records is several times slower."""
     n = len(events)
     if not n:
         return records
-    k_event = records["event"].astype(np.int64)
+    k_event = records["event"]
     at = np.minimum(np.searchsorted(events, k_event), n - 1)
     hit = events[at] == k_event
     everything = bool(hit.all())
@@ -230,12 +244,8 @@ def _join_geometry(events, records, dims, regs, smem, ctas, threads):
     grid, block = hits(records["grid"]), hits(records["block"])
     dims[rows, 0:3] = grid
     dims[rows, 3:6] = block
-    has = (grid[:, 0] >= 0) & (block[:, 0] >= 0)
-    for out, d in ((ctas, grid), (threads, block)):   # as int64: never an int32 overflow
-        out[rows] = np.where(has, d[:, 0].astype(np.int64) * d[:, 1] * d[:, 2], np.nan)
-    r, m = hits(records["registers_per_thread"]), hits(records["shared_memory"])
-    regs[rows] = np.where(r >= 0, r, np.nan)
-    smem[rows] = np.where(m >= 0, m, np.nan)
+    regs[rows] = hits(records["registers_per_thread"])
+    smem[rows] = hits(records["shared_memory"])
     return records[:0] if everything else records[~hit]
 
 

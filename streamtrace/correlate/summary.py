@@ -49,18 +49,21 @@ def compact(tl, linked, launch_tids):
         return tl   # align may take one of its compute kernels out: kept whole (see above)
     g, rows = tl.gpu, tl.compute_rows
     tl.gpu = tl.compute_rows = tl.compute_buckets = None
-    # the shape key filled a column at a time (no stacked temporaries): this
-    # runs while the rank's whole GPU rows are still held, the peak of its end
-    shape = np.empty((len(rows), 1 + len(SHAPE_COLUMNS)), dtype=np.int64)
+    # the compute kernels' shape columns picked out, then the rank's GPU rows
+    # let go before the shape key is made: this is the peak of a rank's end
+    picked = {c: g[c][rows] for c in SHAPE_COLUMNS}
+    del g, rows
+    # the shape key filled a column at a time (no stacked temporaries)
+    shape = np.empty((len(tl.compute_lcode), 1 + len(SHAPE_COLUMNS)), dtype=np.int64)
     shape[:, 0] = tl.compute_lcode
-    shape[:, 1] = g["stream"][rows]
+    shape[:, 1] = picked["stream"]
     for j, c in enumerate(SHAPE_COLUMNS[1:], 2):
-        shape[:, j] = np.ascontiguousarray(g[c][rows], dtype=np.float64).view(np.int64)
-    codes, first = _native.factorize_rows(shape) if len(rows) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        shape[:, j] = np.ascontiguousarray(picked[c], dtype=np.float64).view(np.int64)
+    codes, first = _native.factorize_rows(shape) if len(shape) else (np.zeros(0, np.int64), np.zeros(0, np.int64))
     del shape
     tl.compute_shape = codes.astype(np.uint16 if len(first) <= 1 << 16 else np.int64)
-    tl.compute_shapes = {c: g[c][rows[first]] for c in SHAPE_COLUMNS}
-    del g, rows   # the GPU rows go before the host ops are picked
+    tl.compute_shapes = {c: picked[c][first] for c in SHAPE_COLUMNS}
+    del picked
     tl.compute_shapes["lcode"] = tl.compute_lcode[first]
     tl.compute_lcode = None   # held by the shape (``Timeline.by_lcode``)
     ev, ctas = tl.by_event

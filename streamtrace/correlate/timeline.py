@@ -184,10 +184,12 @@ def _classify(tl, linked):
     ``linked`` by align to a collective, and memcpy on their streams) and
     compute kernels (``gpu["compute"]``: the other kernels) of one rank, with
     what the analyses need of each that does not depend on other ranks: the
-    compute kernels' rows, times and identities (``compute_*``), the unions
-    of comm, compute, copies and all GPU activity (on the timeline's clock),
-    the compute kernels' duration buckets for compute_inflation and the
-    window lengths for exposed_comm."""
+    compute kernels' rows, times and identities (``compute_*``), the union
+    of comm (on the timeline's clock) and the window lengths for
+    exposed_comm.  The unions of compute, copies and all GPU activity are
+    made for those lengths only, and compute_inflation's buckets are left
+    to ``Timeline.buckets``: a rank's summary drops them (``compact``), and
+    made here they were the largest part of a rank's end beside its rows."""
     g = tl.gpu
     # a lookup table over the events' range, not a pass per collective
     is_linked = np.isin(g["event"], linked, kind="table") if len(linked) else np.zeros(len(g["event"]), bool)
@@ -204,19 +206,23 @@ def _classify(tl, linked):
     # the rank's identities in order of first appearance among its compute kernels
     tl.compute_lcodes = _in_order_of_appearance(tl.compute_lcode, len(tl.lkeys))
     tl.compute_triples = [(tl.names[d[0]], _dims_text(d[1:4]), _dims_text(d[4:7])) for d in tl.lkeys[tl.compute_lcodes]]
-    copy = g["kind"] != KIND_KERNEL
-    tl.unions = {"compute": _native.interval_union(tl.compute_start, tl.compute_end),
-                 "comm": _native.interval_union(g["start"][comm], g["end"][comm]),
-                 "copy": _native.interval_union(g["start"][copy], g["end"][copy]),
-                 "busy": _native.interval_union(g["start"], g["end"])}
-    dur = tl.compute_end - tl.compute_start
-    tl.compute_max_dur = int(dur.max()) if len(dur) else 0
-    tl.compute_buckets = _buckets_by_identity(tl.compute_lcode, dur, _comm_fractions(tl, dur))
+    comm_union = _native.interval_union(g["start"][comm], g["end"][comm])
+    tl.unions = {"comm": comm_union}
+    tl.compute_max_dur = int((tl.compute_end - tl.compute_start).max()) if len(rows) else 0
+    tl.compute_buckets = None
     # exposed_comm's lengths that need no other rank: |W ∩ U| per window W
-    u = dict(tl.unions, hidden=_intersect(tl.unions["comm"], tl.unions["compute"]))
     lo, hi = _exposed_windows(tl)
-    tl.window_lengths = {k: _native.overlap_with_union(lo, hi, *u[k]).tolist() if len(u[k][0]) else [0] * len(lo)
-                         for k in ("comm", "hidden", "compute", "copy", "busy")}
+
+    def lengths(u):
+        return _native.overlap_with_union(lo, hi, *u).tolist() if len(u[0]) else [0] * len(lo)
+
+    compute_union = _native.interval_union(tl.compute_start, tl.compute_end)
+    tl.window_lengths = {"comm": lengths(comm_union), "hidden": lengths(_intersect(comm_union, compute_union)),
+                         "compute": lengths(compute_union)}
+    del compute_union
+    copy = g["kind"] != KIND_KERNEL
+    tl.window_lengths["copy"] = lengths(_native.interval_union(g["start"][copy], g["end"][copy]))
+    tl.window_lengths["busy"] = lengths(_native.interval_union(g["start"], g["end"]))
 
 
 def _comm_fractions(tl, dur):

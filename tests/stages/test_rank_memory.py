@@ -127,3 +127,41 @@ def test_a_metadata_frame_made_here_is_read_without_a_dump_and_a_parse(tmp_path)
     assert Frame(Kind.META, 1, bytes(meta_frame.payload)).json() == meta_frame.json()
     frame = json_frame(Kind.META, 3, {"a": [1, 2.5, None], "b": {"c": "d"}, "n": np.int64(7)})
     assert Frame(Kind.META, 3, frame.payload).json() == {"a": [1, 2.5, None], "b": {"c": "d"}, "n": 7}
+
+
+def test_gpu_rows_are_held_narrow_and_widened_to_the_kernels_geometry_at_the_ranks_end(tmp_path):
+    """While a rank streams past, its GPU rows are held in the trace's own
+    widths (69 bytes a row, not 121); at its end every kernel's CTAs,
+    threads, registers and shared memory, and its identity's grid and
+    block, are those of its KERNELS record (NaN or -1 where it has none)."""
+    from streamtrace.stream.format import Kind
+
+    generate_fixture.generate(str(tmp_path), ranks=2, steps=3, fill_ops=50)
+    path = str(tmp_path / "rank1_trace.json")
+    _, timeline = _collected(path, 1, squeeze=True)
+    row = sum(a.dtype.itemsize * int(np.prod(a.shape[1:])) for a in timeline.gpu.cols.values())
+    assert row == 69
+    geometry = {}
+    for frame in extract_rank(path, 1, batch_events=256, drop_flows=True):
+        if frame.kind == Kind.KERNELS:
+            for k in frame.records():
+                geometry[int(k["event"])] = k
+    tl = timeline.finish()
+    g = tl.gpu
+    assert len(g["event"]) and g["event"].dtype == np.int64 and g["name"].dtype == np.int64
+    joined = 0
+    for i, event in enumerate(g["event"].tolist()):
+        dims = tl.lkeys[g["lcode"][i]][1:7]
+        k = geometry.get(event)
+        if k is None:
+            assert (dims == -1).all() and np.isnan([g[c][i] for c in ("ctas", "threads", "regs", "smem")]).all()
+            continue
+        joined += 1
+        np.testing.assert_array_equal(dims, np.r_[k["grid"], k["block"]])
+        whole = k["grid"][0] >= 0 and k["block"][0] >= 0
+        for c, d in (("ctas", k["grid"]), ("threads", k["block"])):
+            want = float(np.prod(d.astype(np.int64))) if whole else np.nan
+            np.testing.assert_equal(g[c][i], want)
+        for c, v in (("regs", k["registers_per_thread"]), ("smem", k["shared_memory"])):
+            np.testing.assert_equal(g[c][i], float(v) if v >= 0 else np.nan)
+    assert joined == len(geometry) > 0
