@@ -3,6 +3,7 @@
 launches and CPU ops, the collective kernels selected, their kind, sizes and
 process group filled in from the best source present).  numpy only (no
 pandas import)."""
+import collections
 import json
 import sys
 from dataclasses import dataclass, field
@@ -466,13 +467,25 @@ class _ArgSources:
         return np.where(a != NONE, a, b), a != NONE, b != NONE
 
 
+#: the configs whose texts were made last, with their texts: the ranks of a
+#: job list the same config, and comparing two configs costs ~1 % of encoding one
+_RECENT_PG_CONFIGS = collections.deque(maxlen=4)
+
+
 def pg_config_text(pg_config):
     """distributedInfo.pg_config as the compact JSON text kept per rank (and
     written to align.ranks), interned.  Every rank's trace lists every
     group's ranks there, so a job of N ranks holds N copies of an O(N) list
     (4,096 ranks: ~150 KB a rank as Python lists); as one shared text per
-    distinct config, the ranks' results stay O(N) together."""
-    return sys.intern(json.dumps(pg_config, separators=(",", ":"), default=str))
+    distinct config, the ranks' results stay O(N) together.  A config equal
+    to a recent one (Python's ==, which also holds for 1 and 1.0) takes its
+    text without being encoded again: the encoding was O(N) per rank."""
+    for config, text in list(_RECENT_PG_CONFIGS):   # list(): a snapshot, other threads append
+        if type(config) is type(pg_config) and config == pg_config:
+            return text
+    text = sys.intern(json.dumps(pg_config, separators=(",", ":"), default=str))
+    _RECENT_PG_CONFIGS.append((pg_config, text))
+    return text
 
 
 def _intern_pg_config(meta):

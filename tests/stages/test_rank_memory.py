@@ -86,6 +86,33 @@ def test_a_jobs_process_group_config_is_held_once(tmp_path):
     assert "distributedInfo" not in timeline.meta["trace"] and timeline.meta["world_size"] == truth["ranks"]
 
 
+def test_a_config_equal_to_a_recent_one_is_not_encoded_again(monkeypatch):
+    """Ranks listing the same pg_config take its text without a JSON
+    encoding (O(ranks) per rank); a different config gets its own text, and
+    one not seen recently is encoded again, to the same interned text."""
+    import json
+
+    from streamtrace.align import describe
+
+    monkeypatch.setattr(describe, "_RECENT_PG_CONFIGS", describe.collections.deque(maxlen=4))
+    encoded = []
+    real_dumps = json.dumps
+    monkeypatch.setattr(describe.json, "dumps", lambda *a, **k: encoded.append(a[0]) or real_dumps(*a, **k))
+
+    def config(n, name="0"):
+        return [{"pg_name": name, "pg_size": n, "ranks": list(range(n))}]
+
+    first = describe.pg_config_text(config(64))
+    assert [describe.pg_config_text(config(64)) for _ in range(5)] == [first] * 5 and len(encoded) == 1
+    assert all(describe.pg_config_text(config(64)) is first for _ in range(3))
+    other = describe.pg_config_text(config(64, name="1"))
+    assert other != first and '"pg_name":"1"' in other and len(encoded) == 2
+    for n in range(1, 5):   # four other configs push the first out
+        describe.pg_config_text(config(n))
+    assert describe.pg_config_text(config(64)) is first and len(encoded) == 7
+    assert describe.pg_config_text({"0": 1}) != describe.pg_config_text([{"0": 1}])
+
+
 def test_node_spans_read_each_distinct_config_once():
     """The report's node columns parse each distinct pg_config text once and
     keep each group once (a 4,096-rank job repeats its configs 4,096 times)."""
