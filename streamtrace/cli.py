@@ -101,8 +101,9 @@ def scheduler_option(fn):
     return click.option("--scheduler", metavar="ADDRESS|auto|local",
                         help="Run the per-rank work on a Dask cluster: its scheduler's address (tcp://host:port), "
                              "auto (DASK_SCHEDULER_ADDRESS or dask's scheduler-address config), or local (a "
-                             "LocalCluster of -j worker processes for this run). Needs streamtrace[dask]; the "
-                             "workers read the traces by the paths given.")(fn)
+                             "LocalCluster of -j worker processes started and stopped for this run: its start-up, "
+                             "seconds, is paid every run; for many runs keep a cluster up and pass its address). "
+                             "Needs streamtrace[dask]; the workers read the traces by the paths given.")(fn)
 
 
 @contextlib.contextmanager
