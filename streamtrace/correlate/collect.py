@@ -192,14 +192,8 @@ class RankTimeline:
         # once: a rank's GPU rows are the largest thing its end holds, and two
         # copies of them were the blocking map's peak (by_event keeps event
         # and ctas unsorted)
-        widen = {"stream": np.int64, "name": np.int64, "regs": None, "smem": None}
-        cols = {}
-        for c in ("start", "end", "stream", "kind", "name", "event", "device", "ctas", "threads", "regs", "smem"):
-            a = gpu.pop(c)
-            if c in widen:
-                a = a.astype(widen[c]) if widen[c] else np.where(a >= 0, a, np.nan)
-            cols[c] = sort(a)
-            del a
+        cols = {c: sort(_widened(c, gpu.pop(c))) for c in ("start", "end", "stream", "kind", "name", "event",
+                                                            "device", "ctas", "threads", "regs", "smem")}
         del gpu
         s_start, s_end, s_name = (np.concatenate(c) for c in zip(*step_parts)) if step_parts else \
             (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32))
@@ -217,6 +211,16 @@ class RankTimeline:
         # time); Inputs adds align's clock offset, when there is one
         tl.shift_by(tl.base_ns)
         return tl
+
+
+def _widened(name, column):
+    """A GPU column as the Timeline holds it: ids as int64, registers and
+    shared memory as floats with NaN for unknown (-1 while streaming)."""
+    if name in ("stream", "name"):
+        return column.astype(np.int64)
+    if name in ("regs", "smem"):
+        return np.where(column >= 0, column, np.nan)
+    return column
 
 
 def _geometry_columns(cols, rows):
