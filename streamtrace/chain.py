@@ -20,9 +20,9 @@ import itertools
 import os
 
 from .align.custom import custom_collectives
-from .errors import Interrupted, InvalidArgumentError, StreamtraceError, os_error
+from .errors import InvalidArgumentError, StreamtraceError, os_error
 from .parallel.dask import as_executor
-from .parallel.executor import local_executor
+from .parallel.executor import local_executor, stopping
 from .parallel.threads import interleaved, prefetched
 from .remote import is_url, local_path
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
@@ -219,7 +219,7 @@ class RankReading:
         try:
             pairs = list(self._results)
         except BaseException as exc:
-            self.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
+            self.close(wait=not stopping(exc))
             raise
         self.close()
         results = [result for result, _ in pairs]
@@ -545,7 +545,7 @@ def _report_tables(inputs, a):
     try:
         from .report import sheets as report  # pandas loads while the first ranks are tokenized
     except BaseException as exc:
-        reading.close(wait=not isinstance(exc, (Interrupted, KeyboardInterrupt)))
+        reading.close(wait=not stopping(exc))
         raise
     return reading.tables(align_clocks, a["gpus_per_node"]), report
 

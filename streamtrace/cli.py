@@ -43,25 +43,35 @@ def _setup_logging(quiet):
 
 
 def handle_errors(fn):
-    """Turn library and operating-system errors into one-line Click errors (exit 1)."""
+    """Turn library and operating-system errors into one-line Click errors
+    (exit 1); after a stop signal, any error is the signal's (its
+    ``Interrupted`` may have been swallowed or replaced on the way)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except StreamtraceError as exc:
-            raise click.ClickException(redact_text(exc)) from None   # a URL's credentials never shown
-        except BrokenPipeError:  # e.g. `streamtrace dump ... | head`
-            with contextlib.suppress(Exception):
-                sys.stdout = open(os.devnull, "w")
-            sys.exit(0)
         except KeyboardInterrupt:
             raise click.Abort() from None
-        except OSError as exc:   # the machine's, not ours (a full disk, an I/O error): one line too
-            where = f"{exc.filename}: " if exc.filename else ""
-            raise click.ClickException(redact_text(f"{where}{os_reason(exc)}")) from None
+        except Exception as exc:
+            if Interrupted.pending is not None:
+                raise Interrupted(Interrupted.pending) from None
+            _raise_as_click_error(exc)
 
     return wrapper
+
+
+def _raise_as_click_error(exc):
+    if isinstance(exc, StreamtraceError):
+        raise click.ClickException(redact_text(exc)) from None   # a URL's credentials never shown
+    if isinstance(exc, BrokenPipeError):  # e.g. `streamtrace dump ... | head`
+        with contextlib.suppress(Exception):
+            sys.stdout = open(os.devnull, "w")
+        sys.exit(0)
+    if isinstance(exc, OSError):   # the machine's, not ours (a full disk, an I/O error): one line too
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise click.ClickException(redact_text(f"{where}{os_reason(exc)}")) from None
+    raise exc
 
 
 def _check_stream_output(output, inputs):
@@ -669,6 +679,7 @@ def _raise_interrupted(signum, frame):
     stop signals are ignored meanwhile, so the cleaning up is not cut short."""
     # the clean-up must not turn a stop into a hang (a `timeout` or Slurm
     # waiting on us): if it has not ended the process in time, end it here
+    Interrupted.pending = signum
     watchdog = threading.Timer(CLEANUP_SECONDS, _stop_now, args=(signum,))
     watchdog.daemon = True
     watchdog.start()
@@ -748,6 +759,7 @@ def run():
     _one_malloc_arena_per_cpu()
     sys.unraisablehook = _redeliver_lost_interrupt
     code = None
+    Interrupted.pending = None
     try:
         for s in STOP_SIGNALS:
             if signal.getsignal(s) is not signal.SIG_IGN:   # e.g. SIGHUP under nohup stays ignored

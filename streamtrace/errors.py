@@ -66,6 +66,11 @@ class Interrupted(BaseException):
     ``except Exception`` swallows it and every ``finally`` and context
     manager on the way out cleans up: workers ended, temporary files removed."""
 
+    #: the stop signal received, set by the CLI's handler before it raises:
+    #: a wait on workers raises it again should the handler's exception have
+    #: been swallowed on the way (library code with a bare ``except:``)
+    pending = None
+
     def __init__(self, signum):
         super().__init__(signum)
         self.signum = signum

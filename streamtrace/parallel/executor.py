@@ -72,14 +72,14 @@ class Executor(abc.ABC):
     def _results(self, fn, items, futures, post):
         try:
             while futures:
-                result = futures[0].result()
+                result = _result(futures[0])
                 futures.popleft()
                 self._submit_ahead(fn, items, futures)
                 yield post(result) if post is not None else result
         except BaseException as exc:
             for future in futures:
                 future.cancel()
-            if self.shares_memory and not isinstance(exc, _STOP_NOW):
+            if self.shares_memory and not stopping(exc):
                 cf.wait(futures)
             raise
 
@@ -92,6 +92,29 @@ class Executor(abc.ABC):
 
     def __exit__(self, exc_type, exc, tb):
         self.close(wait=exc_type is None)
+
+
+def stopping(exc=None):
+    """Whether a stop is under way: ``exc`` is one, or a stop signal was
+    received (``Interrupted.pending``) though its exception was swallowed or
+    replaced on the way (a library's bare ``except:`` during an import).
+    Waiting on workers then could wait forever on a blocked reader."""
+    return isinstance(exc, _STOP_NOW) or Interrupted.pending is not None
+
+
+#: how often a wait on a worker looks for a stop signal received meanwhile
+STOP_POLL_SECONDS = 0.25
+
+
+def _result(future):
+    """``future.result()``, but a stop signal received while waiting
+    (``Interrupted.pending``) is raised here even when its handler's
+    exception was lost: found as a report waiting on a blocked reader until
+    the CLI's watchdog, about once in 180 signalled runs under load."""
+    while not cf.wait([future], timeout=STOP_POLL_SECONDS).done:
+        if Interrupted.pending is not None:
+            raise Interrupted(Interrupted.pending)
+    return future.result()
 
 
 class _Finished:
@@ -133,7 +156,7 @@ class Threads(Executor):
 
     def close(self, wait=True):
         # not waiting: threads cannot be stopped; those running end with the process
-        self._pool.shutdown(wait=wait, cancel_futures=True)
+        self._pool.shutdown(wait=wait and not stopping(), cancel_futures=True)
 
 
 class Processes(Executor):
@@ -152,7 +175,7 @@ class Processes(Executor):
         return self._pool.submit(fn, item)
 
     def close(self, wait=True):
-        if wait:
+        if wait and not stopping():
             self._pool.shutdown(wait=True, cancel_futures=True)
             return
         # the pool's own shutdown would wait for the running items; its worker

@@ -196,3 +196,75 @@ def test_a_pool_map_runs_a_bounded_window_ahead_of_its_consumer(workers):
                 break
     assert got == [i * i + 1 for i in range(20)]
     assert max(started) < 20 + window
+
+
+def test_a_wait_on_a_blocked_worker_raises_a_stop_signal_whose_exception_was_lost(monkeypatch):
+    """A stop signal's handler records the signal before it raises; should its
+    ``Interrupted`` be swallowed on the way (a library's bare ``except:``),
+    the consumer waiting on a worker that never ends (a reader blocked on a
+    FIFO) raises it all the same, within a poll, instead of waiting for the
+    CLI's watchdog."""
+    import signal
+
+    from streamtrace.errors import Interrupted
+    from streamtrace.parallel.executor import STOP_POLL_SECONDS, Threads
+
+    release = threading.Event()
+    outcome = {}
+
+    def consume(pool):
+        try:
+            list(pool.map(lambda i: release.wait(30), range(2)))
+        except Interrupted as exc:
+            outcome["signum"], outcome["at"] = exc.signum, time.monotonic()
+
+    monkeypatch.setattr(Interrupted, "pending", None)
+    with Threads(2) as pool:
+        consumer = threading.Thread(target=consume, args=(pool,))
+        consumer.start()
+        time.sleep(3 * STOP_POLL_SECONDS)
+        assert consumer.is_alive()   # no signal yet: it waits
+        sent = time.monotonic()
+        Interrupted.pending = signal.SIGTERM   # as the handler records it, its exception lost
+        consumer.join(timeout=5)
+        release.set()
+        assert not consumer.is_alive() and outcome["signum"] == signal.SIGTERM
+        assert outcome["at"] - sent < 4 * STOP_POLL_SECONDS
+
+
+def test_after_a_stop_signal_closing_a_pool_does_not_wait_on_a_blocked_worker(monkeypatch):
+    """The stop's exception replaced by another on the way (a module left
+    half-imported by a swallowed ``Interrupted``): closing the pool as after
+    any error must not wait on a worker that never ends."""
+    import signal
+
+    from streamtrace.errors import Interrupted
+    from streamtrace.parallel.executor import Threads
+
+    release = threading.Event()
+    monkeypatch.setattr(Interrupted, "pending", signal.SIGHUP)
+    pool = Threads(1)
+    pool.submit(release.wait, 30)
+    t0 = time.monotonic()
+    pool.close(wait=True)
+    took = time.monotonic() - t0
+    release.set()
+    assert took < 1
+
+
+def test_after_a_stop_signal_any_error_of_a_command_is_the_signals(monkeypatch):
+    import signal
+
+    from streamtrace.cli import handle_errors
+    from streamtrace.errors import Interrupted
+
+    @handle_errors
+    def command():
+        raise AttributeError("partially initialized module")
+
+    with pytest.raises(AttributeError):
+        command()
+    monkeypatch.setattr(Interrupted, "pending", signal.SIGTERM)
+    with pytest.raises(Interrupted) as caught:
+        command()
+    assert caught.value.signum == signal.SIGTERM
