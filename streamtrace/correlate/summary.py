@@ -11,8 +11,9 @@ What every analysis reads of a rank, and what is kept for it:
   (``compute_shape``, ``compute_shapes``).  Host ops: the CPU ops on the
   threads that launched the rank's collectives (the only threads looked
   at), in narrow columns (``pack_ops``: kept so as the rank streams past),
-  compressed at the rank's end and unpacked one rank at a time when its
-  gaps are read.
+  compressed part by part (in the bounded map as each part arrives; a part
+  with ops on other threads is cut down at the rank's end) and unpacked one
+  rank at a time when its gaps are read.
 - overlap: the same kernels and their union (made again when used,
   ``Timeline.compute_union``); the CTAs of the rank's comm kernels
   (``by_event`` keeps those only).
@@ -101,7 +102,17 @@ def pack_ops(start, end, tid, name):
     every id fits: 14 bytes an op instead of 28."""
     return {"first": int(start[0]) if len(start) else 0, "step": _narrow(np.diff(start, prepend=start[:1])),
             "dur": _narrow(end - start), "tid": _narrow(tid),
-            "name": name.astype(np.uint16) if len(name) and name.max() < 1 << 16 else name}
+            "name": name.astype(np.uint16) if len(name) and name.max() < 1 << 16 else name,
+            "threads": _threads(tid)}
+
+
+def _threads(tid):
+    """The distinct threads of a part's ops (its runs' first values made
+    unique: ops come in runs of one thread, so this sorts few values)."""
+    if not len(tid):
+        return np.zeros(0, np.int64)
+    heads = np.flatnonzero(tid[1:] != tid[:-1]) + 1
+    return np.unique(np.concatenate([tid[:1], tid[heads]])).astype(np.int64)
 
 
 _COLUMNS = ("step", "dur", "tid", "name")
@@ -109,26 +120,25 @@ _COLUMNS = ("step", "dur", "tid", "name")
 
 def _squeeze(packed):
     """A packed part's columns zstd-compressed into one bytes object (kept
-    for the whole run; runs of near-equal steps and few names compress 2-3x).
-    A column may also be a list of pieces (``_ops_on_threads``): written one
-    after another, at the widest of their dtypes, without joining them first."""
+    for the whole run; runs of near-equal steps and few names compress 2-3x)."""
     import zstandard
 
-    cols = [packed[c] if isinstance(packed[c], list) else [packed[c]] for c in _COLUMNS]
-    dtypes = [np.result_type(*pieces) for pieces in cols]
-    n = sum(len(p) for p in cols[0])
+    cols = [np.ascontiguousarray(packed[c]) for c in _COLUMNS]
+    n = len(cols[0])
     # streamed into one frame that records its size (what ``_unsqueeze``'s
     # one-shot decompress needs), with no joined copy of the columns
-    z = zstandard.ZstdCompressor(level=1).compressobj(size=n * sum(dt.itemsize for dt in dtypes))
-    data = [z.compress(np.ascontiguousarray(p, dtype=dt).data) for pieces, dt in zip(cols, dtypes) for p in pieces]
+    z = zstandard.ZstdCompressor(level=1).compressobj(size=sum(c.nbytes for c in cols))
+    data = [z.compress(c.data) for c in cols]
     data.append(z.flush())
-    return {"first": packed["first"], "n": n, "dtypes": [dt.str for dt in dtypes], "data": b"".join(data)}
+    return {"first": packed["first"], "n": n, "dtypes": [c.dtype.str for c in cols], "data": b"".join(data),
+            "threads": packed["threads"]}
 
 
 def _unsqueeze(packed):
     import zstandard
 
-    raw, at, out = zstandard.ZstdDecompressor().decompress(packed["data"]), 0, {"first": packed["first"]}
+    raw, at = zstandard.ZstdDecompressor().decompress(packed["data"]), 0
+    out = {"first": packed["first"], "threads": packed["threads"]}
     for c, dt in zip(_COLUMNS, packed["dtypes"]):
         out[c] = np.frombuffer(raw, dtype=dt, count=packed["n"], offset=at)
         at += out[c].nbytes
@@ -145,25 +155,22 @@ def unpack_ops(packed):
 
 
 def _ops_on_threads(packed_parts, tids):
-    """The packed parts' ops on threads ``tids``, in stream order, packed as
-    one part.  A part at a time, each part's picked ops narrowed at once
-    (its first step taken from the previous part's last start): a rank's
-    picked spans whole, as int64, joined and then packed, held several
-    times the packed size."""
-    tids = np.unique(tids)
-    picked = {c: [] for c in _COLUMNS}
-    first = last = None
+    """The packed parts' ops on threads ``tids``, in stream order, as
+    compressed parts.  A compressed part whose every op is on those threads
+    (most: a rank's ops are mostly on the threads that launch its kernels)
+    is kept as it is, not unpacked and compressed again; the others are
+    unpacked one at a time and their picked ops packed and compressed, so a
+    rank's picked spans are never held whole as int64."""
+    tids = np.unique(np.asarray(tids, dtype=np.int64))
+    out = []
     for packed in packed_parts:
+        threads = packed["threads"]
+        if not len(threads) or not np.isin(threads, tids).any():
+            continue
+        if np.isin(threads, tids).all():
+            out.append(packed if "data" in packed else _squeeze(packed))
+            continue
         start, end, tid, name = unpack_ops(packed)
         on = np.isin(tid, tids)
-        if not on.any():
-            continue
-        start = start[on]
-        if first is None:
-            first = last = int(start[0])
-        piece = pack_ops(start, end[on], tid[on], name[on])
-        piece["step"] = _narrow(np.diff(start, prepend=last))
-        last = int(start[-1])
-        for c in _COLUMNS:
-            picked[c].append(piece[c])
-    return [] if first is None else [_squeeze(dict(picked, first=first))]
+        out.append(_squeeze(pack_ops(start[on], end[on], tid[on], name[on])))
+    return out

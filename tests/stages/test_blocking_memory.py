@@ -62,19 +62,54 @@ def _parts(n_parts, per_part, wide=False, seed=0):
     return parts
 
 
+def _joined(parts):
+    """The ops of packed parts, one array per column, in order."""
+    cols = list(zip(*(summary.unpack_ops(p) for p in parts)))
+    return [np.concatenate(c) for c in cols]
+
+
 @pytest.mark.parametrize("wide", [False, True])
 def test_ops_on_threads_are_the_parts_ops_on_those_threads(wide):
     """Threads and names past int32/uint16 in some parts only: the picked
     spans come back exactly, in stream order."""
     parts = _parts(5, 2000, wide)
     tids = np.array([2, 4, 1 << 40])
-    got = summary._ops_on_threads([summary.pack_ops(*p) for p in parts], tids)
-    assert len(got) == 1
+    got = summary._ops_on_threads([summary._squeeze(summary.pack_ops(*p)) for p in parts], tids)
     want = [np.concatenate(c) for c in zip(*parts)]
     on = np.isin(want[2], tids)
-    for a, b in zip(summary.unpack_ops(got[0]), want):
+    for a, b in zip(_joined(got), want):
         np.testing.assert_array_equal(a, b[on])
         assert a.dtype == b.dtype
+
+
+def test_a_part_wholly_on_those_threads_is_kept_as_it_is_and_one_on_none_is_dropped():
+    """The common case costs nothing at the rank's end: a compressed part
+    whose every op is on a launching thread is the same object afterwards
+    (not unpacked and compressed again); a part with none is left out; a
+    mixed part is cut down to its ops on those threads."""
+    rng = np.random.default_rng(3)
+    spans = []
+    for threads in ([1, 2], [7], [1, 7]):
+        start = np.cumsum(rng.integers(1, 100, 500)) + (spans[-1][0][-1] if spans else 0)
+        spans.append((start, start + 5, rng.choice(np.array(threads), 500), rng.integers(0, 50, 500).astype(np.uint32)))
+    parts = [summary._squeeze(summary.pack_ops(*p)) for p in spans]
+    got = summary._ops_on_threads(parts, np.array([2, 1]))
+    assert len(got) == 2 and got[0] is parts[0]
+    np.testing.assert_array_equal(got[1]["threads"], [1])
+    want = [np.concatenate(c) for c in zip(*spans)]
+    on = np.isin(want[2], [1, 2])
+    for a, b in zip(_joined(got), want):
+        np.testing.assert_array_equal(a, b[on])
+
+
+def test_plain_parts_come_back_compressed():
+    """Parts kept uncompressed while the rank streamed (the stage's
+    correlate) are compressed at its end like the others."""
+    parts = _parts(2, 300)
+    got = summary._ops_on_threads([summary.pack_ops(*p) for p in parts], np.array([1, 2, 3, 4]))
+    assert all("data" in p for p in got)
+    for a, b in zip(_joined(got), [np.concatenate(c) for c in zip(*parts)]):
+        np.testing.assert_array_equal(a, b)
 
 
 @given(st.lists(st.integers(0, 40), min_size=0, max_size=6), st.integers(0, 3))
@@ -92,7 +127,7 @@ def test_ops_on_threads_of_any_parts(sizes, seed):
         assert got == []
         return
     on = np.isin(want[2], tids)
-    for a, b in zip(summary.unpack_ops(got[0]), want):
+    for a, b in zip(_joined(got), want):
         np.testing.assert_array_equal(a, b[on])
 
 
@@ -111,5 +146,5 @@ def test_ops_on_threads_hold_little_more_than_the_packed_ops():
         peak = tracemalloc.get_traced_memory()[1] - base
     finally:
         tracemalloc.stop()
-    assert got[0]["n"] == n
+    assert sum(p["n"] for p in got) == n
     assert peak < 40 * n
