@@ -240,7 +240,7 @@ def _host_ops_in_gaps(tls, ranks, tids, lo, hi, wanted):
         tl = tls[r]
         mine = todo[ranks[todo] == r]
         q_lo, q_hi = lo[mine] - tl.shift, hi[mine] - tl.shift     # CPU ops are raw ns
-        ops = _ops_meeting([unpack_ops(p) for p in tl.cpu_ops], tids[mine], q_lo, q_hi)   # one rank at a time
+        ops = _ops_meeting((unpack_ops(p) for p in tl.cpu_ops), tids[mine], q_lo, q_hi)   # one part at a time
         for tid, (start, end, name_ids) in ops.items():
             on = tids[mine] == tid
             q, w_lo, w_hi = mine[on], q_lo[on], q_hi[on]

@@ -148,3 +148,30 @@ def test_ops_on_threads_hold_little_more_than_the_packed_ops():
         tracemalloc.stop()
     assert sum(p["n"] for p in got) == n
     assert peak < 40 * n
+
+
+def test_host_ops_in_gaps_unpack_one_part_of_a_rank_at_a_time():
+    """The late rank's host ops are read part by part: a rank's compressed
+    parts are never all unpacked (28 bytes an op as int64) at once, and the
+    self times found are those of the ops in the window."""
+    from types import SimpleNamespace
+
+    from streamtrace.correlate.late_rank import _host_ops_in_gaps
+
+    spans = _parts(16, 60_000)
+    n = sum(len(p[0]) for p in spans)
+    tl = SimpleNamespace(shift=0, names=[f"op{i}" for i in range(300)],
+                         cpu_ops=[summary._squeeze(summary.pack_ops(*p)) for p in spans])
+    lo, hi = int(spans[3][0][0]), int(spans[3][0][100])   # a window inside one part
+    args = ({0: tl}, np.array([0]), np.array([1]), np.array([lo]), np.array([hi]), np.array([True]))
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        got = _host_ops_in_gaps(*args)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    assert peak < 28 * n / 4
+    start, end, tid, name = spans[3]
+    assert got[0] and {op for op, _ in got[0]} <= {f"op{i}" for i in name[(tid == 1) & (start < hi) & (end > lo)]}
