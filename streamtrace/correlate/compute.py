@@ -2,6 +2,7 @@
 codes shared by all ranks (built a rank at a time as ranks end)."""
 import numpy as np
 
+from ..parallel.heap import give_back_freed_memory
 from .growing import _Growing
 
 
@@ -64,6 +65,11 @@ class _Compute:
         self.offset[r], self.offset_end[r] = block.start, block.stop
         self.l_key[r] = l_key
         self.max_dur[r] = tl.compute_max_dur
+        if m >= 1 << 16:
+            # the rank's own start and end arrays (1 MB or more), copied into
+            # the table, are freed: their pages are handed back before the next
+            # rank's rows are written (8 x 1 GB: ~40 MB off the reduce's peak)
+            give_back_freed_memory()
 
     def holds(self, timelines):
         """True when this table is still that of ``timelines``: the same
