@@ -43,7 +43,13 @@ DELTAS = {
 #: bytes of one record's fields (the record's size less its padding)
 FIELD_BYTES = {dtype: sum(dtype.fields[name][0].itemsize for name in dtype.names) for dtype in DELTAS}
 
-_local = threading.local()   # zstd contexts are not thread-safe: one pair per thread
+#: zstd level of ``Squeezed`` rows (held in memory while a rank is read, not
+#: written): on a rank's kernel and launch records -1 gives the size level 1
+#: does, compressing ~15 % and decompressing ~45 % faster
+#: (docs/performance.md, "Host ops kept as they were compressed")
+SQUEEZE_LEVEL = -1
+
+_local = threading.local()   # zstd contexts are not thread-safe: one of each per thread
 
 
 def _zstd():
@@ -51,6 +57,13 @@ def _zstd():
     if pair is None:
         pair = _local.pair = (zstandard.ZstdCompressor(level=LEVEL), zstandard.ZstdDecompressor())
     return pair
+
+
+def _squeezer():
+    squeezer = getattr(_local, "squeezer", None)
+    if squeezer is None:
+        squeezer = _local.squeezer = zstandard.ZstdCompressor(level=SQUEEZE_LEVEL)
+    return squeezer
 
 
 class PackError(ValueError):
@@ -153,7 +166,7 @@ class Squeezed:
         self.dtype, self.count = array.dtype, len(array)
         # copied out: zstandard's compress() keeps the whole compressBound-sized
         # allocation behind the shorter bytes it returns
-        self.data = memoryview(_zstd()[0].compress(array.data.cast("B"))).tobytes() if array.nbytes else b""
+        self.data = memoryview(_squeezer().compress(array.data.cast("B"))).tobytes() if array.nbytes else b""
 
     def __len__(self):
         return self.count
