@@ -21,7 +21,10 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
   STREAMTRACE_READ_AHEAD=0: align and correlate unpacking inline) and the
   same four stages through files, against one ``collective-report
   --blocking_analysis`` (CSVs in every case);
-* ``dump --what summary`` on the extracted stream.
+* ``dump --what summary`` on the extracted stream;
+* the fixed cost: the four stages through files and the one-shot on a tiny
+  set (processes starting, importing, writing), and the files ratio without
+  the difference (what the stages' own work costs against the one-shot's).
 
 Peak RSS is each process's own (wait4's ru_maxrss).  Ratios are what to
 read: the machine is shared and its speed drifts (the machine-speed line
@@ -128,6 +131,30 @@ def size_table(tmp):
         print(f"  least compressible real set: JSON/stream {worst:.1f}x (target >= 4x; every set >= 8x)")
 
 
+def fixed_costs(workdir, ranks, repeat):
+    """(the four stages through files, the one-shot) in seconds on a tiny set of
+    ``ranks`` traces: what each process costs before its input does (start-up,
+    imports, writing), which a staged run pays four times and the one-shot once."""
+    tiny = os.path.join(workdir, f"tiny{ranks}")
+    if not os.path.exists(os.path.join(tiny, "truth.json")):
+        subprocess.run([PY, os.path.join(ROOT, "fixtures", "generate_fixture.py"), "--out", tiny, "--ranks",
+                        str(ranks), "--steps", "1"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd, env = st(ROOT)
+    ws = ["--trace_dir", tiny, "--world_size", str(ranks)]
+    tmp = tempfile.mkdtemp(prefix="bench-stream-tiny-", dir=workdir)
+    try:
+        stev, aligned, correlated, csvs = (os.path.join(tmp, n) for n in ("t.stev", "t.a.stev", "t.c.stev", "csvs"))
+        stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
+                  [*cmd, "correlate", aligned, "-q", "-o", correlated],
+                  [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
+        files = sum(best(repeat, lambda argv=argv: timed(argv, env))[0] for argv in stages)
+        one = best(repeat, lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
+                                          "--output_csvs_dir", csvs], env))[0]
+        return files, one
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
@@ -227,6 +254,11 @@ def main():
         print(f"  four stages through files / one-shot        {files / one:8.2f}x  (target <= 1.6x)")
         print(f"  dump --what summary                         {rows['dump FILE --what summary'][0]:8.2f} s, "
               f"{rows['dump FILE --what summary'][1]:.0f} MB (target <= 1 s, <= 100 MB)")
+        tiny_files, tiny_one = fixed_costs(args.workdir, args.ranks, args.repeat)
+        print(f"  fixed cost, a {args.ranks}-rank set of ~1 MB: four stages through files {tiny_files:.2f} s, "
+              f"one-shot {tiny_one:.2f} s:")
+        print(f"    their difference is {(tiny_files - tiny_one) / one:.2f}x of this set's one-shot; "
+              f"files / one-shot without it {(files - (tiny_files - tiny_one)) / one:.2f}x")
         size_table(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
