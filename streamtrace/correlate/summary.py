@@ -13,7 +13,7 @@ What every analysis reads of a rank, and what is kept for it:
   at), in narrow columns (``pack_ops``: kept so as the rank streams past),
   compressed part by part (in the bounded map as each part arrives; a part
   with ops on other threads is cut down at the rank's end) and unpacked one
-  rank at a time when its gaps are read.
+  part at a time when the rank's gaps are read.
 - overlap: the same kernels and their union (made again when used,
   ``Timeline.compute_union``); the CTAs of the rank's comm kernels
   (``by_event`` keeps those only).
@@ -164,10 +164,10 @@ def _ops_on_threads(packed_parts, tids):
     tids = np.unique(np.asarray(tids, dtype=np.int64))
     out = []
     for packed in packed_parts:
-        threads = packed["threads"]
-        if not len(threads) or not np.isin(threads, tids).any():
+        wanted = np.isin(packed["threads"], tids)
+        if not wanted.any():   # also a part with no ops
             continue
-        if np.isin(threads, tids).all():
+        if wanted.all():
             out.append(packed if "data" in packed else _squeeze(packed))
             continue
         start, end, tid, name = unpack_ops(packed)
