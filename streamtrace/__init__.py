@@ -16,7 +16,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from .errors import StreamFormatError, StreamtraceError, TraceError
 from .extract import VERSION as __version__
-from .extract import extract, extract_rank, peek_metadata
+from .extract import extract_rank, peek_metadata
+from .chain import extract   # events and per-rank summaries (no pandas at import)
 from .io.ranks import RankInput, resolve_inputs
 from .stream.format import Frame, Kind, RankData, StreamWriter, iter_frames, read_stream
 from .fuse import TraceFuse, fuse  # light (no pandas); eager so the function, not the module, is 'fuse'

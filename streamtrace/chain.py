@@ -403,6 +403,57 @@ def _finish_rank_for_blocking(pair):
     return result, summary
 
 
+def summary_versions():
+    """What a rank's announcement lists: {summary name: version}, one per
+    stage that can read a summary instead of the rank's events."""
+    from .align.describe import SUMMARY_NAME as ALIGN_SUMMARY, SUMMARY_VERSION as ALIGN_VERSION
+    from .correlate.summary import SUMMARY_NAME as CORRELATE_SUMMARY, SUMMARY_VERSION as CORRELATE_VERSION
+
+    return {ALIGN_SUMMARY: ALIGN_VERSION, CORRELATE_SUMMARY: CORRELATE_VERSION}
+
+
+def summarized(frames):
+    """One rank's frames (an ``extract_rank`` generator) with its per-rank
+    summaries: an announcement before the first frame, then every frame,
+    then, after the META frame, the summaries the blocking analysis' map
+    makes of the rank (align's RankResult, correlate's compacted
+    Timeline), so that ``align`` and ``correlate`` read those instead of
+    collecting the rank's events again.  What ``extract`` writes."""
+    from .align.collect import RankCollector
+    from .align.describe import SUMMARY_NAME as ALIGN_SUMMARY, result_summary
+    from .correlate.collect import RankTimeline
+    from .correlate.summary import SUMMARY_NAME as CORRELATE_SUMMARY, timeline_summary
+    from .stream.format import summary_frame
+    from .stream.summaries import ANNOUNCE
+
+    versions = summary_versions()
+    rows = timeline = None
+    for frame in frames:
+        if rows is None:   # a trace's frames are all of one rank
+            rank = frame.rank
+            rows, timeline = RankCollector(rank, squeeze=True), RankTimeline(rank, squeeze=True)
+            yield summary_frame(rank, ANNOUNCE, 1, versions)
+        rows.add(frame)
+        timeline.add(frame)
+        yield frame
+    if rows is None:
+        return
+    result, summary = _finish_rank_for_blocking((rows, timeline))
+    yield summary_frame(rank, ALIGN_SUMMARY, versions[ALIGN_SUMMARY], result_summary(result))
+    yield summary_frame(rank, CORRELATE_SUMMARY, versions[CORRELATE_SUMMARY], timeline_summary(summary))
+
+
+def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, strict=False, progress=None,
+            executor=None, summaries=True):
+    """Every RankInput extracted into one stream written to ``output`` (a
+    binary file object): ``extract.extract``, with each rank's summaries
+    (``summarized``) unless ``summaries`` is False."""
+    from .extract import extract as extract_events
+
+    extract_events(inputs, output, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs, strict=strict,
+                   progress=progress, executor=executor, summarized=summarized if summaries else None)
+
+
 def _check_distinct_ranks(inputs, results):
     seen = {}
     for inp, res in zip(inputs, results):

@@ -17,7 +17,7 @@ import threading
 import click
 
 from .extract import VERSION
-from .extract import extract as extract_api
+from .chain import extract as extract_api
 from .io.outputs import atomic_file as atomic_output
 from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
 from .errors import Interrupted, StreamtraceError, os_reason
@@ -228,15 +228,20 @@ def main():
 @jobs_option
 @scheduler_option
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1, no output).")
+@click.option("--summaries/--no_summaries", " /--no-summaries", "summaries", default=True, show_default=True,
+              help="Also write each rank's summaries (what align and correlate keep of it), so that those "
+                   "stages read them instead of the rank's events.")
 @quiet_option
 @handle_errors
 def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
-            output, rank, keep_pyfunc, jobs, scheduler, strict, quiet):
+            output, rank, keep_pyfunc, jobs, scheduler, strict, summaries, quiet):
     """Trace files -> event stream.
 
     Reads each rank's trace (.json, .json.gz or .json.zst, sniffed; '-' is
     stdin) in fixed-size chunks and writes its events, kernel geometry, comm
-    arguments and metadata as frames.
+    arguments and metadata as frames; then, unless --no_summaries, the
+    rank's summaries: its collective rows and what the blocking analysis
+    keeps of it, which align and correlate read instead of its events.
 
     \b
       streamtrace extract run/rank3_trace.json.gz -o r3.stev
@@ -251,7 +256,7 @@ def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size,
     _check_stream_output(output, [i.path for i in inputs])
     with cluster_executor(scheduler, jobs, len(inputs)) as executor, stream_output(output) as out:
         extract_api(inputs, out, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs,
-                    strict=strict, progress=_progress_printer(quiet), executor=executor)
+                    strict=strict, progress=_progress_printer(quiet), executor=executor, summaries=summaries)
 
 
 @main.command()

@@ -10,6 +10,13 @@ SHARED_REAL = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces", "rea
 sys.path.insert(0, os.path.join(ROOT, "fixtures"))
 sys.path.insert(0, HERE)
 
+# extract writes per-rank summaries for traces of 1 MiB or more only; the
+# tests' traces are smaller, and the staged path they test is the one a
+# real run takes (summaries read, events not collected again): every trace
+# summarized here, in this process and the commands it starts.  Tests of
+# the threshold and of streams without summaries set their own.
+os.environ["STREAMTRACE_SUMMARIES_MIN_BYTES"] = "0"
+
 
 def real_traces():
     """Every real trace file, or [] when ../shared is absent."""

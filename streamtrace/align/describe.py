@@ -36,6 +36,31 @@ class RankResult:
         _intern_pg_config(self.meta)
 
 
+#: the SUMMARY frame holding a RankResult (``extract`` writes it after the
+#: rank's META frame; ``align`` reads it instead of the rank's events)
+SUMMARY_NAME = "align.rank"
+#: changes whenever RankResult's fields, or what the collection makes of a
+#: rank's frames, change: a stage reads only summaries of its own version
+SUMMARY_VERSION = "1"
+#: the RankResult's fields a summary holds: not ``meta``, which is made
+#: again from the rank's META frame (its process groups can be most of a
+#: small trace's stream)
+_SUMMARY_FIELDS = ("rank", "rows", "quality", "events", "p2p")
+
+
+def result_summary(result):
+    """A RankResult as a SUMMARY frame's value (plain values and arrays)."""
+    return {f: getattr(result, f) for f in _SUMMARY_FIELDS}
+
+
+def result_from_summary(value, meta):
+    """The RankResult a SUMMARY frame's value holds, with the rank's META
+    frame's object ``meta``; ValueError when the value is not one."""
+    if not isinstance(value, dict) or set(value) != set(_SUMMARY_FIELDS) or not isinstance(value["rows"], dict):
+        raise ValueError("not a rank's collective rows")
+    return RankResult(meta=_meta_summary(meta, value["rank"]), **value)
+
+
 def finish_rank(collector):
     """A RankCollector's RankResult: link, select and describe the rank's
     collective kernels (its per-frame arrays are dropped)."""

@@ -62,9 +62,11 @@ import pandas as pd
 from ..errors import StreamtraceError
 from ..parallel.threads import in_thread
 from ..stream.format import Kind, json_frame, table_frame
+from ..stream.summaries import ANNOUNCE
 from .collect import RankCollector, classify_string  # noqa: F401 - public names
 from .custom import custom_collectives
 from .describe import RankResult, collect_rank, finish_rank  # noqa: F401 - public names
+from .describe import SUMMARY_NAME, SUMMARY_VERSION, result_from_summary
 from .clocks import estimate_clock_offsets  # noqa: F401 - public name
 from .match import match_ranks
 from .sequences import MATCH_TOLERANCE_NS, align_sequences  # noqa: F401 - public names
@@ -135,19 +137,30 @@ def align_tables(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
 
 class _Ranks:
     """One RankCollector per rank of an interleaved frame sequence; a rank is
-    finished (its bulky per-event arrays dropped) at its META frame."""
+    finished (its bulky per-event arrays dropped) at its META frame.  A rank
+    whose section announces align's summary (``extract`` wrote it, of this
+    version) is not collected: its RankResult is read from that summary."""
 
     def __init__(self, custom=None):
         self.collectors, self.done = {}, {}
         self.custom = custom
+        self.summarized = set()   # ranks whose RankResult comes as a SUMMARY frame
+        self.metas = {}           # ... and the META frame's object of those, until their summary
 
     def add(self, frame):
         kind = frame.kind
+        if kind == Kind.SUMMARY:
+            self._summary(frame)
+            return
         if kind not in (Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META):
             return
         r = frame.rank
-        if r in self.done:
+        if r in self.done or kind == Kind.META and r in self.metas:
             raise StreamtraceError(f"rank {r} appears twice in the input (two metadata frames)")
+        if r in self.summarized:
+            if kind == Kind.META:
+                self.metas[r] = frame.json()
+            return
         c = self.collectors.get(r)
         if c is None:
             c = self.collectors[r] = RankCollector(r, self.custom)
@@ -157,12 +170,48 @@ class _Ranks:
             # (the last rank's finishing is otherwise all in the chain's tail)
             self.done[r] = in_thread(functools.partial(finish_rank, self.collectors.pop(r)), name="streamtrace-align-finish")
 
+    def _summary(self, frame):
+        header = frame.summary_header()   # the summary itself decoded only when it is align's
+        name, r = header["name"], frame.rank
+        if name == ANNOUNCE:
+            value = frame.summary()[2]   # a few bytes
+            if r in self.summarized or r in self.done or r in self.collectors:
+                raise StreamtraceError(f"rank {r} appears twice in the input (two announcements of its summaries)")
+            if self.custom is None and isinstance(value, dict) and value.get(SUMMARY_NAME) == SUMMARY_VERSION:
+                self.summarized.add(r)
+        elif name == SUMMARY_NAME and r in self.summarized:
+            if r in self.done:
+                raise StreamtraceError(f"rank {r} appears twice in the input (two summaries of its collectives)")
+            if r not in self.metas:
+                raise frame.error(f"rank {r}'s summary comes before its metadata frame")
+            try:
+                result = result_from_summary(frame.summary()[2], self.metas.pop(r))
+            except (ValueError, TypeError) as exc:
+                raise frame.error(f"corrupt SUMMARY frame ({exc})") from None
+            if result.rank != r:
+                raise frame.error(f"corrupt SUMMARY frame (it holds rank {result.rank}, in a frame of rank {r})")
+            self.done[r] = _Done(result)
+
     def results(self):
         """RankResult of every rank, in rank order (unfinished ranks finished now)."""
+        missing = sorted(self.summarized - set(self.done))
+        if missing:
+            raise StreamtraceError(f"rank {missing[0]}: the stream announces its summary but holds none "
+                                   "(extract the traces again)")
         for r, c in self.collectors.items():
             self.done[r] = in_thread(functools.partial(finish_rank, c))
         self.collectors = {}
         return [self.done[r].result() for r in sorted(self.done)]
+
+
+class _Done:
+    """A rank's result that was read, not computed (``in_thread``'s ``result()``)."""
+
+    def __init__(self, value):
+        self._value = value
+
+    def result(self):
+        return self._value
 
 
 def align_options_table(align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):

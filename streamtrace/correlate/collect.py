@@ -12,7 +12,6 @@ The blocking analysis' map then reduces the Timeline to its summary
 (``summary.compact``).
 """
 import numpy as np
-import pandas as pd
 
 from .. import _native
 from ..collectives import is_collective_kernel_name
@@ -20,7 +19,6 @@ from ..align.collect import RankCollector
 from ..errors import StreamtraceError
 from .compute import _Compute
 from .growing import _Growing
-from .inputs import ALIGN_COLUMNS_USED
 from .summary import _squeeze, _unsqueeze, compact, pack_ops
 from .timeline import Timeline, _cat_kind, _classify
 
@@ -263,6 +261,7 @@ class StreamCollector:
 
     def __init__(self):
         self.collectors, self.links, self.done, self.tables = {}, {}, {}, {}
+        self.summarized = set()   # ranks whose Timeline comes as a SUMMARY frame
         # ranks are alike: a rank starts with room for as many GPU rows as
         # the largest one so far (no doubling copies; room never written to
         # costs no memory)
@@ -292,9 +291,13 @@ class StreamCollector:
         from ..stream.format import Kind
 
         kind = frame.kind
-        if kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META, Kind.COMMS):
+        if kind == Kind.SUMMARY:
+            self._summary(frame)
+        elif kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META, Kind.COMMS):
             if frame.rank in self.done:
                 raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
+            if frame.rank in self.summarized:   # its summary comes after its META frame
+                return
             c = self.collectors.get(frame.rank)
             if c is None:
                 c = self.collectors[frame.rank] = RankTimeline(frame.rank, self.gpu_rows)
@@ -306,11 +309,43 @@ class StreamCollector:
             if kind == Kind.META:
                 self._finished(frame.rank, self._finish(frame.rank))
         elif kind == Kind.TABLE and frame.table_name() == "align.collectives":   # the only table used
+            import pandas as pd   # here: extract's summaries collect ranks without pandas
+
+            from .inputs import ALIGN_COLUMNS_USED
             name, df = frame.table(ALIGN_COLUMNS_USED)
             self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
 
+    def _summary(self, frame):
+        """A rank whose section announces correlate's summary (``extract``
+        wrote it, of this version) is not collected: its summary is read."""
+        from ..stream.summaries import ANNOUNCE
+        from .summary import SUMMARY_NAME, SUMMARY_VERSION, timeline_from_summary
+
+        header = frame.summary_header()   # the summary itself decoded only when it is correlate's
+        name, r = header["name"], frame.rank
+        if name == ANNOUNCE:
+            value = frame.summary()[2]   # a few bytes
+            if r in self.summarized or r in self.done or r in self.collectors:
+                raise StreamtraceError(f"rank {r} appears twice in the input (two announcements of its summaries)")
+            if isinstance(value, dict) and value.get(SUMMARY_NAME) == SUMMARY_VERSION:
+                self.summarized.add(r)
+        elif name == SUMMARY_NAME and r in self.summarized:
+            if r in self.done:
+                raise StreamtraceError(f"rank {r} appears twice in the input (two summaries of its timeline)")
+            try:
+                tl = timeline_from_summary(frame.summary()[2])
+            except (ValueError, TypeError) as exc:
+                raise frame.error(f"corrupt SUMMARY frame ({exc})") from None
+            if tl.rank != r:
+                raise frame.error(f"corrupt SUMMARY frame (it holds rank {tl.rank}, in a frame of rank {r})")
+            self._finished(r, tl)
+
     def finish(self):
         """({rank: Timeline}, {table name: DataFrame})"""
+        missing = sorted(self.summarized - set(self.done))
+        if missing:
+            raise StreamtraceError(f"rank {missing[0]}: the stream announces its summary but holds none "
+                                   "(extract the traces again)")
         for r in list(self.collectors):   # ranks whose section has no META frame
             self._finished(r, self._finish(r))
         return dict(sorted(self.done.items())), self.tables

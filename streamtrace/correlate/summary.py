@@ -35,6 +35,30 @@ and the rank is classified again from its GPU rows (``Inputs``).
 import numpy as np
 
 from .. import _native
+from .timeline import Timeline
+
+#: the SUMMARY frame holding a rank's compacted Timeline (``extract`` writes
+#: it after the rank's META frame; ``correlate`` reads it instead of the
+#: rank's events)
+SUMMARY_NAME = "correlate.rank"
+#: changes whenever the Timeline's fields, or what the collection and
+#: ``compact`` make of a rank's frames, change
+SUMMARY_VERSION = "1"
+_REQUIRED = ("rank", "meta", "names", "gpu", "by_event", "cpu_ops", "steps", "shift", "unions", "window_lengths")
+
+
+def timeline_summary(tl):
+    """A compacted Timeline as a SUMMARY frame's value (plain values and arrays)."""
+    return dict(tl.__dict__)
+
+
+def timeline_from_summary(value):
+    """The Timeline a SUMMARY frame's value holds; ValueError when it is not one."""
+    if not isinstance(value, dict) or not all(k in value for k in _REQUIRED) or not isinstance(value["meta"], dict):
+        raise ValueError("not a rank's timeline summary")
+    tl = Timeline.__new__(Timeline)
+    tl.__dict__.update(value)
+    return tl
 
 #: what compact keeps of each compute kernel's GPU row, in a table of the rank's distinct values
 SHAPE_COLUMNS = ("stream", "ctas", "threads", "regs", "smem")

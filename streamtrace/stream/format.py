@@ -32,6 +32,7 @@ from ..errors import StreamFormatError, TraceError, os_reason
 from ..parallel.threads import prefetched
 from ..remote import is_url, local_path
 from .packing import PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
+from .summaries import ANNOUNCE, SummaryError, decode_summary, encode_summary, summary_header
 
 MAGIC = b"\x89STEV\r\n\x1a"
 _HEADER = struct.Struct("<8sII")
@@ -62,6 +63,7 @@ class Kind:
     COMMS = 5       # packed st_comm records
     END = 6         # JSON object; closes a stream section: a stream without it is incomplete
     TABLE = 7       # a named column table (stage results): see encode_table
+    SUMMARY = 8     # a rank's summary made by a stage's per-rank map: see summaries.py
 
     RECORDS = {}  # filled below: kind -> numpy dtype
 
@@ -139,6 +141,21 @@ class Frame:
         except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
             raise self.error(f"corrupt TABLE frame ({exc})") from None
 
+    def summary(self):
+        """(name, version, value) of a SUMMARY frame."""
+        try:
+            return decode_summary(self.payload)
+        except SummaryError as exc:
+            raise self.error(f"corrupt SUMMARY frame ({exc})") from None
+
+    def summary_header(self):
+        """The header of a SUMMARY frame ({"name", "version", ...}), its
+        value left undecoded."""
+        try:
+            return summary_header(self.payload)[0]
+        except SummaryError as exc:
+            raise self.error(f"corrupt SUMMARY frame ({exc})") from None
+
     def table_name(self):
         """The name of a TABLE frame, from its header alone."""
         try:
@@ -208,6 +225,29 @@ def _json_default(o):
     if isinstance(o, np.ndarray):
         return o.tolist()
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def summary_frame(rank, name, version, value):
+    """A SUMMARY frame holding ``value`` (summaries.py says what it may hold)."""
+    return SummaryFrame(rank, name, version, value)
+
+
+class SummaryFrame(_MadeHere):
+    """A SUMMARY frame made here: readers in this process get its value
+    without an encoding and a decoding."""
+
+    def __init__(self, rank, name, version, value):
+        super().__init__(Kind.SUMMARY, rank)
+        self._summary = (name, version, value)
+
+    def _encode(self):
+        return encode_summary(*self._summary)
+
+    def summary(self):
+        return self._summary
+
+    def summary_header(self):
+        return {"name": self._summary[0], "version": self._summary[1]}
 
 
 def strings_frame(rank, first_id, strings):
@@ -570,8 +610,15 @@ def read_ahead(frames, kinds, depth=READ_AHEAD_FRAMES):
 
 
 def _unpacked(frames, kinds):
+    summarized = set()   # ranks announcing summaries: a stage reads those, not their records
     for frame in frames:
-        if frame.kind in kinds:
+        if frame.kind == Kind.SUMMARY:
+            try:
+                if frame.summary_header()["name"] == ANNOUNCE:
+                    summarized.add(frame.rank)
+            except StreamFormatError:
+                pass   # the consumer raises it, as above
+        elif frame.kind in kinds and frame.rank not in summarized:
             try:
                 frame.records()   # cached on the frame
             except StreamFormatError:

@@ -30,8 +30,9 @@ BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
 def run(tmp_path_factory):
     d = tmp_path_factory.mktemp("v3")
     truth = generate_fixture.generate(str(d / "traces"), ranks=2, steps=2, seed=11)
+    # events only: these tests read the records (test_summaries.py: streams with summaries)
     res = CliRunner().invoke(main, ["extract", "--trace_dir", str(d / "traces"), "--world_size", "2",
-                                    "-o", str(d / "run.stev"), "-q"])
+                                    "-o", str(d / "run.stev"), "-q", "--no_summaries"])
     assert res.exit_code == 0, res.output
     return d, truth
 
