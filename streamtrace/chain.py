@@ -275,7 +275,7 @@ def _read_rank(item, world_size, strict, custom=None):
 
 
 def _finish_rank(pair):
-    from .align.stage import finish_rank
+    from .align.describe import finish_rank
 
     collector, steps = pair
     return finish_rank(collector), steps.finish()
@@ -392,7 +392,7 @@ def _read_rank_for_blocking(item, world_size, strict, custom=None):
 def _finish_rank_for_blocking(pair):
     """A rank's RankResult and correlate's summary of it (its Timeline
     reduced to what the cross-rank analyses read: correlate/summary.py)."""
-    from .align.stage import finish_rank
+    from .align.describe import finish_rank
     from .correlate.summary import compact
 
     rows, timeline = pair
