@@ -11,8 +11,10 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
 
 * stream size against the JSON, here and on every real set in
   ../shared/traces/real (one row per set; JSON bytes uncompressed);
-* ``extract -o FILE`` against extract to os.devnull;
-* v3 extraction (MB of JSON per second) against v2's: the v2 commit
+* ``extract -o FILE`` against extract to os.devnull, and against
+  ``extract --no_summaries`` (what the per-rank summaries cost: align's and
+  correlate's per-rank work, done once in extract);
+* v3 extraction without summaries (MB of JSON per second) against v2's: the v2 commit
   (--v2, default the merge-base with main) is checked out into a temporary
   worktree and its C core built there (scripts/compare_outputs.py's
   build_tree), then both run the same way, ``python -m streamtrace.cli``
@@ -187,6 +189,11 @@ def main():
                                                                        env)))
         show("extract -o FILE", best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "-o", stev], env)))
         size = os.path.getsize(stev)
+        events_only = os.path.join(tmp, "events.stev")   # the stream's format alone, without the per-rank summaries
+        show("extract --no_summaries -o FILE",
+             best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "--no_summaries", "-o", events_only], env)))
+        events_size = os.path.getsize(events_only)
+        os.unlink(events_only)
         if not args.no_v2:
             sys.path.insert(0, os.path.join(ROOT, "scripts"))
             from compare_outputs import build_tree
@@ -196,18 +203,20 @@ def main():
             tree = build_tree(base, tmp)
             try:
                 v2cmd, v2env = st(tree)
-                v2file = os.path.join(tmp, "v2.stev")
+                v2file, v3file = os.path.join(tmp, "v2.stev"), os.path.join(tmp, "v3.stev")
                 v3s, v2s = [], []
                 for _ in range(args.repeat):   # alternately: both see the same load
                     v2s.append(timed([*v2cmd, "extract", *ws, "-q", "-o", v2file], v2env))
-                    v3s.append(timed([*cmd, "extract", *ws, "-q", "-o", stev], env))
+                    # like for like: the format's encoding, not the summaries' collecting
+                    v3s.append(timed([*cmd, "extract", *ws, "-q", "--no_summaries", "-o", v3file], env))
                 v2size = os.path.getsize(v2file)
                 read = "import sys; from streamtrace import read_stream; read_stream(sys.argv[1])"
                 show("v2 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, v2file], v2env)))
-                show("v3 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, stev], env)))
+                show("v3 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, v3file], env)))
                 os.unlink(v2file)
+                os.unlink(v3file)
                 show(f"v2 extract -o FILE ({base[:10]})", (min(r[0] for r in v2s), max(r[1] for r in v2s)))
-                show("v3 extract -o FILE (alternating with v2)", (min(r[0] for r in v3s), max(r[1] for r in v3s)))
+                show("v3 extract --no_summaries -o FILE (alternating with v2)", (min(r[0] for r in v3s), max(r[1] for r in v3s)))
             finally:
                 subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
 
@@ -238,10 +247,15 @@ def main():
         print("\nratios (same run):")
         print(f"  JSON / stream size                          {jbytes / size:8.1f}x   (target >= 8x)  "
               f"stream {size / 1e6:.1f} MB")
+        print(f"  JSON / stream size without summaries        {jbytes / events_size:8.1f}x   "
+              f"stream {events_size / 1e6:.1f} MB")
+        print(f"  extract / extract --no_summaries            "
+              f"{rows['extract -o FILE'][0] / rows['extract --no_summaries -o FILE'][0]:8.2f}x  "
+              "(the per-rank work align and correlate no longer do)")
         if not args.no_v2:
             print(f"  JSON / v2 stream size                       {jbytes / v2size:8.1f}x")
             v2t = rows[next(k for k in rows if k.startswith("v2 extract"))][0]
-            v3t = rows["v3 extract -o FILE (alternating with v2)"][0]
+            v3t = rows["v3 extract --no_summaries -o FILE (alternating with v2)"][0]
             print(f"  v3 / v2 extraction MB/s                     {v2t / v3t:8.2f}   (target >= 0.90)")
             print(f"  v3 / v2 read_stream time                    "
                   f"{rows['v3 read_stream (Python API)'][0] / rows['v2 read_stream (Python API)'][0]:8.2f}x")
