@@ -415,7 +415,11 @@ SUMMARIES_MIN_BYTES = 1 << 20
 
 
 def _worth_summarizing(path):
-    limit = int(os.environ.get("STREAMTRACE_SUMMARIES_MIN_BYTES", SUMMARIES_MIN_BYTES))
+    setting = os.environ.get("STREAMTRACE_SUMMARIES_MIN_BYTES", str(SUMMARIES_MIN_BYTES))
+    try:
+        limit = int(setting)
+    except ValueError:
+        raise StreamtraceError(f"STREAMTRACE_SUMMARIES_MIN_BYTES={setting!r}: not a number of bytes") from None
     try:
         return os.path.getsize(local_path(path)) >= limit
     except (OSError, ValueError, TypeError):   # a URL, stdin: of a size not known here

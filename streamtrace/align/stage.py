@@ -62,7 +62,7 @@ import pandas as pd
 from ..errors import StreamtraceError
 from ..parallel.threads import in_thread
 from ..stream.format import Kind, json_frame, table_frame
-from ..stream.summaries import ANNOUNCE
+from ..stream.summaries import RankSummaries
 from .collect import RankCollector, classify_string  # noqa: F401 - public names
 from .custom import custom_collectives
 from .describe import RankResult, collect_rank, finish_rank  # noqa: F401 - public names
@@ -144,8 +144,9 @@ class _Ranks:
     def __init__(self, custom=None):
         self.collectors, self.done = {}, {}
         self.custom = custom
-        self.summarized = set()   # ranks whose RankResult comes as a SUMMARY frame
-        self.metas = {}           # ... and the META frame's object of those, until their summary
+        # ranks whose RankResult comes as a SUMMARY frame (not with custom patterns: made without them)
+        self.summaries = RankSummaries(SUMMARY_NAME, SUMMARY_VERSION, use=custom is None)
+        self.metas = {}   # the META frame's object of those, until their summary
 
     def add(self, frame):
         kind = frame.kind
@@ -157,7 +158,7 @@ class _Ranks:
         r = frame.rank
         if r in self.done or kind == Kind.META and r in self.metas:
             raise StreamtraceError(f"rank {r} appears twice in the input (two metadata frames)")
-        if r in self.summarized:
+        if r in self.summaries.announced:
             if kind == Kind.META:
                 self.metas[r] = frame.json()
             return
@@ -171,33 +172,17 @@ class _Ranks:
             self.done[r] = in_thread(functools.partial(finish_rank, self.collectors.pop(r)), name="streamtrace-align-finish")
 
     def _summary(self, frame):
-        header = frame.summary_header()   # the summary itself decoded only when it is align's
-        name, r = header["name"], frame.rank
-        if name == ANNOUNCE:
-            value = frame.summary()[2]   # a few bytes
-            if r in self.summarized or r in self.done or r in self.collectors:
-                raise StreamtraceError(f"rank {r} appears twice in the input (two announcements of its summaries)")
-            if self.custom is None and isinstance(value, dict) and value.get(SUMMARY_NAME) == SUMMARY_VERSION:
-                self.summarized.add(r)
-        elif name == SUMMARY_NAME and r in self.summarized:
-            if r in self.done:
-                raise StreamtraceError(f"rank {r} appears twice in the input (two summaries of its collectives)")
-            if r not in self.metas:
-                raise frame.error(f"rank {r}'s summary comes before its metadata frame")
-            try:
-                result = result_from_summary(frame.summary()[2], self.metas.pop(r))
-            except (ValueError, TypeError) as exc:
-                raise frame.error(f"corrupt SUMMARY frame ({exc})") from None
-            if result.rank != r:
-                raise frame.error(f"corrupt SUMMARY frame (it holds rank {result.rank}, in a frame of rank {r})")
+        r = frame.rank
+        if r in self.summaries.announced and frame.summary_header()["name"] == SUMMARY_NAME and r not in self.metas:
+            raise frame.error(f"rank {r}'s summary comes before its metadata frame")
+        result = self.summaries.add(frame, lambda r: r in self.done or r in self.collectors,
+                                    lambda value: result_from_summary(value, self.metas.pop(r)))
+        if result is not None:
             self.done[r] = _Done(result)
 
     def results(self):
         """RankResult of every rank, in rank order (unfinished ranks finished now)."""
-        missing = sorted(self.summarized - set(self.done))
-        if missing:
-            raise StreamtraceError(f"rank {missing[0]}: the stream announces its summary but holds none "
-                                   "(extract the traces again)")
+        self.summaries.check_complete()
         for r, c in self.collectors.items():
             self.done[r] = in_thread(functools.partial(finish_rank, c))
         self.collectors = {}

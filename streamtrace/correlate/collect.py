@@ -19,7 +19,8 @@ from ..align.collect import RankCollector
 from ..errors import StreamtraceError
 from .compute import _Compute
 from .growing import _Growing
-from .summary import _squeeze, _unsqueeze, compact, pack_ops
+from ..stream.summaries import RankSummaries
+from .summary import SUMMARY_NAME, SUMMARY_VERSION, _squeeze, _unsqueeze, compact, pack_ops, timeline_from_summary
 from .timeline import Timeline, _cat_kind, _classify
 
 
@@ -261,7 +262,7 @@ class StreamCollector:
 
     def __init__(self):
         self.collectors, self.links, self.done, self.tables = {}, {}, {}, {}
-        self.summarized = set()   # ranks whose Timeline comes as a SUMMARY frame
+        self.summaries = RankSummaries(SUMMARY_NAME, SUMMARY_VERSION)   # ranks whose Timeline is read, not collected
         # ranks are alike: a rank starts with room for as many GPU rows as
         # the largest one so far (no doubling copies; room never written to
         # costs no memory)
@@ -296,7 +297,7 @@ class StreamCollector:
         elif kind in (Kind.STRINGS, Kind.EVENTS, Kind.KERNELS, Kind.META, Kind.COMMS):
             if frame.rank in self.done:
                 raise StreamtraceError(f"rank {frame.rank} appears twice in the input (frames after its metadata frame)")
-            if frame.rank in self.summarized:   # its summary comes after its META frame
+            if frame.rank in self.summaries.announced:   # its summary comes after its META frame
                 return
             c = self.collectors.get(frame.rank)
             if c is None:
@@ -318,34 +319,13 @@ class StreamCollector:
     def _summary(self, frame):
         """A rank whose section announces correlate's summary (``extract``
         wrote it, of this version) is not collected: its summary is read."""
-        from ..stream.summaries import ANNOUNCE
-        from .summary import SUMMARY_NAME, SUMMARY_VERSION, timeline_from_summary
-
-        header = frame.summary_header()   # the summary itself decoded only when it is correlate's
-        name, r = header["name"], frame.rank
-        if name == ANNOUNCE:
-            value = frame.summary()[2]   # a few bytes
-            if r in self.summarized or r in self.done or r in self.collectors:
-                raise StreamtraceError(f"rank {r} appears twice in the input (two announcements of its summaries)")
-            if isinstance(value, dict) and value.get(SUMMARY_NAME) == SUMMARY_VERSION:
-                self.summarized.add(r)
-        elif name == SUMMARY_NAME and r in self.summarized:
-            if r in self.done:
-                raise StreamtraceError(f"rank {r} appears twice in the input (two summaries of its timeline)")
-            try:
-                tl = timeline_from_summary(frame.summary()[2])
-            except (ValueError, TypeError) as exc:
-                raise frame.error(f"corrupt SUMMARY frame ({exc})") from None
-            if tl.rank != r:
-                raise frame.error(f"corrupt SUMMARY frame (it holds rank {tl.rank}, in a frame of rank {r})")
-            self._finished(r, tl)
+        tl = self.summaries.add(frame, lambda r: r in self.done or r in self.collectors, timeline_from_summary)
+        if tl is not None:
+            self._finished(tl.rank, tl)
 
     def finish(self):
         """({rank: Timeline}, {table name: DataFrame})"""
-        missing = sorted(self.summarized - set(self.done))
-        if missing:
-            raise StreamtraceError(f"rank {missing[0]}: the stream announces its summary but holds none "
-                                   "(extract the traces again)")
+        self.summaries.check_complete()
         for r in list(self.collectors):   # ranks whose section has no META frame
             self._finished(r, self._finish(r))
         return dict(sorted(self.done.items())), self.tables

@@ -223,3 +223,53 @@ class _Decoder:
 
 def _hashable(k):
     return tuple(k) if isinstance(k, list) else k
+
+
+# ------------------------------------------------------------------ reading them in a stage
+
+class RankSummaries:
+    """Which ranks of a stream a stage reads from their summaries: those
+    whose announcement lists the stage's summary ``name`` at ``version``
+    (``use`` False: none, e.g. align given custom patterns)."""
+
+    def __init__(self, name, version, use=True):
+        self.name, self.version, self.use = name, version, use
+        self.announced = set()   # ranks whose summary this stage reads, once it comes
+        self.read = set()
+
+    def add(self, frame, seen, convert):
+        """A SUMMARY frame: an announcement is noted, and this stage's
+        summary of an announced rank comes back as ``convert(value)`` (an
+        object with a ``rank``); None for any other.  ``seen``: whether the
+        stage already has frames of the frame's rank (a rank given twice)."""
+        from ..errors import StreamtraceError
+
+        name, r = frame.summary_header()["name"], frame.rank   # a summary decoded only when it is this stage's
+        if name == ANNOUNCE:
+            if r in self.announced or seen(r):
+                raise StreamtraceError(f"rank {r} appears twice in the input (two announcements of its summaries)")
+            versions = frame.summary()[2]   # a few bytes
+            if self.use and isinstance(versions, dict) and versions.get(self.name) == self.version:
+                self.announced.add(r)
+            return None
+        if name != self.name or r not in self.announced:
+            return None
+        if r in self.read:
+            raise StreamtraceError(f"rank {r} appears twice in the input (two summaries of it)")
+        try:
+            value = convert(frame.summary()[2])
+        except (ValueError, TypeError) as exc:
+            raise frame.error(f"corrupt SUMMARY frame ({exc})") from None
+        if value.rank != r:
+            raise frame.error(f"corrupt SUMMARY frame (it holds rank {value.rank}, in a frame of rank {r})")
+        self.read.add(r)
+        return value
+
+    def check_complete(self):
+        """Every announced summary came (else the stream is not one extract wrote whole)."""
+        from ..errors import StreamtraceError
+
+        missing = sorted(self.announced - self.read)
+        if missing:
+            raise StreamtraceError(f"rank {missing[0]}: the stream announces its summary but holds none "
+                                   "(extract the traces again)")

@@ -362,3 +362,13 @@ print("ok")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=dict(os.environ, STREAMTRACE_SUMMARIES_MIN_BYTES="0"))
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_a_bad_threshold_setting_is_one_line(run, tmp_path, monkeypatch):
+    d, _ = run
+    monkeypatch.setenv("STREAMTRACE_SUMMARIES_MIN_BYTES", "1MB")
+    res = CliRunner().invoke(main, ["extract", "--trace_dir", str(d / "traces"), "--world_size", "4", "-q",
+                                    "-o", str(tmp_path / "x.stev")])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == ["Error: STREAMTRACE_SUMMARIES_MIN_BYTES='1MB': not a number of bytes"]
+    assert not (tmp_path / "x.stev").exists()
