@@ -145,11 +145,18 @@ def decode_summary(payload):
         total += -total % _ALIGN
         offsets.append(total)
         total += dtype.itemsize * math.prod(shape)
+    body = bytes(payload[at:at + packed])
     try:
-        raw = bytearray(zstandard.ZstdDecompressor().decompress(bytes(payload[at:at + packed]),
-                                                                 max_output_size=total))
+        # the size the zstd frame declares decides the memory decompress()
+        # takes: checked against the header's layout first
+        declared = zstandard.frame_content_size(body)
+        if declared != total:
+            raise SummaryError(f"its zstd frame holds {declared} bytes, not the {total} its layout says")
+        raw = bytearray(zstandard.ZstdDecompressor().decompress(body))
     except zstandard.ZstdError as exc:
         raise SummaryError(f"packed part does not decompress ({exc})") from None
+    except MemoryError:
+        raise SummaryError(f"its layout of {total} bytes does not fit in memory") from None
     if len(raw) != total:
         raise SummaryError(f"packed part holds {len(raw)} bytes, not {total}")
     arrays = []

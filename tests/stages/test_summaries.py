@@ -142,14 +142,21 @@ def test_stages_read_summaries_not_events_and_give_the_same_tables(run):
 
 def test_a_pipeline_run_s_send_recv_tables_are_the_same(tmp_path):
     """Point-to-point halves travel in align's summary (RankResult.p2p):
-    the p2p tables equal those of the events."""
+    the p2p tables equal those of the events, and correlate's p2p blockers
+    those of the one-shot."""
     from pipeline import generate_pipeline
+
+    from streamtrace.chain import correlated_tables
 
     generate_pipeline(str(tmp_path / "traces"), stages=4, microbatches=4, slow_stage=2)
     plain = _staged(_stream(tmp_path, False))
     summarized = _staged(_rewritten(_stream(tmp_path, True), _garbled_events))
     assert len(plain["align.p2p"])
     _assert_same_tables(plain, summarized)
+    # and the staged path's send/recv blockers are the one-shot's (correlate keeps align.p2p)
+    one_shot = correlated_tables([str(p) for p in sorted((tmp_path / "traces").glob("rank*_trace.json"))])
+    assert len(one_shot["correlate.p2p_blockers"])
+    assert summarized["correlate.p2p_blockers"].equals(one_shot["correlate.p2p_blockers"])
 
 
 def test_the_same_sheets_through_real_pipes(run, tmp_path):
@@ -338,6 +345,7 @@ def test_what_a_summary_cannot_hold_is_refused_when_written():
     lambda p: p.replace(b'[1000]', b'[99999999999]'),                          # a shape the bytes do not hold
     lambda p: p.replace(b'"delta"', b'"zigzag"'),                              # an unknown coding
     lambda p: p.replace(b'{"name"', b'["name"'),                              # not a JSON object
+    lambda p: p.replace(b'[1000]', b'[1001]'),                                 # one value more than it holds
 ])
 def test_a_damaged_summary_is_refused_with_a_reason(damage):
     payload = encode_summary("x", "1", {"t": np.arange(1000, dtype=np.int64), "b": b"abc"})
@@ -372,3 +380,21 @@ def test_a_bad_threshold_setting_is_one_line(run, tmp_path, monkeypatch):
     assert res.exit_code == 1
     assert res.output.strip().splitlines() == ["Error: STREAMTRACE_SUMMARIES_MIN_BYTES='1MB': not a number of bytes"]
     assert not (tmp_path / "x.stev").exists()
+
+
+def test_a_summary_declaring_more_than_memory_holds_is_refused_not_allocated():
+    """A layout and a zstd frame that agree on a terabyte: one error, no
+    attempt to hold it (the declared size is what decompress would take)."""
+    import zstandard
+
+    payload = encode_summary("x", "1", {"t": np.zeros(4, dtype=np.uint8)})
+    (n,) = struct.unpack_from("<I", payload)
+    header = json.loads(payload[4:4 + n])
+    header["arrays"] = [["|u1", [1 << 40]]]
+    total = header["value_bytes"] + (-header["value_bytes"] % 8) + (1 << 40)   # as the layout adds up
+    body = zstandard.ZstdCompressor().compressobj(size=total)
+    packed = body.compress(b"{}") + body.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)   # a frame that says 1 TB
+    header["packed"] = len(packed)
+    head = json.dumps(header).encode()
+    with pytest.raises(SummaryError):
+        decode_summary(struct.pack("<I", len(head)) + head + packed)
