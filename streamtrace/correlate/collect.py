@@ -254,8 +254,10 @@ def _join_geometry(events, records, dims, regs, smem):
 
 class StreamCollector:
     """Feeds frames to per-rank collectors and keeps align's collectives
-    table (the columns correlate reads) and its send/recv pairs (p2p_blockers).  A rank is finished (compacted into its Timeline) at its META frame, which
-    extract writes after the rank's events, and reduced to its summary
+    table (the columns correlate reads) and its send/recv pairs
+    (p2p_blockers).  A rank is finished (compacted into its Timeline) at its
+    META frame, which extract writes after the rank's events, and reduced to
+    its summary
     (``summary.compact``): align's own collection of the rank, made beside
     it, says which kernels align may link and which threads launched them
     (align's tables come after every rank in a stream)."""
@@ -309,13 +311,20 @@ class StreamCollector:
                 self.links[frame.rank].add(frame)
             if kind == Kind.META:
                 self._finished(frame.rank, self._finish(frame.rank))
-        elif kind == Kind.TABLE and frame.table_name() in ("align.collectives", "align.p2p"):   # the tables used
-            import pandas as pd   # here: extract's summaries collect ranks without pandas
+        elif kind == Kind.TABLE:
+            self._table(frame)
 
-            from .inputs import ALIGN_COLUMNS_USED
-            name = frame.table_name()
-            name, df = frame.table(ALIGN_COLUMNS_USED if name == "align.collectives" else None)
-            self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
+    def _table(self, frame):
+        """Keep the align tables correlate uses: the collectives (the columns
+        it reads) and the send/recv pairs (p2p_blockers)."""
+        name = frame.table_name()
+        if name not in ("align.collectives", "align.p2p"):
+            return
+        import pandas as pd   # here: extract's summaries collect ranks without pandas
+
+        from .inputs import ALIGN_COLUMNS_USED
+        _, df = frame.table(ALIGN_COLUMNS_USED if name == "align.collectives" else None)
+        self.tables[name] = pd.concat([self.tables[name], df], ignore_index=True) if name in self.tables else df
 
     def _summary(self, frame):
         """A rank whose section announces correlate's summary (``extract``

@@ -8,8 +8,8 @@ object arrays of plain values).  It is encoded without pickle (a stream may
 come from anywhere: decoding builds plain values and numeric arrays only),
 as a small JSON header (name, version, sizes), one zstd frame holding the
 tree as JSON and every numeric array's bytes, and the ``bytes`` values
-after it as they are (they are already compressed parts).  docs/stream-format.md, "SUMMARY frames", gives
-the layout byte by byte.
+after it as they are (they are already compressed parts).
+docs/stream-format.md, "SUMMARY frames", gives the layout byte by byte.
 
 The first SUMMARY frame of a rank, written before its events, is the
 announcement (``ANNOUNCE``): it names the summaries that follow the rank's
@@ -41,9 +41,7 @@ class _Encoder:
         self.arrays, self.blobs = [], []
 
     def value(self, v):
-        if v is None or isinstance(v, (bool, str)):
-            return v
-        if isinstance(v, int):
+        if v is None or isinstance(v, (bool, str, int)):
             return v
         if isinstance(v, float):
             return v if math.isfinite(v) else {"$float": repr(v)}
@@ -74,8 +72,8 @@ class _Encoder:
 
 
 def _dtype_str(dtype):
-    s = dtype.newbyteorder("<").str if dtype.byteorder not in "|<=" else dtype.str
-    return s.replace("=", "<")
+    """``dtype``'s type string, little-endian (the stream's byte order)."""
+    return (dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype).str
 
 
 def encode_summary(name, version, value):
