@@ -15,26 +15,34 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
   ``extract --no_summaries`` (what the per-rank summaries cost: align's and
   correlate's per-rank work, done once in extract);
 * v3 extraction without summaries (MB of JSON per second) against v2's: the v2 commit
-  (--v2, default the merge-base with main) is checked out into a temporary
+  (--v2, default the last commit writing v2) is checked out into a temporary
   worktree and its C core built there (scripts/compare_outputs.py's
   build_tree), then both run the same way, ``python -m streamtrace.cli``
   with their tree first on PYTHONPATH, alternately, best of --repeat;
 * ``extract | align | correlate | report`` through pipes (also with
-  STREAMTRACE_READ_AHEAD=0: align and correlate unpacking inline) and the
+  STREAMTRACE_READ_AHEAD=0: every stage reading its input inline) and the
   same four stages through files, against one ``collective-report
-  --blocking_analysis`` (CSVs in every case);
+  --blocking_analysis`` (CSVs in every case): run in alternating rounds,
+  each round's ratio taken against that round's one-shot (median and range
+  printed), as the machine's speed drifts within minutes; with each one's
+  CPU against the one-shot's, and extract's share of the files path (the
+  floor under both staged ratios);
 * ``dump --what summary`` on the extracted stream;
 * the fixed cost: the four stages through files and the one-shot on a tiny
   set (processes starting, importing, writing), and the files ratio without
   the difference (what the stages' own work costs against the one-shot's).
 
-Peak RSS is each process's own (wait4's ru_maxrss).  Ratios are what to
-read: the machine is shared and its speed drifts (the machine-speed line
-says how fast it ran).
+Peak RSS is each process's own (wait4's ru_maxrss); CPU is its user and
+system seconds with its children's (a pipeline's: all four processes').
+The CPU ratios say why the staged path costs what it does: on a machine of
+few cores its wall time follows its CPU.  Ratios are what to read: the
+machine is shared and its speed drifts (the machine-speed line says how
+fast it ran).
 """
 import argparse
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,10 +55,13 @@ from measure import machine_speed  # noqa: E402 - bench/ is on sys.path when run
 
 REAL = os.path.normpath(os.path.join(ROOT, "..", "shared", "traces", "real"))
 PY = sys.executable
+#: the last commit writing stream format v2 (the next, af902d2, made it v3)
+LAST_V2 = "7b3a78d"
 
 
 def timed(argv, env=None, stdin=None, stdout=None):
-    """(seconds, peak RSS MB) of one process; raises when it fails."""
+    """(seconds, peak RSS MB, CPU seconds) of one process (the CPU with its
+    children's: a pipeline's under bash); raises when it fails."""
     t0 = time.perf_counter()
     # cwd: `python -m` puts it first on sys.path, before PYTHONPATH (the tree being measured)
     proc = subprocess.Popen(argv, env=env, stdin=stdin, stdout=stdout or subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -62,13 +73,43 @@ def timed(argv, env=None, stdin=None, stdout=None):
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise SystemExit(f"{' '.join(argv)} failed ({proc.returncode}):\n{err[-2000:]}")
-    return seconds, usage.ru_maxrss / 1024
+    return seconds, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
+
+
+def fastest(runs):
+    """The fastest of ``runs`` (the least disturbed by other load) with its
+    CPU seconds; the largest RSS seen."""
+    first = min(runs, key=lambda r: r[0])
+    return first[0], max(r[1] for r in runs), first[2]
 
 
 def best(n, fn):
-    """The fastest of ``n`` runs (the least disturbed by other load); the largest RSS seen."""
-    runs = [fn() for _ in range(n)]
-    return min(r[0] for r in runs), max(r[1] for r in runs)
+    """The fastest of ``n`` runs of ``fn``, as ``fastest``."""
+    return fastest([fn() for _ in range(n)])
+
+
+ONE_SHOT = "collective-report --blocking_analysis (one process)"
+PIPES = "extract | align | correlate | report (pipes)"
+FILES = "the four stages through files, one after another"
+
+
+def one_after_another(results):
+    """The ``timed`` results of processes run in turn as one: times and CPU
+    added, the largest peak RSS."""
+    return sum(r[0] for r in results), max(r[1] for r in results), sum(r[2] for r in results)
+
+
+def alternately(rounds, cases):
+    """``{label: [result of each round]}``: every case once a round, in turn,
+    so that each round's ratios compare runs made under the same load (the
+    machine's speed drifts within minutes); each round starts one case
+    later, so that no case always follows the same one."""
+    labels = list(cases)
+    out = {label: [] for label in labels}
+    for k in range(rounds):
+        for label in labels[k % len(labels):] + labels[:k % len(labels)]:
+            out[label].append(cases[label]())
+    return out
 
 
 def st(tree):
@@ -163,7 +204,7 @@ def main():
     ap.add_argument("--mb", type=int, default=512, help="MB of JSON per rank")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each timed case (the fastest is shown)")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"))
-    ap.add_argument("--v2", default=None, help="the commit writing format v2 (default: merge-base with main)")
+    ap.add_argument("--v2", default=LAST_V2, help=f"a commit writing format v2 (default: {LAST_V2}, the last)")
     ap.add_argument("--no_v2", action="store_true", help="skip the v2 comparison")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
@@ -180,7 +221,7 @@ def main():
 
     def show(label, result):
         rows[label] = result
-        print(f"  {label:<52} {result[0]:8.2f} s  peak RSS {result[1]:7.0f} MB", flush=True)
+        print(f"  {label:<52} {result[0]:8.2f} s  peak RSS {result[1]:7.0f} MB  CPU {result[2]:6.2f} s", flush=True)
 
     try:
         print("\nextract:")
@@ -198,8 +239,7 @@ def main():
             sys.path.insert(0, os.path.join(ROOT, "scripts"))
             from compare_outputs import build_tree
 
-            base = args.v2 or subprocess.run(["git", "-C", ROOT, "merge-base", "HEAD", "main"], capture_output=True,
-                                             text=True, check=True).stdout.strip()
+            base = args.v2
             tree = build_tree(base, tmp)
             try:
                 v2cmd, v2env = st(tree)
@@ -215,12 +255,12 @@ def main():
                 show("v3 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, v3file], env)))
                 os.unlink(v2file)
                 os.unlink(v3file)
-                show(f"v2 extract -o FILE ({base[:10]})", (min(r[0] for r in v2s), max(r[1] for r in v2s)))
-                show("v3 extract --no_summaries -o FILE (alternating with v2)", (min(r[0] for r in v3s), max(r[1] for r in v3s)))
+                show(f"v2 extract -o FILE ({base[:10]})", fastest(v2s))
+                show("v3 extract --no_summaries -o FILE (alternating with v2)", fastest(v3s))
             finally:
                 subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", tree], capture_output=True)
 
-        print("\nstages through files, then pipes, then one-shot:")
+        print("\nstages through files, each alone:")
         show("align FILE -o FILE", best(args.repeat, lambda: timed([*cmd, "align", stev, "-q", "-o", aligned], env)))
         show("correlate FILE -o FILE",
              best(args.repeat, lambda: timed([*cmd, "correlate", aligned, "-q", "-o", correlated], env)))
@@ -232,19 +272,35 @@ def main():
         line = " ".join(cmd)
         pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
                 f"{line} report -q --output_csvs_dir {csvs}")
-        show("extract | align | correlate | report (pipes)",
-             best(args.repeat, lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env)))
-        inline = dict(env, STREAMTRACE_READ_AHEAD="0")   # align and correlate unpack without a read-ahead thread
-        show("the same pipes, STREAMTRACE_READ_AHEAD=0",
-             best(args.repeat, lambda: timed(["bash", "-o", "pipefail", "-c", pipe], inline)))
-        show("collective-report --blocking_analysis (one process)",
-             best(args.repeat, lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
-                                              "--output_csvs_dir", csvs], env)))
+        inline = dict(env, STREAMTRACE_READ_AHEAD="0")   # every stage reads its input without a read-ahead thread
+        file_runs = []   # each round's four processes through files: extract's share is the staged path's floor
 
-        one = rows["collective-report --blocking_analysis (one process)"][0]
-        files = sum(rows[k][0] for k in ("extract -o FILE", "align FILE -o FILE", "correlate FILE -o FILE",
-                                          "report FILE --output_csvs_dir"))
-        print("\nratios (same run):")
+        def through_files():
+            file_runs.append([timed(argv, env) for argv in stages])
+            return one_after_another(file_runs[-1])
+
+        stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
+                  [*cmd, "correlate", aligned, "-q", "-o", correlated],
+                  [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
+        cases = {
+            ONE_SHOT: lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
+                                     "--output_csvs_dir", csvs], env),
+            PIPES: lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env),
+            "the same pipes, STREAMTRACE_READ_AHEAD=0": lambda: timed(["bash", "-o", "pipefail", "-c", pipe], inline),
+            FILES: through_files,
+        }
+        print(f"\nthe staged path and the one-shot, alternately ({args.repeat} rounds; fastest of each):")
+        by_case = alternately(args.repeat, cases)
+        for label, runs in by_case.items():
+            show(label, fastest(runs))
+
+        def per_round(label, index=0):
+            """``label``'s time (or CPU) over the one-shot's, round by round: (median, lowest, highest)."""
+            r = sorted(a[index] / b[index] for a, b in zip(by_case[label], by_case[ONE_SHOT]))
+            return statistics.median(r), r[0], r[-1]
+
+        one = rows[ONE_SHOT][0]
+        print("\nratios (same run; the staged ones round by round, median and range):")
         print(f"  JSON / stream size                          {jbytes / size:8.1f}x   (target >= 8x)  "
               f"stream {size / 1e6:.1f} MB")
         print(f"  JSON / stream size without summaries        {jbytes / events_size:8.1f}x   "
@@ -261,12 +317,21 @@ def main():
                   f"{rows['v3 read_stream (Python API)'][0] / rows['v2 read_stream (Python API)'][0]:8.2f}x")
         print(f"  extract -o FILE / -o os.devnull             "
               f"{rows['extract -o FILE'][0] / rows['extract -o os.devnull'][0]:8.2f}x  (target <= 1.15x)")
-        print(f"  pipes / one-shot                            "
-              f"{rows['extract | align | correlate | report (pipes)'][0] / one:8.2f}x  (target <= 1.3x)")
-        ahead = rows["extract | align | correlate | report (pipes)"][0]
-        print(f"  pipes, read-ahead / READ_AHEAD=0             "
-              f"{ahead / rows['the same pipes, STREAMTRACE_READ_AHEAD=0'][0]:8.2f}x")
-        print(f"  four stages through files / one-shot        {files / one:8.2f}x  (target <= 1.6x)")
+        for label, name, target in ((PIPES, "pipes / one-shot", "<= 1.3x"),
+                                    (FILES, "four stages through files / one-shot", "<= 1.6x"),
+                                    ("the same pipes, STREAMTRACE_READ_AHEAD=0", "pipes READ_AHEAD=0 / one-shot",
+                                     None)):
+            med, lo, hi = per_round(label)
+            cmed, clo, chi = per_round(label, 2)
+            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})" + (f"  (target {target})" if target else ""))
+            print(f"    its CPU / the one-shot's                    {cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
+        floor = sorted(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
+        print(f"  extract -o FILE alone / one-shot            {statistics.median(floor):8.2f}x  "
+              f"({floor[0]:.2f}-{floor[-1]:.2f}; the floor under both staged ratios: extract does the one-shot's "
+              "per-rank work and packs the stream)")
+        print(f"  one-shot CPU / time                         {rows[ONE_SHOT][2] / one:8.2f}   "
+              f"(cores it keeps busy, of {os.cpu_count()})")
+        files = rows[FILES][0]
         print(f"  dump --what summary                         {rows['dump FILE --what summary'][0]:8.2f} s, "
               f"{rows['dump FILE --what summary'][1]:.0f} MB (target <= 1 s, <= 100 MB)")
         tiny_files, tiny_one = fixed_costs(args.workdir, args.ranks, args.repeat)
