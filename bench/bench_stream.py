@@ -19,9 +19,8 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
   worktree and its C core built there (scripts/compare_outputs.py's
   build_tree), then both run the same way, ``python -m streamtrace.cli``
   with their tree first on PYTHONPATH, alternately, best of --repeat;
-* ``extract | align | correlate | report`` through pipes (also with
-  STREAMTRACE_READ_AHEAD=0: every stage reading its input inline) and the
-  same four stages through files, against one ``collective-report
+* ``extract | align | correlate | report`` through pipes and the same four
+  stages through files, against one ``collective-report
   --blocking_analysis`` (CSVs in every case): run in alternating rounds,
   each round's ratio taken against that round's one-shot (median and range
   printed), as the machine's speed drifts within minutes; with each one's
@@ -272,7 +271,6 @@ def main():
         line = " ".join(cmd)
         pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
                 f"{line} report -q --output_csvs_dir {csvs}")
-        inline = dict(env, STREAMTRACE_READ_AHEAD="0")   # every stage reads its input without a read-ahead thread
         file_runs = []   # each round's four processes through files: extract's share is the staged path's floor
 
         def through_files():
@@ -286,7 +284,6 @@ def main():
             ONE_SHOT: lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
                                      "--output_csvs_dir", csvs], env),
             PIPES: lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env),
-            "the same pipes, STREAMTRACE_READ_AHEAD=0": lambda: timed(["bash", "-o", "pipefail", "-c", pipe], inline),
             FILES: through_files,
         }
         print(f"\nthe staged path and the one-shot, alternately ({args.repeat} rounds; fastest of each):")
@@ -318,13 +315,12 @@ def main():
         print(f"  extract -o FILE / -o os.devnull             "
               f"{rows['extract -o FILE'][0] / rows['extract -o os.devnull'][0]:8.2f}x  (target <= 1.15x)")
         for label, name, target in ((PIPES, "pipes / one-shot", "<= 1.3x"),
-                                    (FILES, "four stages through files / one-shot", "<= 1.6x"),
-                                    ("the same pipes, STREAMTRACE_READ_AHEAD=0", "pipes READ_AHEAD=0 / one-shot",
-                                     None)):
+                                    (FILES, "four stages through files / one-shot", "<= 1.6x")):
             med, lo, hi = per_round(label)
             cmed, clo, chi = per_round(label, 2)
-            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})" + (f"  (target {target})" if target else ""))
-            print(f"    its CPU / the one-shot's                    {cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
+            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})" + f"  (target {target})")
+            cpu_name = "  its CPU / the one-shot's"
+            print(f"  {cpu_name:<44}{cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
         floor = sorted(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
         print(f"  extract -o FILE alone / one-shot            {statistics.median(floor):8.2f}x  "
               f"({floor[0]:.2f}-{floor[-1]:.2f}; the floor under both staged ratios: extract does the one-shot's "
