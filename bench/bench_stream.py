@@ -201,7 +201,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--mb", type=int, default=512, help="MB of JSON per rank")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each timed case (the fastest is shown)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="runs of each timed case (the fastest is shown); rounds of the staged cases and the one-shot")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"))
     ap.add_argument("--v2", default=LAST_V2, help=f"a commit writing format v2 (default: {LAST_V2}, the last)")
     ap.add_argument("--no_v2", action="store_true", help="skip the v2 comparison")
@@ -271,15 +272,15 @@ def main():
         line = " ".join(cmd)
         pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
                 f"{line} report -q --output_csvs_dir {csvs}")
+        stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
+                  [*cmd, "correlate", aligned, "-q", "-o", correlated],
+                  [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
         file_runs = []   # each round's four processes through files: extract's share is the staged path's floor
 
         def through_files():
             file_runs.append([timed(argv, env) for argv in stages])
             return one_after_another(file_runs[-1])
 
-        stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
-                  [*cmd, "correlate", aligned, "-q", "-o", correlated],
-                  [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
         cases = {
             ONE_SHOT: lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
                                      "--output_csvs_dir", csvs], env),
@@ -318,7 +319,7 @@ def main():
                                     (FILES, "four stages through files / one-shot", "<= 1.6x")):
             med, lo, hi = per_round(label)
             cmed, clo, chi = per_round(label, 2)
-            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})" + f"  (target {target})")
+            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})  (target {target})")
             cpu_name = "  its CPU / the one-shot's"
             print(f"  {cpu_name:<44}{cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
         floor = sorted(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
