@@ -173,6 +173,21 @@ def size_table(tmp):
         print(f"  least compressible real set: JSON/stream {worst:.1f}x (target >= 4x; every set >= 8x)")
 
 
+def staged_and_one_shot(cmd, ws, stev, aligned, correlated, csvs):
+    """(the four stages' commands through files, the one-shot's command) on
+    the traces ``ws`` names, both writing CSVs to ``csvs``."""
+    stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
+              [*cmd, "correlate", aligned, "-q", "-o", correlated],
+              [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
+    return stages, [*cmd, "collective-report", *ws, "-q", "--blocking_analysis", "--output_csvs_dir", csvs]
+
+
+def spread(ratios):
+    """(median, lowest, highest) of ``ratios``."""
+    r = sorted(ratios)
+    return statistics.median(r), r[0], r[-1]
+
+
 def fixed_costs(workdir, ranks, repeat):
     """(the four stages through files, the one-shot) in seconds on a tiny set of
     ``ranks`` traces: what each process costs before its input does (start-up,
@@ -186,12 +201,9 @@ def fixed_costs(workdir, ranks, repeat):
     tmp = tempfile.mkdtemp(prefix="bench-stream-tiny-", dir=workdir)
     try:
         stev, aligned, correlated, csvs = (os.path.join(tmp, n) for n in ("t.stev", "t.a.stev", "t.c.stev", "csvs"))
-        stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
-                  [*cmd, "correlate", aligned, "-q", "-o", correlated],
-                  [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
+        stages, one_shot = staged_and_one_shot(cmd, ws, stev, aligned, correlated, csvs)
         files = sum(best(repeat, lambda argv=argv: timed(argv, env))[0] for argv in stages)
-        one = best(repeat, lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
-                                          "--output_csvs_dir", csvs], env))[0]
+        one = best(repeat, lambda: timed(one_shot, env))[0]
         return files, one
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -272,9 +284,7 @@ def main():
         line = " ".join(cmd)
         pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
                 f"{line} report -q --output_csvs_dir {csvs}")
-        stages = [[*cmd, "extract", *ws, "-q", "-o", stev], [*cmd, "align", stev, "-q", "-o", aligned],
-                  [*cmd, "correlate", aligned, "-q", "-o", correlated],
-                  [*cmd, "report", correlated, "-q", "--output_csvs_dir", csvs]]
+        stages, one_shot = staged_and_one_shot(cmd, ws, stev, aligned, correlated, csvs)
         file_runs = []   # each round's four processes through files: extract's share is the staged path's floor
 
         def through_files():
@@ -282,8 +292,7 @@ def main():
             return one_after_another(file_runs[-1])
 
         cases = {
-            ONE_SHOT: lambda: timed([*cmd, "collective-report", *ws, "-q", "--blocking_analysis",
-                                     "--output_csvs_dir", csvs], env),
+            ONE_SHOT: lambda: timed(one_shot, env),
             PIPES: lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env),
             FILES: through_files,
         }
@@ -293,9 +302,8 @@ def main():
             show(label, fastest(runs))
 
         def per_round(label, index=0):
-            """``label``'s time (or CPU) over the one-shot's, round by round: (median, lowest, highest)."""
-            r = sorted(a[index] / b[index] for a, b in zip(by_case[label], by_case[ONE_SHOT]))
-            return statistics.median(r), r[0], r[-1]
+            """``label``'s time (or CPU) over the one-shot's, round by round: ``spread``."""
+            return spread(a[index] / b[index] for a, b in zip(by_case[label], by_case[ONE_SHOT]))
 
         one = rows[ONE_SHOT][0]
         print("\nratios (same run; the staged ones round by round, median and range):")
@@ -322,9 +330,9 @@ def main():
             print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})  (target {target})")
             cpu_name = "  its CPU / the one-shot's"
             print(f"  {cpu_name:<44}{cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
-        floor = sorted(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
-        print(f"  extract -o FILE alone / one-shot            {statistics.median(floor):8.2f}x  "
-              f"({floor[0]:.2f}-{floor[-1]:.2f}; the floor under both staged ratios: extract does the one-shot's "
+        med, lo, hi = spread(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
+        print(f"  extract -o FILE alone / one-shot            {med:8.2f}x  "
+              f"({lo:.2f}-{hi:.2f}; the floor under both staged ratios: extract does the one-shot's "
               "per-rank work and packs the stream)")
         print(f"  one-shot CPU / time                         {rows[ONE_SHOT][2] / one:8.2f}   "
               f"(cores it keeps busy, of {os.cpu_count()})")
