@@ -11,9 +11,10 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
 
 * stream size against the JSON, here and on every real set in
   ../shared/traces/real (one row per set; JSON bytes uncompressed);
-* ``extract -o FILE`` against extract to os.devnull, and against
-  ``extract --no_summaries`` (what the per-rank summaries cost: align's and
-  correlate's per-rank work, done once in extract);
+* ``extract -o FILE`` against extract to os.devnull (round by round:
+  median and range), and against ``extract --no_summaries`` (what the
+  per-rank summaries cost: align's and correlate's per-rank work, done once
+  in extract), the three in alternating rounds;
 * v3 extraction without summaries (MB of JSON per second) against v2's: the v2 commit
   (--v2, default the last commit writing v2) is checked out into a temporary
   worktree and its C core built there (scripts/compare_outputs.py's
@@ -24,8 +25,12 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
   --blocking_analysis`` (CSVs in every case): run in alternating rounds,
   each round's ratio taken against that round's one-shot (median and range
   printed), as the machine's speed drifts within minutes; with each one's
-  CPU against the one-shot's, and extract's share of the files path (the
-  floor under both staged ratios);
+  CPU against the one-shot's, and extract's share of the files path;
+* in the same rounds, the floor under each staged ratio: ``extract |
+  report`` and ``extract -o FILE`` then ``report FILE``, which leave out
+  ``align`` and ``correlate`` (``report`` aligns the stream itself and
+  writes no blocking sheets), so no implementation of those two stages
+  can bring the staged path below them;
 * ``dump --what summary`` on the extracted stream;
 * the fixed cost: the four stages through files and the one-shot on a tiny
   set (processes starting, importing, writing), and the files ratio without
@@ -90,6 +95,13 @@ def best(n, fn):
 ONE_SHOT = "collective-report --blocking_analysis (one process)"
 PIPES = "extract | align | correlate | report (pipes)"
 FILES = "the four stages through files, one after another"
+#: ``report`` aligns a stream that has not been through ``align`` itself, and
+#: skips the blocking analysis of one that has not been through
+#: ``correlate``: so these two do less than the staged path must, and more
+#: cheaply than any ``align`` and ``correlate`` could (no processes of their
+#: own).  A staged ratio cannot fall below theirs.
+PIPES_FLOOR = "extract | report (the pipes' floor)"
+FILES_FLOOR = "extract -o FILE, then report FILE (the files' floor)"
 
 
 def one_after_another(results):
@@ -214,7 +226,7 @@ def main():
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--mb", type=int, default=512, help="MB of JSON per rank")
     ap.add_argument("--repeat", type=int, default=3,
-                    help="runs of each timed case (the fastest is shown); rounds of the staged cases and the one-shot")
+                    help="runs of each timed case (the fastest is shown): rounds, where cases alternate")
     ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "streamtrace-bench"))
     ap.add_argument("--v2", default=LAST_V2, help=f"a commit writing format v2 (default: {LAST_V2}, the last)")
     ap.add_argument("--no_v2", action="store_true", help="skip the v2 comparison")
@@ -238,13 +250,16 @@ def main():
     try:
         print("\nextract:")
         timed([*cmd, "extract", *ws, "-q", "-o", os.devnull], env)   # untimed: the first run reads the traces cold
-        show("extract -o os.devnull", best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "-o", os.devnull],
-                                                                       env)))
-        show("extract -o FILE", best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "-o", stev], env)))
-        size = os.path.getsize(stev)
         events_only = os.path.join(tmp, "events.stev")   # the stream's format alone, without the per-rank summaries
-        show("extract --no_summaries -o FILE",
-             best(args.repeat, lambda: timed([*cmd, "extract", *ws, "-q", "--no_summaries", "-o", events_only], env)))
+        extracts = alternately(args.repeat, {
+            "extract -o os.devnull": lambda: timed([*cmd, "extract", *ws, "-q", "-o", os.devnull], env),
+            "extract -o FILE": lambda: timed([*cmd, "extract", *ws, "-q", "-o", stev], env),
+            "extract --no_summaries -o FILE":
+                lambda: timed([*cmd, "extract", *ws, "-q", "--no_summaries", "-o", events_only], env),
+        })
+        for label, runs in extracts.items():
+            show(label, fastest(runs))
+        size = os.path.getsize(stev)
         events_size = os.path.getsize(events_only)
         os.unlink(events_only)
         if not args.no_v2:
@@ -284,6 +299,10 @@ def main():
         line = " ".join(cmd)
         pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
                 f"{line} report -q --output_csvs_dir {csvs}")
+        floor_csvs = os.path.join(tmp, "floor-csvs")
+        pipe_floor = f"{line} extract {' '.join(ws)} -q | {line} report -q --output_csvs_dir {floor_csvs}"
+        files_floor = [[*cmd, "extract", *ws, "-q", "-o", stev],
+                       [*cmd, "report", stev, "-q", "--output_csvs_dir", floor_csvs]]
         stages, one_shot = staged_and_one_shot(cmd, ws, stev, aligned, correlated, csvs)
         file_runs = []   # each round's four processes through files: extract's share is the staged path's floor
 
@@ -295,6 +314,8 @@ def main():
             ONE_SHOT: lambda: timed(one_shot, env),
             PIPES: lambda: timed(["bash", "-o", "pipefail", "-c", pipe], env),
             FILES: through_files,
+            PIPES_FLOOR: lambda: timed(["bash", "-o", "pipefail", "-c", pipe_floor], env),
+            FILES_FLOOR: lambda: one_after_another([timed(argv, env) for argv in files_floor]),
         }
         print(f"\nthe staged path and the one-shot, alternately ({args.repeat} rounds; fastest of each):")
         by_case = alternately(args.repeat, cases)
@@ -321,8 +342,8 @@ def main():
             print(f"  v3 / v2 extraction MB/s                     {v2t / v3t:8.2f}   (target >= 0.90)")
             print(f"  v3 / v2 read_stream time                    "
                   f"{rows['v3 read_stream (Python API)'][0] / rows['v2 read_stream (Python API)'][0]:8.2f}x")
-        print(f"  extract -o FILE / -o os.devnull             "
-              f"{rows['extract -o FILE'][0] / rows['extract -o os.devnull'][0]:8.2f}x  (target <= 1.15x)")
+        med, lo, hi = spread(a[0] / b[0] for a, b in zip(extracts["extract -o FILE"], extracts["extract -o os.devnull"]))
+        print(f"  extract -o FILE / -o os.devnull             {med:8.2f}x  ({lo:.2f}-{hi:.2f})  (target <= 1.15x)")
         for label, name, target in ((PIPES, "pipes / one-shot", "<= 1.3x"),
                                     (FILES, "four stages through files / one-shot", "<= 1.6x")):
             med, lo, hi = per_round(label)
@@ -330,10 +351,14 @@ def main():
             print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})  (target {target})")
             cpu_name = "  its CPU / the one-shot's"
             print(f"  {cpu_name:<44}{cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
+        for label, name in ((PIPES_FLOOR, "extract | report / one-shot"),
+                            (FILES_FLOOR, "extract -o FILE, report FILE / one-shot")):
+            med, lo, hi = per_round(label)
+            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f}; no align or correlate: the floor under the "
+                  f"{'pipes' if label == PIPES_FLOOR else 'files'})")
         med, lo, hi = spread(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
         print(f"  extract -o FILE alone / one-shot            {med:8.2f}x  "
-              f"({lo:.2f}-{hi:.2f}; the floor under both staged ratios: extract does the one-shot's "
-              "per-rank work and packs the stream)")
+              f"({lo:.2f}-{hi:.2f}; extract does the one-shot's per-rank work and packs the stream)")
         print(f"  one-shot CPU / time                         {rows[ONE_SHOT][2] / one:8.2f}   "
               f"(cores it keeps busy, of {os.cpu_count()})")
         files = rows[FILES][0]
