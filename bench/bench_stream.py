@@ -31,6 +31,9 @@ Cases on a synthetic set of --ranks traces of --mb MB of plain JSON each
   ``align`` and ``correlate`` (``report`` aligns the stream itself and
   writes no blocking sheets), so no implementation of those two stages
   can bring the staged path below them;
+* one rank's map in this process: the one-shot's against ``extract``'s
+  (every event packed and written, with and without the summaries), which
+  says what the stream itself costs per rank;
 * ``dump --what summary`` on the extracted stream;
 * the fixed cost: the four stages through files and the one-shot on a tiny
   set (processes starting, importing, writing), and the files ratio without
@@ -221,6 +224,35 @@ def fixed_costs(workdir, ranks, repeat):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def rank_maps(trace, repeat, tmp):
+    """{case: (seconds, CPU seconds)}, the fastest of ``repeat`` alternating
+    rounds, of one rank's map in this process (imports paid already): the
+    one-shot's (flows dropped, the summaries made) and ``extract``'s (every
+    event packed and written, with and without the summaries)."""
+    sys.path.insert(0, ROOT)
+    from streamtrace import chain
+    from streamtrace.extract import _extract_to_file
+    from streamtrace.io.ranks import RankInput
+
+    inp, out = RankInput(trace), os.path.join(tmp, "rank.stev")
+
+    def measured(fn):
+        def run():
+            cpu = time.process_time()
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0, time.process_time() - cpu
+        return run
+
+    runs = alternately(repeat, {
+        "the one-shot's map": measured(lambda: chain._summarize_rank_for_blocking((inp, None), None, False)),
+        "extract's map": measured(lambda: _extract_to_file((inp, None, False, False, chain.summarized, out))),
+        "extract's map, --no_summaries": measured(lambda: _extract_to_file((inp, None, False, False, None, out))),
+    })
+    os.unlink(out)
+    return {label: min(r) for label, r in runs.items()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=4)
@@ -370,6 +402,12 @@ def main():
         print(f"    their difference is {(tiny_files - tiny_one) / one:.2f}x of this set's one-shot; "
               f"files / one-shot without it {(files - (tiny_files - tiny_one)) / one:.2f}x")
         size_table(tmp)
+        # last: this process then holds what the map imported and allocated,
+        # which a child forked later would count in its peak RSS
+        print(f"\none rank's map in one process ({os.path.basename(trace_files[0])}, fastest of "
+              f"{args.repeat} alternating rounds):")
+        for label, (seconds, cpu) in rank_maps(trace_files[0], args.repeat, tmp).items():
+            print(f"  {label:<52} {seconds:8.2f} s  CPU {cpu:6.2f} s", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
