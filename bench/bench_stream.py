@@ -303,11 +303,11 @@ def main():
             try:
                 v2cmd, v2env = st(tree)
                 v2file, v3file = os.path.join(tmp, "v2.stev"), os.path.join(tmp, "v3.stev")
-                v3s, v2s = [], []
-                for _ in range(args.repeat):   # alternately: both see the same load
-                    v2s.append(timed([*v2cmd, "extract", *ws, "-q", "-o", v2file], v2env))
+                v2s, v3s = alternately(args.repeat, {
+                    "v2": lambda: timed([*v2cmd, "extract", *ws, "-q", "-o", v2file], v2env),
                     # like for like: the format's encoding, not the summaries' collecting
-                    v3s.append(timed([*cmd, "extract", *ws, "-q", "--no_summaries", "-o", v3file], env))
+                    "v3": lambda: timed([*cmd, "extract", *ws, "-q", "--no_summaries", "-o", v3file], env),
+                }).values()
                 v2size = os.path.getsize(v2file)
                 read = "import sys; from streamtrace import read_stream; read_stream(sys.argv[1])"
                 show("v2 read_stream (Python API)", best(args.repeat, lambda: timed([PY, "-c", read, v2file], v2env)))
@@ -329,13 +329,12 @@ def main():
         show("dump FILE --what summary", best(args.repeat, lambda: timed([*cmd, "dump", stev, "--what", "summary"],
                                                                           env)))
         line = " ".join(cmd)
-        pipe = (f"{line} extract {' '.join(ws)} -q | {line} align -q | {line} correlate -q | "
-                f"{line} report -q --output_csvs_dir {csvs}")
+        extract_out = f"{line} extract {' '.join(ws)} -q"
+        pipe = f"{extract_out} | {line} align -q | {line} correlate -q | {line} report -q --output_csvs_dir {csvs}"
         floor_csvs = os.path.join(tmp, "floor-csvs")
-        pipe_floor = f"{line} extract {' '.join(ws)} -q | {line} report -q --output_csvs_dir {floor_csvs}"
-        files_floor = [[*cmd, "extract", *ws, "-q", "-o", stev],
-                       [*cmd, "report", stev, "-q", "--output_csvs_dir", floor_csvs]]
+        pipe_floor = f"{extract_out} | {line} report -q --output_csvs_dir {floor_csvs}"
         stages, one_shot = staged_and_one_shot(cmd, ws, stev, aligned, correlated, csvs)
+        files_floor = [stages[0], [*cmd, "report", stev, "-q", "--output_csvs_dir", floor_csvs]]   # extract, report
         file_runs = []   # each round's four processes through files: extract's share is the staged path's floor
 
         def through_files():
@@ -383,11 +382,10 @@ def main():
             print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f})  (target {target})")
             cpu_name = "  its CPU / the one-shot's"
             print(f"  {cpu_name:<44}{cmed:8.2f}x  ({clo:.2f}-{chi:.2f})")
-        for label, name in ((PIPES_FLOOR, "extract | report / one-shot"),
-                            (FILES_FLOOR, "extract -o FILE, report FILE / one-shot")):
+        for label, name, path in ((PIPES_FLOOR, "extract | report / one-shot", "pipes"),
+                                  (FILES_FLOOR, "extract -o FILE, report FILE / one-shot", "files")):
             med, lo, hi = per_round(label)
-            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f}; no align or correlate: the floor under the "
-                  f"{'pipes' if label == PIPES_FLOOR else 'files'})")
+            print(f"  {name:<44}{med:8.2f}x  ({lo:.2f}-{hi:.2f}; no align or correlate: the floor under the {path})")
         med, lo, hi = spread(f[0][0] / o[0] for f, o in zip(file_runs, by_case[ONE_SHOT]))
         print(f"  extract -o FILE alone / one-shot            {med:8.2f}x  "
               f"({lo:.2f}-{hi:.2f}; extract does the one-shot's per-rank work and packs the stream)")
