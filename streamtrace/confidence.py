@@ -1,0 +1,358 @@
+"""How far an answer can be trusted: one model, shown with every answer
+(``blockers``' first lines, the HTML report's header, ``collective-report``'s
+closing line, the blocking sheets' ``confidence`` sheet, the Python API).
+
+It is computed from what align and correlate already know -- the
+``align.ranks``, ``align.collectives`` and ``align.clocks`` tables and the
+``steps`` table -- and gives a level (high / medium / low) and the reasons
+in words, each naming its number.  A clean run is "high" with no reasons.
+
+It also holds the clock rule of streamtrace's own analyses (``clock_rule``):
+whether the estimated per-rank clock offsets are applied before waiting is
+read from start times.  docs/confidence.md is the one page that describes
+both, with the numbers below.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+LEVELS = ("high", "medium", "low")
+
+# ---- the clock rule's numbers (docs/confidence.md)
+#: an offset is well determined when it rests on at least this many collectives ...
+CLOCK_MIN_COLLECTIVES = 8
+#: ... and the collective ends still disagree by at most this median after applying it (ns)
+CLOCK_MAX_RESIDUAL_NS = 5_000
+#: offsets are large when they spread over more than this (ns) ...
+CLOCK_LARGE_NS = 10_000
+#: ... and over more than this share of the median skew in start time, which
+#: they would otherwise be read as
+CLOCK_LARGE_SHARE = 0.25
+
+# ---- the model's numbers
+#: a collective with fewer of its members present than this share is no
+#: evidence of who arrived last (the last may be among the absent)
+MOSTLY_ABSENT_SHARE = 0.5
+#: an answer that rests on fewer matched collectives than this is thin
+FEW_COLLECTIVES = 5
+#: fewer ranks present than this share of the world size: low (else medium)
+FEW_RANKS_SHARE = 0.5
+#: fewer collectives matched on all their members than this share: low (else medium)
+FEW_MATCHED_SHARE = 0.5
+
+_P2P_KINDS = ("send", "recv")
+TABLE_COLUMNS = ["check", "level", "value", "detail"]
+
+
+@dataclass
+class Reason:
+    check: str
+    level: str
+    value: object
+    text: str
+
+
+@dataclass
+class ClockRule:
+    """What the clock rule says of a run's offsets.  ``state``: "none" (no
+    offsets estimated), "small" (kept: too small to matter), "apply" (well
+    determined and large: applied), "unreliable" (large, not well determined:
+    kept, and waiting figures are not reliable)."""
+    state: str
+    spread_ns: int = 0
+    skew_ns: float = 0.0
+    collectives: int = 0
+    residual_ns: float = float("nan")
+
+    @property
+    def apply(self):
+        return self.state == "apply"
+
+    def words(self):
+        spread, skew = _us(self.spread_ns), _us(self.skew_ns)
+        rest = f"rest on as few as {self.collectives} collectives, median residual up to {_us(self.residual_ns)}"
+        if self.state == "none":
+            return "no clock offsets could be estimated"
+        if self.state == "small":
+            return f"clock offsets of up to {spread} are small against the median skew of {skew}: kept as recorded"
+        if self.state == "apply":
+            return f"clock offsets of up to {spread} (median skew {skew}) are well determined ({rest})"
+        return (f"clock offsets of up to {spread} (median skew {skew}) are not well determined ({rest}; "
+                f"well determined needs >= {CLOCK_MIN_COLLECTIVES} collectives and <= "
+                f"{_us(CLOCK_MAX_RESIDUAL_NS)})")
+
+
+@dataclass
+class Confidence:
+    """A level, the reasons behind it (none for a clean run), and the facts
+    every summary states (``ranks_present`` of ``world_size``)."""
+    level: str
+    reasons: list = field(default_factory=list)
+    ranks_present: int = 0
+    world_size: int = 0
+    absent: list = field(default_factory=list)
+    collectives: int = 0
+    matched_full: int = 0
+    clocks: str = "clocks as recorded"
+    no_gpu_collectives: bool = False
+    not_evidence: frozenset = frozenset()   # collective_ids whose members are mostly absent
+
+    def ranks_words(self):
+        return f"{self.ranks_present} of {self.world_size} ranks"
+
+    def headline(self):
+        """One line: the level and the facts it rests on."""
+        facts = [self.ranks_words()]
+        if self.no_gpu_collectives:
+            facts.append("no GPU collectives in these traces")
+        else:
+            facts.append(f"{self.matched_full} of {self.collectives} collectives matched on all their members")
+            facts.append(self.clocks)
+        return f"Confidence: {self.level} ({'; '.join(facts)})"
+
+    def lines(self):
+        """The headline, then one line per caveat (none when clean)."""
+        return [self.headline()] + [f"  - {r.level}: {r.text}" for r in self.reasons]
+
+    def one_line(self):
+        """Everything on one line (a command's closing stderr line)."""
+        text = self.headline()
+        return text + ("; " + "; ".join(r.text for r in self.reasons) if self.reasons else "")
+
+    def table(self):
+        """The ``confidence`` sheet: the overall level, the facts, then the caveats."""
+        rows = [("overall", self.level, self.level, self.headline()),
+                ("ranks present", "high" if not self.absent else _worst(r.level for r in self.reasons
+                                                                         if r.check == "ranks present"),
+                 self.ranks_present, self.ranks_words() + (f" (absent: {_rank_words(self.absent)})"
+                                                           if self.absent else "")),
+                ("clocks used", "high", self.clocks, self.clocks)]
+        rows += [(r.check, r.level, r.value, r.text) for r in self.reasons if r.check != "ranks present"]
+        return pd.DataFrame(rows, columns=TABLE_COLUMNS).astype({"value": str})
+
+    def __str__(self):
+        return "\n".join(self.lines())
+
+
+# ====================================================================== the clock rule
+
+def clock_rule(tables):
+    """The clock rule (docs/confidence.md) over a run's ``align.clocks`` and
+    ``align.collectives``, applied or not: a ``ClockRule``."""
+    clocks = tables.get("align.clocks")
+    if clocks is None or not len(clocks):
+        return ClockRule("none")
+    est = clocks[clocks["method"].astype(str) != "none"]
+    if len(est) < 2:
+        return ClockRule("none")
+    offsets = est["offset_ns"].astype(np.int64)
+    spread = int(offsets.max() - offsets.min())
+    skew = _median_skew(tables.get("align.collectives"))
+    collectives = int(est["collectives"].min())
+    residual = float(pd.to_numeric(est["residual_ns"], errors="coerce").max())
+    rule = ClockRule("small", spread, skew, collectives, residual)
+    if spread <= max(CLOCK_LARGE_NS, CLOCK_LARGE_SHARE * skew):
+        return rule
+    well = collectives >= CLOCK_MIN_COLLECTIVES and residual == residual and residual <= CLOCK_MAX_RESIDUAL_NS
+    rule.state = "apply" if well else "unreliable"
+    return rule
+
+
+def match_by_rule(results, align_clocks=None, gpus_per_node=None, **kwargs):
+    """``align.match.match_ranks`` with the clock rule deciding when
+    ``align_clocks`` is None: matched with the clocks as recorded, and again
+    with the offsets applied when the rule says so (rare: offsets both large
+    and well determined)."""
+    from .align.match import match_ranks
+
+    if align_clocks is not None:
+        return match_ranks(results, align_clocks=bool(align_clocks), gpus_per_node=gpus_per_node, **kwargs)
+    tables = match_ranks(results, align_clocks=False, gpus_per_node=gpus_per_node, **kwargs)
+    if clock_rule(tables).apply:
+        tables = match_ranks(results, align_clocks=True, gpus_per_node=gpus_per_node, **kwargs)
+    return tables
+
+
+def _median_skew(collectives):
+    """The median spread of start times, on the clocks as recorded, over the
+    implicit-sync collectives with two or more members (all collectives when
+    there are none of those)."""
+    df = _collective_rows(collectives)
+    if df is None or not len(df):
+        return 0.0
+    start = df["ts_aligned_ns"].astype(np.int64) + df["clock_offset_ns"].astype(np.int64)
+    frame = pd.DataFrame({"instance": df["instance"].to_numpy(), "start": start.to_numpy(),
+                          "sync": df["implicit_sync"].astype(bool).to_numpy()})
+    g = frame.groupby("instance")
+    per = pd.DataFrame({"skew": g["start"].max() - g["start"].min(), "n": g.size(), "sync": g["sync"].any()})
+    per = per[per["n"] > 1]
+    if per["sync"].any():
+        per = per[per["sync"]]
+    return float(per["skew"].median()) if len(per) else 0.0
+
+
+def _collective_rows(collectives):
+    """align.collectives without point-to-point rows."""
+    if collectives is None or not len(collectives):
+        return None
+    p2p = collectives["kind"].astype(str).isin(_P2P_KINDS) | (collectives["match_method"].astype(str) == "p2p")
+    return collectives[~p2p]
+
+
+# ====================================================================== the model
+
+def assess(tables, clocks_used=None):
+    """The Confidence of an answer made from ``tables`` (align's, and the
+    ``steps`` table when there is one).  ``clocks_used``: words for the
+    clocks the answer used, when not those of ``align.clocks`` (e.g. the
+    collective report's, which differ between its sheets)."""
+    reasons = []
+    ranks = tables.get("align.ranks")
+    present = sorted(int(r) for r in ranks["rank"].tolist()) if ranks is not None else []
+    world = _world_size(ranks, present)
+    absent = sorted(set(range(world)) - set(present)) if world else []
+    if absent:
+        level = "low" if len(present) < FEW_RANKS_SHARE * world else "medium"
+        reasons.append(Reason("ranks present", level, len(present),
+                              f"only {len(present)} of {world} ranks are present (absent: {_rank_words(absent)}); "
+                              "every figure is over the ranks present"))
+    truncated = [] if ranks is None else [int(r) for r, t in zip(ranks["rank"], ranks["truncated_at_byte"])
+                                          if not pd.isna(t)]
+    if truncated:
+        reasons.append(Reason("truncated inputs", "medium", len(truncated),
+                              f"{len(truncated)} rank(s) truncated ({_rank_words(truncated)}): events after the "
+                              "cut are missing"))
+    rows = _collective_rows(tables.get("align.collectives"))
+    no_gpu = rows is None or not len(rows)
+    n_inst = full = 0
+    not_evidence = frozenset()
+    if no_gpu:
+        reasons.append(Reason("collectives", "low", 0, "no GPU collectives in these traces: nothing to say about "
+                                                       "waiting between ranks"))
+    else:
+        n_inst, full, multi, not_evidence = _matching(rows)
+        if full < n_inst:
+            level = "low" if full < FEW_MATCHED_SHARE * n_inst else "medium"
+            reasons.append(Reason("matched on all members", level, f"{full}/{n_inst}",
+                                  f"{n_inst - full} of {n_inst} collectives miss some of their members"
+                                  + (f"; {len(not_evidence)} miss most of them and are not counted as evidence "
+                                     "of who arrived last" if not_evidence else "")))
+        if multi < FEW_COLLECTIVES:
+            reasons.append(Reason("evidence", "medium", multi, f"the answer rests on {multi} collective(s) matched "
+                                                               f"across ranks (fewer than {FEW_COLLECTIVES})"))
+        with_none = [r for r in present if r not in set(rows["rank"].astype(int).tolist())]
+        if with_none:
+            reasons.append(Reason("ranks without collectives", "medium", len(with_none),
+                                  f"{len(with_none)} of {len(present)} ranks present hold no collective kernels "
+                                  f"({_rank_words(with_none)})"))
+    rule = clock_rule(tables)
+    applied = _applied(tables.get("align.clocks"))
+    words = "clock offsets applied" if applied else "clocks as recorded"
+    if rule.state == "unreliable" and not applied:
+        reasons.append(Reason("clocks", "low", _us(rule.spread_ns), rule.words() + ": kept as recorded, so the "
+                              "waiting figures are not reliable"))
+    elif rule.state == "unreliable":
+        reasons.append(Reason("clocks", "medium", _us(rule.spread_ns), rule.words() + ": applied as asked"))
+    elif rule.state == "apply" and not applied:
+        reasons.append(Reason("clocks", "medium", _us(rule.spread_ns), rule.words() + " but not applied: waits "
+                              "read from these start times include the clocks' disagreement"))
+    elif rule.state == "apply":
+        words = f"clock offsets of up to {_us(rule.spread_ns)} applied"
+    steps = _step_reason(tables.get("steps"))
+    if steps:
+        reasons.append(steps)
+    level = _worst(r.level for r in reasons)
+    return Confidence(level, reasons, len(present), world or len(present), absent, n_inst, full,
+                      clocks_used or words, no_gpu, not_evidence)
+
+
+def _matching(rows):
+    """(collectives, matched on all members, with two or more members, the
+    collective_ids whose members are mostly absent)."""
+    expected = pd.to_numeric(rows["group_size"], errors="coerce")
+    frame = pd.DataFrame({"instance": rows["instance"].to_numpy(), "cid": rows["collective_id"].astype(str).to_numpy(),
+                          "members": rows["participants"].to_numpy(np.int64),
+                          "expected": expected.to_numpy(np.float64)})
+    per = frame.groupby("instance").agg(cid=("cid", "first"), members=("members", "max"),
+                                        expected=("expected", "max"))
+    expected = per["expected"].where(per["expected"].notna(), per["members"])
+    full = int((per["members"] >= expected).sum())
+    mostly_absent = per["members"] < MOSTLY_ABSENT_SHARE * expected
+    multi = int((per["members"] > 1).sum())
+    return len(per), full, multi, frozenset(per.loc[mostly_absent, "cid"].tolist())
+
+
+def _step_reason(steps):
+    """A Reason when the ranks' profiled windows cover different steps."""
+    if steps is None or not len(steps):
+        return None
+    counts = steps["ranks"].astype(int)
+    most = int(counts.max())
+    partial = steps[counts < most]
+    if not len(partial):
+        return None
+    shared = steps[counts == most]["step"].astype(int).tolist()
+    return Reason("profiled windows", "medium", len(partial),
+                  f"the ranks' profiled windows cover different steps: {len(partial)} step(s) "
+                  f"(#{', #'.join(map(str, partial['step'].astype(int).tolist()[:8]))}) are held by only some "
+                  f"ranks, {len(shared)} by all {most}")
+
+
+def _applied(clocks):
+    return clocks is not None and len(clocks) and bool(clocks["applied"].astype(str).str.lower().eq("true").any())
+
+
+def _world_size(ranks, present):
+    if ranks is None or not len(ranks):
+        return 0
+    sizes = [int(x) for x in pd.to_numeric(ranks["world_size"], errors="coerce").dropna().tolist()]
+    return max(sizes + [len(present), max(present) + 1 if present else 0]) if sizes else len(present)
+
+
+def _worst(levels):
+    levels = list(levels)
+    return max(levels, key=LEVELS.index) if levels else "high"
+
+
+def _us(ns):
+    ns = float(ns)
+    if ns != ns:
+        return "n/a"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.3g} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.3g} ms"
+    return f"{ns / 1e3:.3g} us"
+
+
+def _rank_words(ranks, shown=12):
+    """Rank numbers, runs as ranges: "2-127" or "0, 3, 5"."""
+    ranks = sorted(set(int(r) for r in ranks))
+    parts, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(parts[:shown]) + (f" and {len(parts) - shown} more" if len(parts) > shown else "")
+
+
+def tie_words(ranks):
+    """"rank 4" or "ranks 4, 5 and 7"."""
+    ranks = [str(int(r)) for r in sorted(ranks)]
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(ranks[:-1]) + " and " + ranks[-1]
+
+
+def most_often_last(last_ranks):
+    """(the ranks most often last -- several on a tie --, how often) of a
+    sequence of last-arriving ranks (NaN skipped)."""
+    s = pd.Series(list(last_ranks), dtype=np.float64).dropna()
+    if not len(s):
+        return [], 0
+    counts = s.astype(int).value_counts()
+    top = int(counts.max())
+    return sorted(int(r) for r in counts.index[counts == top]), top
