@@ -20,6 +20,7 @@ TraceLens").
 import argparse
 import glob
 import logging
+import numbers
 import os
 import sys
 
@@ -71,7 +72,7 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     Writes the CSVs and/or workbook asked for -- nothing when neither path is
     given -- and returns ``{sheet name: DataFrame}``.
 
-    ValueError: no ``world_size``, not exactly one input mode, a pattern
+    ValueError: no ``world_size``, a ``world_size`` or ``max_workers`` below 1, not exactly one input mode, a pattern
     without exactly one ``*``, ``gpus_per_node`` <= 0, a glob whose files
     yield no rank.  FileNotFoundError: a rank's file is missing (with
     ``strict_world_size_check``; without it the ranks present are analysed
@@ -79,6 +80,9 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     """
     if world_size is None:
         raise InvalidArgumentError("world_size must be provided")
+    _check_count("world_size", world_size)
+    if max_workers is not None:
+        _check_count("max_workers", max_workers)
     if sum(bool(x) for x in (trace_dir, trace_pattern, trace_glob)) != 1:
         raise InvalidArgumentError("Provide exactly one of trace_dir, trace_pattern, or trace_glob")
     if trace_dir and not is_url(trace_dir) and not any(
@@ -99,6 +103,13 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
         use_multiprocessing=use_multiprocessing, max_workers=max_workers, rank_regex=rank_regex,
         gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap,
         align_clocks=False)
+
+
+def _check_count(name, value):
+    """ValueError unless ``value`` is an integer of at least 1 (TraceLens
+    would go on with 0 or a negative and fail later, about something else)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise InvalidArgumentError(f"{name} must be an integer of at least 1, not {value!r}")
 
 
 def _parser():
@@ -169,8 +180,15 @@ class TraceFuse(_StreamingTraceFuse):
     """
 
     def __init__(self, profile_filepaths_list_or_dict, use_multiprocessing=False, max_workers=None):
+        if max_workers is not None:
+            _check_count("max_workers", max_workers)
         if isinstance(profile_filepaths_list_or_dict, dict):
             rank2filepath = profile_filepaths_list_or_dict
+            for rank in rank2filepath:
+                # a rank numbers the fused trace's processes: a negative one gives negative pids
+                if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 0:
+                    raise InvalidArgumentError(f"TraceFuse: rank {rank!r} (for {rank2filepath[rank]}) is not a "
+                                               "non-negative integer")
         elif isinstance(profile_filepaths_list_or_dict, list):
             rank2filepath = dict(enumerate(profile_filepaths_list_or_dict))
         else:
@@ -184,6 +202,13 @@ class TraceFuse(_StreamingTraceFuse):
             from .errors import TraceNotFoundError
 
             raise TraceNotFoundError(first, "no such file")
+
+    def merge_and_save(self, output_file="merged_trace.json", filter_fn=None, include_pyfunc=False):
+        # TraceLens appends '.gz' to whatever it is given (None fails there on
+        # None + str); a path is required here, so None never becomes ./None.gz
+        if not isinstance(output_file, (str, os.PathLike)) or not str(output_file):
+            raise InvalidArgumentError(f"TraceFuse.merge_and_save: output_file must be a path, not {output_file!r}")
+        return super().merge_and_save(output_file, filter_fn=filter_fn, include_pyfunc=include_pyfunc)
 
 
 if __name__ == "__main__":  # python -m streamtrace.tracelens --trace_dir ... --world_size N

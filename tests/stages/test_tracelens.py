@@ -448,3 +448,54 @@ def test_tracelens_style_script_on_real_set(tmp_path):
     assert res.exit_code == 0, res.output
     _check_tracelens_sheets(out / "csvs", tmp_path / "cli")
     assert "sheet nccl_implicit_sync" in stdout and "sheet straggler_summary" in stdout
+
+
+# ---------------------------------------------------------------- issue #40 item 13: argument checks
+
+
+@pytest.mark.parametrize("world_size", [0, -1])
+def test_world_size_below_one_is_a_value_error_naming_it(fx_small, world_size):
+    """The directory holds rank0_trace.json: the message is about world_size,
+    not a "file not found" for a file that exists."""
+    d, _ = fx_small
+    with pytest.raises(ValueError, match="world_size") as info:
+        tracelens.generate_collective_report(trace_dir=d, world_size=world_size)
+    assert not isinstance(info.value, FileNotFoundError)
+    assert "not found" not in str(info.value)
+    proc = subprocess.run([sys.executable, "-m", "streamtrace.tracelens", "--trace_dir", d,
+                           "--world_size", str(world_size), "--output_csvs_dir", os.path.join(d, "never")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "world_size" in proc.stderr and "not found" not in proc.stderr
+    assert not os.path.exists(os.path.join(d, "never"))
+
+
+@pytest.mark.parametrize("max_workers", [0, -2])
+def test_tracefuse_max_workers_below_one_is_a_value_error(fx_small, max_workers):
+    d, truth = fx_small
+    with pytest.raises(ValueError, match="max_workers"):
+        tracelens.TraceFuse([os.path.join(d, truth["files"]["0"])], use_multiprocessing=True,
+                            max_workers=max_workers)
+    with pytest.raises(ValueError, match="max_workers"):
+        tracelens.generate_collective_report(trace_dir=d, world_size=4, use_multiprocessing=True,
+                                             max_workers=max_workers)
+
+
+def test_tracefuse_negative_rank_is_a_value_error_naming_it(fx_small):
+    d, truth = fx_small
+    with pytest.raises(ValueError, match="-1"):
+        tracelens.TraceFuse({-1: os.path.join(d, truth["files"]["0"])})
+
+
+def test_merge_and_save_none_writes_nothing(tmp_path, fx_small, monkeypatch):
+    """TraceLens's merge_and_save(None) fails on None + '.gz' (its code; no
+    documented behaviour): here a ValueError naming output_file, and no
+    ./None.gz."""
+    d, truth = fx_small
+    monkeypatch.chdir(tmp_path)
+    fuse = tracelens.TraceFuse([os.path.join(d, truth["files"]["0"])])
+    with pytest.raises(ValueError, match="output_file"):
+        fuse.merge_and_save(None)
+    with pytest.raises(ValueError, match="output_file"):
+        fuse.merge_and_save("")
+    assert os.listdir(tmp_path) == []
