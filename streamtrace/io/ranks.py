@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputNotFoundError, InvalidArgumentError
-from ..remote import is_url, local_path
+from ..remote import is_url, local_path, redact_text
 from ..stream.format import MAX_RANK
 from ..userregex import UserRegex
 
@@ -82,6 +82,9 @@ def _check_missing(found, world_size, allow_missing, describe):
         raise InputNotFoundError(
             f"Expected trace file not found: {describe(first[0])} (Missing {shown} of world size "
             f"{world_size}; use --allow_missing_ranks to analyse the ranks present)")
+    if not found:   # --allow_missing_ranks analyses the ranks present: there must be one
+        raise InputNotFoundError(redact_text(f"no trace found for any rank of {describe('*')} "
+                                             f"(world size {world_size})"))
 
 
 def _suffix_order(name):
@@ -189,7 +192,7 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
         shown = pattern
     if not matches:
         raise InputNotFoundError(f"No files matched --trace_glob: {shown}")
-    found = {}
+    found, outside = {}, False
     for path in matches:
         rank = _rank_from_regex(rx, path.rsplit("/", 1)[-1] if is_url(path) else os.path.basename(path))
         if rank is None:
@@ -199,10 +202,14 @@ def _from_glob(pattern, rank_regex, world_size, allow_missing):
         if rank is None or rank in found:
             continue
         if world_size is not None and rank >= world_size:
+            outside = True
             continue
         if rank > MAX_RANK:
             raise InvalidArgumentError(f"{path}: rank {rank} from --rank_regex is out of range (0 to {MAX_RANK})")
         found[rank] = path
+    if not found and outside:
+        raise InputNotFoundError(f"no trace found for any rank of --trace_glob {shown} (world size {world_size}; "
+                                 f"its {len(matches)} file(s) are ranks {world_size} or above)")
     if not found:
         raise InvalidArgumentError(f"--trace_glob matched {len(matches)} file(s), but none matched "
                                    f"--rank_regex {rank_regex!r}")
