@@ -41,6 +41,10 @@ FEW_RANKS_SHARE = 0.5
 #: fewer collectives matched on all their members than this share: low (else medium)
 FEW_MATCHED_SHARE = 0.5
 
+#: the table of the clocks streamtrace's own analyses (correlate, p2p) used,
+#: when the collective report's ``align.*`` tables keep TraceLens's clocks
+BLOCKING_CLOCKS = "blocking.clocks"
+
 _P2P_KINDS = ("send", "recv")
 TABLE_COLUMNS = ["check", "level", "value", "detail"]
 
@@ -106,8 +110,11 @@ class Confidence:
         facts = [self.ranks_words()]
         if self.no_gpu_collectives:
             facts.append("no GPU collectives in these traces")
+        elif not self.collectives:
+            facts += ["point-to-point transfers only", self.clocks]
         else:
-            facts.append(f"{self.matched_full} of {self.collectives} collectives matched on all their members")
+            facts.append(f"{self.matched_full} of {self.collectives} collectives matched on all their members"
+                         + (" present" if self.absent else ""))
             facts.append(self.clocks)
         return f"Confidence: {self.level} ({'; '.join(facts)})"
 
@@ -223,21 +230,25 @@ def assess(tables, clocks_used=None):
         reasons.append(Reason("truncated inputs", "medium", len(truncated),
                               f"{len(truncated)} rank(s) truncated ({_rank_words(truncated)}): events after the "
                               "cut are missing"))
-    rows = _collective_rows(tables.get("align.collectives"))
-    no_gpu = rows is None or not len(rows)
+    every = tables.get("align.collectives")
+    rows = _collective_rows(every)
+    no_gpu = every is None or not len(every)   # point-to-point kernels are GPU communication too
     n_inst = full = 0
     not_evidence = frozenset()
     if no_gpu:
         reasons.append(Reason("collectives", "low", 0, "no GPU collectives in these traces: nothing to say about "
                                                        "waiting between ranks"))
-    else:
-        n_inst, full, multi, not_evidence = _matching(rows)
+    elif len(rows):
+        n_inst, full, multi, not_evidence = _matching(rows, present)
         if full < n_inst:
             level = "low" if full < FEW_MATCHED_SHARE * n_inst else "medium"
             reasons.append(Reason("matched on all members", level, f"{full}/{n_inst}",
-                                  f"{n_inst - full} of {n_inst} collectives miss some of their members"
-                                  + (f"; {len(not_evidence)} miss most of them and are not counted as evidence "
-                                     "of who arrived last" if not_evidence else "")))
+                                  f"{n_inst - full} of {n_inst} collectives miss some of their members present"))
+        if not_evidence:
+            level = "low" if len(not_evidence) == n_inst else "medium"
+            reasons.append(Reason("mostly absent", level, len(not_evidence),
+                                  f"{len(not_evidence)} of {n_inst} collectives have most of their members absent: "
+                                  "they are not counted as evidence of who arrived last"))
         if multi < FEW_COLLECTIVES:
             reasons.append(Reason("evidence", "medium", multi, f"the answer rests on {multi} collective(s) matched "
                                                                f"across ranks (fewer than {FEW_COLLECTIVES})"))
@@ -267,17 +278,49 @@ def assess(tables, clocks_used=None):
                       clocks_used or words, no_gpu, not_evidence)
 
 
-def _matching(rows):
-    """(collectives, matched on all members, with two or more members, the
-    collective_ids whose members are mostly absent)."""
+def report_confidence(tables):
+    """``assess`` for a report whose TraceLens sheets and whose own
+    analyses (``BLOCKING_CLOCKS``) may use different clocks: judged on the
+    clocks of its own analyses, the words naming each sheet's clocks."""
+    blocking = tables.get(BLOCKING_CLOCKS)
+    if blocking is None:
+        return assess(tables)
+    own, tracelens = _clock_words(blocking), _clock_words(tables.get("align.clocks"))
+    words = None if own == tracelens else f"TraceLens's sheets: {tracelens}; blocking and p2p sheets: {own}"
+    return assess(dict(tables, **{"align.clocks": blocking}), clocks_used=words)
+
+
+def _clock_words(clocks):
+    return "clock offsets applied" if _applied(clocks) else "clocks as recorded"
+
+
+def _matching(rows, present):
+    """(collectives, matched on all their members present, with two or more
+    members, the collective_ids most of whose members are absent).  A
+    collective's members: its ``Group size`` (else the most members seen);
+    those present: its ``Process Group Ranks`` among the ranks present (else
+    at most as many as are present)."""
+    from .collectives import parse_rank_list
+
+    present = set(present)
+    cache = {}
+
+    def members_present(text, size):
+        if text not in cache:
+            listed, truncated = parse_rank_list(text) if isinstance(text, str) else (None, False)
+            cache[text] = None if listed is None or truncated else len(present.intersection(listed))
+        n = cache[text]
+        return n if n is not None else min(size, len(present))
+
     expected = pd.to_numeric(rows["group_size"], errors="coerce")
     frame = pd.DataFrame({"instance": rows["instance"].to_numpy(), "cid": rows["collective_id"].astype(str).to_numpy(),
                           "members": rows["participants"].to_numpy(np.int64),
-                          "expected": expected.to_numpy(np.float64)})
+                          "expected": expected.to_numpy(np.float64), "pg_ranks": rows["pg_ranks"].to_numpy(object)})
     per = frame.groupby("instance").agg(cid=("cid", "first"), members=("members", "max"),
-                                        expected=("expected", "max"))
+                                        expected=("expected", "max"), pg_ranks=("pg_ranks", "first"))
     expected = per["expected"].where(per["expected"].notna(), per["members"])
-    full = int((per["members"] >= expected).sum())
+    here = [members_present(t, e) for t, e in zip(per["pg_ranks"].tolist(), expected.tolist())]
+    full = int((per["members"].to_numpy() >= np.array(here, dtype=np.float64)).sum())
     mostly_absent = per["members"] < MOSTLY_ABSENT_SHARE * expected
     multi = int((per["members"] > 1).sum())
     return len(per), full, multi, frozenset(per.loc[mostly_absent, "cid"].tolist())
@@ -300,7 +343,7 @@ def _step_reason(steps):
 
 
 def _applied(clocks):
-    return clocks is not None and len(clocks) and bool(clocks["applied"].astype(str).str.lower().eq("true").any())
+    return clocks is not None and bool(len(clocks)) and bool(clocks["applied"].astype(str).str.lower().eq("true").any())
 
 
 def _world_size(ranks, present):

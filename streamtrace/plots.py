@@ -273,10 +273,15 @@ def _late_rank_sentence(g, z, late, ranks):
     valid = np.isfinite(late)
     if not valid.any():
         return None
+    from .confidence import most_often_last, tie_words
+
     n = z.shape[1]
-    vals, cnt = np.unique(late[valid], return_counts=True)
-    top = vals[int(np.argmax(cnt))]
-    share = cnt.max() / n
+    tops, count = most_often_last(late[valid])
+    if len(tops) > 1:   # a tie is said as one (the report's header names the same ranks)
+        return (f"a tie: {tie_words(tops)} each arrived last at {count:,} of the {n:,} collectives of process "
+                f"group {_short(g, 40)}")
+    top = tops[0]
+    share = count / n
     mine = late == top
     others = np.delete(z, ranks.index(int(top)), axis=0)[:, mine] if int(top) in ranks else z[:, mine]
     with np.errstate(all="ignore"):

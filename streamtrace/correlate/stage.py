@@ -96,19 +96,31 @@ def analyze(inputs):
 # ---------------------------------------------------------------------- the short answer
 
 
-def blockers_text(sheets, top=5):
-    """What a user reads first: straggler, dominant cause, top blockers, top
-    contention pairs -- as plain text lines."""
-    lines = []
+def blockers_text(sheets, top=5, confidence=None):
+    """What a user reads first: the answer's confidence (``confidence``: a
+    confidence.Confidence, None: not shown), then straggler, dominant cause,
+    top blockers, top contention pairs -- as plain text lines.  Collectives
+    most of whose members are absent are no evidence of who arrived last."""
+    lines = confidence.lines() if confidence is not None else []
     b = sheets.get("collective_blockers")
+    if confidence is not None and confidence.no_gpu_collectives:
+        lines.append("No GPU collectives in these traces: nothing to say about waiting between ranks.")
+        return "\n".join(lines)
     if b is None or not len(b):
+        if confidence is not None and confidence.ranks_present == 1:
+            lines.append("One rank only: no collective can be matched across ranks, so nothing can be said about "
+                         "waiting.")
+            return "\n".join(lines)
         lines.append("No implicit-sync collective was matched across ranks: nothing waited on anything.")
         return "\n".join(lines)
+    if confidence is not None and confidence.not_evidence:
+        b = b[~b["collective_id"].astype(str).isin(confidence.not_evidence)]
+        if not len(b):
+            lines.append("Every collective waited on misses most of its members: no evidence of who arrived last.")
+            return "\n".join(lines)
     by_rank = b.groupby("late_rank").agg(n=("collective_id", "size"), delta=("delta_us", "sum"),
                                          blame=("blame_us", "sum")).sort_values("delta", ascending=False)
-    straggler = int(by_rank.index[0])
-    lines.append(f"Straggler: rank {straggler} (last to arrive at {int(by_rank.iloc[0]['n'])} of {len(b)} collectives; "
-                 f"others waited {by_rank.iloc[0]['delta']:.1f} us for it, blame {by_rank.iloc[0]['blame']:.1f} us)")
+    lines.append(_straggler_line(by_rank, len(b), confidence))
     parts = {"host launch lateness": b["host_launch_lateness_us"].sum(), "GPU dependency wait": b["gpu_dependency_wait_us"].sum(),
              "GPU backlog": b["gpu_backlog_us"].sum()}
     total = sum(parts.values())
@@ -135,6 +147,21 @@ def blockers_text(sheets, top=5):
             risk = "  tail-effect risk" if row.tail_effect_risk is True else ""
             lines.append(f"  {i}. {row.overlap_us:10.1f} us  {_short(row.compute_kernel)} x {row.signature}{risk}")
     return "\n".join(lines)
+
+
+def _straggler_line(by_rank, n, confidence):
+    """The straggler: the rank the others waited longest for, over the ranks
+    present; several ranks on a tie."""
+    top = by_rank.iloc[0]
+    where = f", among the {confidence.ranks_words()} present" if confidence is not None else ""
+    tied = by_rank[(by_rank["delta"] == top["delta"]) & (by_rank["n"] == top["n"])]
+    if len(tied) > 1:
+        from ..confidence import tie_words
+
+        return (f"Straggler: a tie: {tie_words(tied.index)} were each last to arrive at {int(top['n'])} of {n} "
+                f"collectives{where}; others waited {top['delta']:.1f} us for each")
+    return (f"Straggler: rank {int(by_rank.index[0])} (last to arrive at {int(top['n'])} of {n} collectives{where}; "
+            f"others waited {top['delta']:.1f} us for it, blame {top['blame']:.1f} us)")
 
 
 def _short(name, width=70):

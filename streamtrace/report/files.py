@@ -15,7 +15,8 @@ BLOCKING_SHEETS = ["collective_blockers", "blocking_kernels", "blocking_host_ops
 P2P_SHEETS = ["p2p", "p2p_unmatched", "pipeline"]
 SHEET_ORDER = ["nccl_summary_implicit_sync", "nccl_summary_long", "nccl_summary_all2allv", "nccl_all2allv_heatmap",
                "nccl_long", "nccl_implicit_sync", "nccl_all2allv", "straggler_summary",
-               "nccl_summary_by_size", "clock_alignment"] + P2P_SHEETS + BLOCKING_SHEETS + ["data_quality"]
+               "nccl_summary_by_size", "clock_alignment"] + P2P_SHEETS + BLOCKING_SHEETS + ["confidence",
+                                                                                             "data_quality"]
 
 
 def check_report_outputs(output_xlsx_path, output_csvs_dir, inputs):

@@ -9,7 +9,8 @@ Part A (TraceLens-compatible, spec collective-report.md A4/A5):
 ``nccl_all2allv``, ``straggler_summary`` -- same columns, order, formulas and
 units ("MB" = MiB, "GB/s" = GiB/s, times in us).  Part B adds columns at the
 end of those sheets and the sheets ``nccl_summary_by_size``,
-``clock_alignment`` and ``data_quality``.
+``clock_alignment`` and ``data_quality``; with the blocking analysis, its
+sheets and ``confidence`` (streamtrace.confidence).
 
 Where streamtrace deliberately differs from TraceLens (spec Part B):
 
@@ -38,6 +39,7 @@ import logging
 import numpy as np
 
 from ..align.stage import quality_table, read_align_tables
+from ..confidence import report_confidence
 from ..errors import InvalidArgumentError
 from ..parallel.cpus import available_cpus
 from ..parallel.fork import both, can_fork
@@ -95,6 +97,14 @@ def build_report(source, detailed_analysis=True, agg_metrics=DEFAULT_AGG_METRICS
     for name in BLOCKING_SHEETS:
         if f"correlate.{name}" in tables:
             sheets[name] = tables[f"correlate.{name}"]
+    if any(f"correlate.{name}" in tables for name in BLOCKING_SHEETS):
+        # the blocking analysis' answers carry their confidence (docs/confidence.md)
+        confidence = report_confidence(tables)
+        sheets["confidence"] = confidence.table()
+        if confidence.level != "high":
+            findings.append({"severity": "warning", "category": "confidence", "rank": None, "pg": None,
+                             "collective_id": None, "count": len(confidence.reasons),
+                             "message": confidence.one_line() + " (confidence sheet)"})
     quality = tables.get("correlate.correlate_quality")
     if quality is not None:
         findings += [{"severity": "info", "category": row["check"], "rank": row["rank"], "pg": None,
