@@ -164,3 +164,89 @@ def step_table(per_rank, tables):
     out = pd.DataFrame({"start_us": by_step["start"].min() / 1000.0, "last_start_us": by_step["start"].max() / 1000.0,
                         "end_us": by_step["end"].max() / 1000.0, "ranks": by_step.size()})
     return out.reset_index()[columns]
+
+
+# ---------------------------------------------------------------- steps in align
+
+#: align's table of the profiler steps each rank's window holds (match_ranks, when given steps)
+STEPS_TABLE = "align.steps"
+STEPS_COLUMNS = ["rank", "step", "start_ns", "end_ns", "shared", "collectives"]
+
+
+def _with_markers(per_rank):
+    """{rank: (numbers, starts, ends)} of the ranks that have ProfilerStep ops."""
+    return {int(r): (n, s, e) for r, n, s, e in (per_rank or []) if len(n)}
+
+
+def row_steps(per_rank, rank, t, base):
+    """(per row: the ProfilerStep number whose range holds ``t`` on its rank,
+    -1 when none does or its rank has no markers; {rank: {number: start in
+    ns with the rank's ``base``}}), or (None, None) when no rank has markers.
+    ``t``: per row, the trace's ns from its base time (the kernel's launch)."""
+    marked = _with_markers(per_rank)
+    if not marked:
+        return None, None
+    out = np.full(len(rank), -1, dtype=np.int64)
+    starts_of = {}
+    for r, (numbers, starts, ends) in marked.items():
+        starts_of[r] = {int(n): int(s) + base.get(r, 0) for n, s in zip(numbers.tolist(), starts.tolist())}
+        mine = np.flatnonzero(rank == r)
+        if not len(mine):
+            continue
+        order = np.argsort(starts, kind="stable")
+        s_sorted, e_sorted, n_sorted = starts[order], ends[order], numbers[order]
+        k = np.searchsorted(s_sorted, t[mine], "right") - 1
+        inside = (k >= 0) & (t[mine] <= e_sorted[np.maximum(k, 0)])
+        out[mine[inside]] = n_sorted[k[inside]]
+    return out, starts_of
+
+
+def step_coverage(per_rank, present, row_step, rank):
+    """``align.steps``: a row per (rank, step) of the ranks present with
+    ProfilerStep markers: the step's start and end (ns from the rank's base
+    time), ``shared`` (every rank with markers holds it) and the rank's
+    collective kernels launched in it.  None when no rank has markers."""
+    import pandas as pd
+
+    marked = {r: v for r, v in _with_markers(per_rank).items() if r in set(present)}
+    if not marked:
+        return None
+    common = set.intersection(*(set(n.tolist()) for n, _, _ in marked.values()))
+    rows = []
+    for r in sorted(marked):
+        numbers, starts, ends = marked[r]
+        mine = row_step[rank == r] if row_step is not None else np.empty(0, np.int64)
+        for n, s, e in zip(numbers.tolist(), starts.tolist(), ends.tolist()):
+            rows.append((r, n, s, e, n in common, int((mine == n).sum())))
+    cols = list(zip(*rows))
+    dtypes = (np.int64, np.int64, np.int64, np.int64, bool, np.int64)
+    return pd.DataFrame({c: np.array(v, dtype=t) for c, v, t in zip(STEPS_COLUMNS, cols, dtypes)})
+
+
+def left_out_steps(coverage):
+    """{step number: [ranks holding it]} of the steps not every rank with markers holds."""
+    out = {}
+    if coverage is None:
+        return out
+    for r, n, shared in zip(coverage["rank"].tolist(), coverage["step"].tolist(), coverage["shared"].tolist()):
+        if not shared:
+            out.setdefault(int(n), []).append(int(r))
+    return dict(sorted(out.items()))
+
+
+def coverage_findings(coverage):
+    """align.quality rows (finding dicts) for ``align.steps``: one warning
+    ``steps_not_shared`` when the ranks' windows cover different steps."""
+    left = left_out_steps(coverage)
+    if not left:
+        return []
+    ranks = sorted(set(coverage["rank"].tolist()))
+    shared = sorted(set(coverage.loc[coverage["shared"], "step"].tolist()))
+    said = "; ".join(f"#{n} (only rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))})"
+                     for n, rs in list(left.items())[:10]) + ("; ..." if len(left) > 10 else "")
+    common = (f"they share {len(shared)} step(s) (#{shared[0]}..#{shared[-1]})" if shared
+              else "they share no step")
+    message = (f"profiled windows cover different steps: of {len(ranks)} rank(s) with ProfilerStep markers, {common}; "
+               f"{len(left)} step(s) left out of the comparison: {said}; collectives pair only within one step")
+    return [{"severity": "warning", "category": "steps_not_shared", "rank": None, "pg": None, "collective_id": None,
+             "count": len(left), "message": message}]

@@ -18,6 +18,7 @@ from .describe import rank_row_count
 from .p2p_match import p2p_kernel_rows, p2p_tables
 from .quality import _clock_findings, _finding, _rank_findings, _story_findings, _world_size
 from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots, seq_contradiction
+from ..steps import STEPS_TABLE, coverage_findings, row_steps, step_coverage
 from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
 
 
@@ -156,9 +157,15 @@ MAX_MESSAGE_BYTES = 1 << 40
 M_SEQ, M_ORDINAL, M_ALIGNED, M_UNMATCHED, M_P2P = 0, 1, 2, 3, 4
 
 
-def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
+def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS, steps=None):
     """Match the collective rows of every rank; return the ``align.*`` tables
     (except ``align.options``) as ``{name: DataFrame}``.
+
+    ``steps``: the ranks' ProfilerStep ops (``steps.StepCollector.finish()``
+    results: (rank, numbers, starts, ends) in the trace's ns from its base
+    time) or None.  With them, collectives matched without Seq pair only
+    inside one step, and ``align.steps`` says which steps every rank with
+    markers holds (``steps.step_coverage``).
 
     Rows are numpy arrays throughout; text columns are ``Text`` codes, so
     each step costs a few integer passes over the rows."""
@@ -196,8 +203,11 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     # by the p2p module, never matched across ranks as collective instances
     p2p = kind.isin(_P2P) | p2p_kernel_rows(results, rank, rows["event"])
     comms = text["comms_id"].codes if "comms_id" in text else None
+    launch = rows["launch_ts"].astype(np.int64, copy=False)
+    row_step, step_starts = row_steps(steps, rank, np.where(launch != NONE, launch, rows["ts"]),
+                                      {res.rank: int(res.meta.get("base_ns") or 0) for res in results})
     slot, position, method, mkey = _slots(pg_key, rank, rows["seq"].astype(np.int64, copy=False), sig, abs_end,
-                                          tolerance_ns, quality, p2p, comms)
+                                          tolerance_ns, quality, p2p, comms, row_step, step_starts)
     instances = _instances(pg_key, simplified, rank, slot, position, method, mkey)
     inst, participants = instances.inst, instances.participants
 
@@ -232,8 +242,13 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     if not apply:
         quality += _story_findings(clocks, inst[sync], rank[sync], abs_ts[sync])
     quality += _clock_findings(clocks, apply, multi_node, node_gpus) + row_findings
+    coverage = step_coverage(steps, present, row_step, rank)
+    if coverage is not None:
+        quality += coverage_findings(coverage)
     tables = {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
               "align.quality": quality_table(quality)}
+    if coverage is not None:
+        tables[STEPS_TABLE] = coverage
     tables.update(p2p_tables(results, _applied_offsets(clocks)))   # nothing without send/recv
     return tables
 
@@ -275,13 +290,14 @@ _COMPUTED_PER_OFFSETS = ("instance", "collective_id", "clock_offset_ns", "ts_ali
                          "in_bytes", "out_bytes", "flags")
 
 
-def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms):
+def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms, row_step=None, step_starts=None):
     """Per row (rows sorted by rank, time and event): its slot within its
     process group, the time-order position of that slot, its match method
     (M_*) and, for rows matched by Seq, its match key.  ``p2p``: the rows of
     point-to-point kernels: each is a slot of its own (M_P2P), after its
     group's collectives, and takes no part in the matching of the others;
-    ``comms``: Comms Id codes (-1: none) or None."""
+    ``comms``: Comms Id codes (-1: none) or None; ``row_step``, ``step_starts``:
+    see ``steps.row_steps`` (None: no step markers)."""
     n = len(rank)
     slot = np.full(n, -1, dtype=np.int64)
     position = np.full(n, -1, dtype=np.int64)
@@ -313,7 +329,8 @@ def _slots(pg_key, rank, seq, sig, abs_end, tolerance_ns, quality, p2p, comms):
             quality.append(_finding("warning", "seq_contradictory", f"process group {key}: its Seq numbers "
                                     f"contradict each other ({why}); its collectives are matched by alignment "
                                     "instead", pg=key))
-        s, pos_of_slot, info, ref = _match_ordinal(g_rank, sig[idx], abs_end[idx], tolerance_ns)
+        s, pos_of_slot, info, ref = _match_ordinal(g_rank, sig[idx], abs_end[idx], tolerance_ns,
+                                                   None if row_step is None else row_step[idx], step_starts)
         slot[idx] = s
         position[idx] = pos_of_slot[s]
         ranks_g, inv = np.unique(g_rank, return_inverse=True)

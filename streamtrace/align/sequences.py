@@ -3,7 +3,11 @@ collective.  By ``Seq`` when every row carries one and the numbers agree
 (``_seq_slots``; point-to-point ops count apart from collectives, so the key
 is (P2P or not, Seq); ``seq_contradiction`` checks them), else by aligning
 each rank's sequence of signatures and end times against a consensus
-(``align_sequences``, ``_match_ordinal``)."""
+(``align_sequences``, ``_match_ordinal``).  When that alignment is not a
+clean one-to-one match (partial samples, windows that start and end
+elsewhere), the pairing that the end times support on one clock offset
+(``vote_pairs``) replaces it when it pairs more collectives, and step markers
+(``ProfilerStep#N``) keep pairs inside one step."""
 import numpy as np
 
 from ..codes import dense_rank, group_ids, occurrence
@@ -11,6 +15,12 @@ from .quality import _finding
 
 #: ends of one collective on two ranks closer than this are "consistent" (ns)
 MATCH_TOLERANCE_NS = 20_000
+#: the widest tolerance of the offset vote (ns): real ranks' ends of one
+#: collective spread by up to a few hundred us (issue #41's pair: 0.3 ms)
+VOTE_MAX_TOLERANCE_NS = 1_000_000
+#: same-signature pairs the offset vote looks at, at most (the candidates of
+#: larger sequences come from an even sample of the rank's collectives)
+VOTE_MAX_PAIRS = 2_000_000
 
 
 def _median(x):
@@ -126,12 +136,140 @@ def _greedy_merge(s_sig, s_time, c_sig, c_end, gaps, tol):
     return np.array(out_s, dtype=np.int64), np.array(out_c, dtype=np.int64)
 
 
-def _match_ordinal(g_rank, g_sig, g_end, tol):
+def vote_tolerance(c_end, tol):
+    """The vote's tolerance: a quarter of the median gap between the
+    consensus' collective ends, within [tol, VOTE_MAX_TOLERANCE_NS]."""
+    gaps = np.diff(np.sort(c_end))
+    gaps = gaps[gaps > 0]
+    quarter = float(np.median(gaps)) / 4 if len(gaps) else tol
+    return max(float(tol), min(float(VOTE_MAX_TOLERANCE_NS), quarter))
+
+
+def _compatible(s_step, c_step, si, ci):
+    """Pairs whose step numbers do not differ (-1: outside any step, or no markers)."""
+    if s_step is None or c_step is None:
+        return np.ones(len(si), dtype=bool)
+    a, b = s_step[si], c_step[ci]
+    return (a < 0) | (b < 0) | (a == b)
+
+
+def _candidate_pairs(s_sig, c_sig, s_step, c_step):
+    """(si, ci): every same-signature pair in compatible steps; for large
+    sequences only those of an even sample of S's rows (VOTE_MAX_PAIRS)."""
+    order = np.argsort(c_sig, kind="stable")
+    sorted_sig = c_sig[order]
+    lo = np.searchsorted(sorted_sig, s_sig, "left")
+    hi = np.searchsorted(sorted_sig, s_sig, "right")
+    counts = hi - lo
+    rows = np.arange(len(s_sig))
+    total = int(counts.sum())
+    if total > VOTE_MAX_PAIRS:
+        step = -(-total // VOTE_MAX_PAIRS)
+        rows = rows[::step]
+        counts = counts[rows]
+    si = np.repeat(rows, counts)
+    within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    ci = order[np.repeat(lo[rows], counts) + within]
+    keep = _compatible(s_step, c_step, si, ci)
+    return si[keep], ci[keep]
+
+
+def _pairs_at(d, s_sig, s_end, c_sig, c_end, vtol, s_step, c_step):
+    """One-to-one same-signature pairs (in time order on both sides) whose ends
+    agree within ``vtol`` at clock offset ``d``: closest first."""
+    si, ci = _candidate_pairs(s_sig, c_sig, s_step, c_step) if len(s_sig) * len(c_sig) > 0 else (
+        np.empty(0, np.int64), np.empty(0, np.int64))
+    res = np.abs((s_end[si] - d) - c_end[ci])
+    near = res <= vtol
+    si, ci, res = si[near], ci[near], res[near]
+    used_s, used_c = set(), set()
+    out = []
+    for k in np.argsort(res, kind="stable").tolist():
+        i, j = int(si[k]), int(ci[k])
+        if i not in used_s and j not in used_c:
+            used_s.add(i)
+            used_c.add(j)
+            out.append((i, j))
+    out.sort()
+    keep, last = [], -1
+    for i, j in out:   # a pairing that crosses itself is no sequence: the crossing pair goes
+        if j > last:
+            keep.append((i, j))
+            last = j
+    a = np.array([i for i, _ in keep], dtype=np.int64)
+    b = np.array([j for _, j in keep], dtype=np.int64)
+    return a, b
+
+
+def vote_pairs(s_sig, s_end, c_sig, c_end, tol=MATCH_TOLERANCE_NS, s_step=None, c_step=None, prior=0.0):
+    """The pairing of S with C that the end times support on one clock offset.
+
+    Every same-signature pair (in compatible steps: ``*_step`` per row, -1
+    unknown) gives a candidate offset; the offsets around which most pairs
+    agree within the vote's tolerance (``vote_tolerance``) are tried, each as
+    a one-to-one matching within that tolerance.  The one pairing most
+    collectives wins; of equal ones, the offset nearest ``prior`` (the
+    offset that the ranks' step starts suggest, else 0).
+
+    Returns ``(s_index, c_index, offset, tolerance)``; offset None when no
+    pair is possible."""
+    vtol = vote_tolerance(c_end, tol)
+    empty = np.empty(0, dtype=np.int64)
+    if not len(s_sig) or not len(c_sig):
+        return empty, empty, None, vtol
+    si, ci = _candidate_pairs(s_sig, c_sig, s_step, c_step)
+    if not len(si):
+        return empty, empty, None, vtol
+    d = np.sort(s_end[si].astype(np.int64) - c_end[ci].astype(np.int64))
+    support = np.searchsorted(d, d + 2 * vtol, "right") - np.arange(len(d))
+    # the densest windows, at most one per 2 * vtol of offsets
+    centers = []
+    for k in np.argsort(-support, kind="stable").tolist():
+        window = d[k:k + int(support[k])]
+        center = float(np.median(window))
+        if all(abs(center - c) > 2 * vtol for c, _ in centers):
+            centers.append((center, int(support[k])))
+        if len(centers) >= 8 or support[k] < 1:
+            break
+    best = None
+    for center, _ in centers:
+        a, b = _pairs_at(center, s_sig, s_end, c_sig, c_end, vtol, s_step, c_step)
+        if len(a):
+            center = float(np.median(s_end[a].astype(np.int64) - c_end[b].astype(np.int64)))
+        key = (len(a), -abs(center - prior))
+        if best is None or key > best[0]:
+            best = (key, a, b, center)
+    _, a, b, center = best
+    return a, b, (center if len(a) else None), vtol
+
+
+def _supported(si, ci, d, s_sig, s_end, c_sig, c_end, vtol):
+    """How many pairs agree in signature and, at offset ``d``, in end time."""
+    if d is None or not len(si):
+        return 0
+    return int(((s_sig[si] == c_sig[ci]) & (np.abs((s_end[si] - d) - c_end[ci]) <= vtol)).sum())
+
+
+def _step_prior(step_starts, r, ref):
+    """The clock offset of rank r to ``ref`` that their shared steps' starts
+    suggest (the median difference), or 0.0 without shared steps."""
+    if not step_starts or r not in step_starts or ref not in step_starts:
+        return 0.0
+    shared = sorted(set(step_starts[r]) & set(step_starts[ref]))
+    if not shared:
+        return 0.0
+    return float(np.median([step_starts[r][n] - step_starts[ref][n] for n in shared]))
+
+
+def _match_ordinal(g_rank, g_sig, g_end, tol, g_step=None, step_starts=None):
     """Slots for the rows of one process group (rows sorted by rank, then time).
 
-    Returns ``(slot, slot_order, info, reference_rank)``: a consensus slot per
-    row, the time order of the slots, per rank the match method and the number
-    of its rows without a counterpart, and the rank used as reference.
+    ``g_step``: per row its ProfilerStep number (-1: none, or no markers) or
+    None; ``step_starts``: {rank: {step number: start ns}} of the ranks with
+    markers.  Returns ``(slot, slot_order, info, reference_rank)``: a
+    consensus slot per row, the time order of the slots, per rank the match
+    method and the number of its rows without a counterpart, and the rank
+    used as reference.
     """
     ranks, starts = np.unique(g_rank, return_index=True)
     bounds = list(starts) + [len(g_rank)]
@@ -142,6 +280,7 @@ def _match_ordinal(g_rank, g_sig, g_end, tol):
     slot = np.full(len(g_rank), -1, dtype=np.int64)
     cons_sig = g_sig[a:b].copy()
     cons_end = g_end[a:b].astype(np.int64)
+    cons_step = None if g_step is None else g_step[a:b].astype(np.int64)
     cons_id = np.arange(b - a, dtype=np.int64)
     slot[a:b] = cons_id
     next_id = b - a
@@ -151,7 +290,12 @@ def _match_ordinal(g_rank, g_sig, g_end, tol):
             continue
         a, b = span[r]
         s_sig, s_end = g_sig[a:b], g_end[a:b]
+        s_step = None if g_step is None else g_step[a:b].astype(np.int64)
         si, ci, d, trivial = align_sequences(s_sig, s_end, cons_sig, cons_end, tol)
+        ok = _compatible(s_step, cons_step, si, ci)
+        if not (trivial and ok.all()):
+            si, ci, d, trivial = _better_pairing(si[ok], ci[ok], d, s_sig, s_end, s_step, cons_sig, cons_end,
+                                                 cons_step, tol, _step_prior(step_starts, r, ref))
         slot[a + si] = cons_id[ci]
         unmatched = np.setdiff1d(np.arange(b - a), si)
         info[r] = ("ordinal" if trivial else "aligned", len(unmatched))
@@ -165,10 +309,25 @@ def _match_ordinal(g_rank, g_sig, g_end, tol):
             cons_id = np.concatenate([cons_id, new_ids])
             order = np.argsort(cons_end, kind="stable")
             cons_sig, cons_end, cons_id = cons_sig[order], cons_end[order], cons_id[order]
+            if cons_step is not None:
+                cons_step = np.concatenate([cons_step, s_step[unmatched]])[order]
     position = np.empty(next_id, dtype=np.int64)
     position[cons_id] = np.arange(len(cons_id))
     return slot, position, info, ref
 
+
+
+def _better_pairing(si, ci, d, s_sig, s_end, s_step, c_sig, c_end, c_step, tol, prior):
+    """The alignment's pairs (``si``, ``ci``, offset ``d``; pairs across steps
+    already left out), or the offset vote's (``vote_pairs``) when it pairs
+    more collectives on one clock, or as many nearer the prior offset.
+    Returns (si, ci, d, trivial=False)."""
+    vs, vc, vd, vtol = vote_pairs(s_sig, s_end, c_sig, c_end, tol, s_step, c_step, prior)
+    support = _supported(si, ci, d, s_sig, s_end, c_sig, c_end, vtol)
+    if vd is not None and (len(vs) > support or (len(vs) == support and len(vs) and d is not None
+                                                  and abs(vd - prior) + vtol < abs(d - prior))):
+        return vs, vc, vd, False
+    return si, ci, d, False
 
 
 def _seq_slots(g_rank, g_seq, g_p2p, key, quality):
