@@ -234,7 +234,8 @@ class RankReading:
         from .align.stage import align_options_table, match_ranks
         from .steps import TABLE as STEPS, step_table
 
-        tables = match_ranks(self.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+        results = self.results()   # sets self.steps
+        tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=self.steps)
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
         tables[STEPS] = step_table(self.steps, tables)
         return tables
@@ -329,7 +330,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .correlate.compute import compute_table
     from .correlate.inputs import ALIGN_COLUMNS_USED
     from .correlate.stage import TABLE_PREFIX, analyze_collected
-    from .steps import TABLE as STEPS, rank_steps, step_table
+    from .steps import STEPS_TABLE as ALIGN_STEPS, TABLE as STEPS, rank_steps, step_table
     from .stream.format import table_frame
 
     read = functools.partial(_summarize_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
@@ -345,10 +346,10 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     # the steps in each trace's own ns (a timeline holds them moved by its ``shift``)
     step_rows = [rank_steps(tl.rank, tl.steps[0], tl.steps[1] - tl.shift, tl.steps[2] - tl.shift)
                  for tl in timelines.values()]
-    align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+    align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=step_rows)
     align["align.options"] = align_options_table(align_clocks, gpus_per_node)
     # every table as the staged chain hands it on (a table frame's decoded form)
-    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + P2P_TABLE_NAMES
+    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + P2P_TABLE_NAMES + (ALIGN_STEPS,)
               if name in align}
     used = {"align.collectives": table_frame("align.collectives", align["align.collectives"])
             .table(ALIGN_COLUMNS_USED)[1], **{n: tables[n] for n in P2P_TABLE_NAMES if n in tables}}

@@ -73,6 +73,7 @@ from .sequences import MATCH_TOLERANCE_NS, align_sequences  # noqa: F401 - publi
 from .tables import CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS  # noqa: F401 - public
 from .tables import TABLE_NAMES, VERSION
 from .p2p_match import P2P_TABLE_NAMES
+from ..steps import STEPS_TABLE, StepCollector
 from .tables import quality_table  # noqa: F401 - report's data_quality sheet imports it from here
 
 log = logging.getLogger("streamtrace")
@@ -113,8 +114,9 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     if replaced:
         log.warning("the input already held align tables; they are replaced by this run's")
     results = ranks.results()
-    tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns)
-    for name in TABLE_NAMES[1:] + P2P_TABLE_NAMES:   # the point-to-point ones only when present
+    tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns,
+                         steps=ranks.steps())
+    for name in TABLE_NAMES[1:] + P2P_TABLE_NAMES + (STEPS_TABLE,):   # the last ones only when present
         if name in tables:
             yield table_frame(name, tables[name])
     yield json_frame(Kind.END, 0, {"stage": "align", "ranks": len(results),
@@ -130,7 +132,7 @@ def align_tables(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     for frame in frames:
         ranks.add(frame)
     tables = match_ranks(ranks.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node,
-                         tolerance_ns=tolerance_ns)
+                         tolerance_ns=tolerance_ns, steps=ranks.steps())
     tables["align.options"] = align_options_table(align_clocks, gpus_per_node, tolerance_ns)
     return tables
 
@@ -147,6 +149,9 @@ class _Ranks:
         # ranks whose RankResult comes as a SUMMARY frame (not with custom patterns: made without them)
         self.summaries = RankSummaries(SUMMARY_NAME, SUMMARY_VERSION, use=custom is None)
         self.metas = {}   # the META frame's object of those, until their summary
+        # each collected rank's ProfilerStep ops (for matching within steps); a
+        # summarized rank's events are not unpacked for them: it has no markers here
+        self.step_collectors = {}
 
     def add(self, frame):
         kind = frame.kind
@@ -165,11 +170,17 @@ class _Ranks:
         c = self.collectors.get(r)
         if c is None:
             c = self.collectors[r] = RankCollector(r, self.custom)
+            self.step_collectors[r] = StepCollector(r)
         c.add(frame)
+        self.step_collectors[r].add(frame)
         if kind == Kind.META:
             # in a thread: in a chain, correlate finishes the rank meanwhile
             # (the last rank's finishing is otherwise all in the chain's tail)
             self.done[r] = in_thread(functools.partial(finish_rank, self.collectors.pop(r)), name="streamtrace-align-finish")
+
+    def steps(self):
+        """The collected ranks' ProfilerStep ops (``StepCollector.finish()`` results)."""
+        return [c.finish() for _, c in sorted(self.step_collectors.items())]
 
     def _summary(self, frame):
         r = frame.rank
