@@ -234,8 +234,7 @@ class RankReading:
         from .align.stage import align_options_table, match_ranks
         from .steps import TABLE as STEPS, step_table
 
-        results = self.results()   # sets self.steps
-        tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=self.steps)
+        tables = match_ranks(self.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
         tables[STEPS] = step_table(self.steps, tables)
         return tables
@@ -330,7 +329,7 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     from .correlate.compute import compute_table
     from .correlate.inputs import ALIGN_COLUMNS_USED
     from .correlate.stage import TABLE_PREFIX, analyze_collected
-    from .steps import STEPS_TABLE as ALIGN_STEPS, TABLE as STEPS, rank_steps, step_table
+    from .steps import TABLE as STEPS, rank_steps, step_table
     from .stream.format import table_frame
 
     read = functools.partial(_summarize_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
@@ -346,10 +345,10 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     # the steps in each trace's own ns (a timeline holds them moved by its ``shift``)
     step_rows = [rank_steps(tl.rank, tl.steps[0], tl.steps[1] - tl.shift, tl.steps[2] - tl.shift)
                  for tl in timelines.values()]
-    align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=step_rows)
+    align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
     align["align.options"] = align_options_table(align_clocks, gpus_per_node)
     # every table as the staged chain hands it on (a table frame's decoded form)
-    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + P2P_TABLE_NAMES + (ALIGN_STEPS,)
+    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + P2P_TABLE_NAMES
               if name in align}
     used = {"align.collectives": table_frame("align.collectives", align["align.collectives"])
             .table(ALIGN_COLUMNS_USED)[1], **{n: tables[n] for n in P2P_TABLE_NAMES if n in tables}}
@@ -528,18 +527,12 @@ def _collective_report(a, files_only):
         from .report.files import default_output_path
 
         xlsx = default_output_path([i.path for i in inputs], a["trace_dir"], a["trace_pattern"], a["world_size"])
-    paths_written = []
-    if xlsx or csvs:
-        from .report.writers import write_report
+    from .report.writers import write_report
+    from .steps import TABLE as STEPS
 
-        paths_written = write_report(sheets, xlsx, csvs)
-    if page:
-        from .html_report import write_html
-        from .steps import TABLE as STEPS
-
-        paths_written.append(write_html(sheets, page, sources=[i.path for i in inputs], world_size=a["world_size"],
-                                        steps=tables.get(STEPS)))
-    return sheets, paths_written
+    # every output staged, then committed together: all of them appear, or none
+    html = dict(sources=[i.path for i in inputs], world_size=a["world_size"], steps=tables.get(STEPS))
+    return sheets, write_report(sheets, xlsx, csvs, page, html=html)
 
 
 def _checked_report_inputs(a):
@@ -633,19 +626,14 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
     sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
-    written = []
-    if output_html_path:
-        from .html_report import write_html
-
-        written.append(write_html(sheets, output_html_path, sources=sources, steps=step_table(steps.finish(), tables)))
-        if not output_xlsx_path and not output_csvs_dir:
-            return written, sheets
-    if not output_xlsx_path and not output_csvs_dir:
+    html = dict(sources=sources, steps=step_table(steps.finish(), tables)) if output_html_path else None
+    if not output_xlsx_path and not output_csvs_dir and not output_html_path:
         base = os.path.commonpath(sources) if sources else os.getcwd()
         if not os.path.isdir(base):
             base = os.path.dirname(base)
         output_xlsx_path = os.path.join(base, REPORT_NAME)
-    return write_report(sheets, output_xlsx_path, output_csvs_dir) + written, sheets
+    # every output staged, then committed together: all of them appear, or none
+    return write_report(sheets, output_xlsx_path, output_csvs_dir, output_html_path, html=html), sheets
 
 
 def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=None):

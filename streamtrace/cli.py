@@ -20,6 +20,7 @@ from .extract import VERSION
 from .chain import extract as extract_api
 from .io.outputs import atomic_file as atomic_output
 from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
+from .io.outputs import committed as outputs_committed
 from .errors import Interrupted, StreamtraceError, os_reason
 from .io.ranks import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
 from .remote import redact_text
@@ -681,13 +682,19 @@ def _raise_interrupted(signum, frame):
     """The stop signals' handler: raise ``Interrupted`` in the main thread, so
     every ``finally`` and context manager on the way out runs (workers ended,
     temporary files removed, no partial output renamed into place).  Further
-    stop signals are ignored meanwhile, so the cleaning up is not cut short."""
+    stop signals are ignored meanwhile, so the cleaning up is not cut short.
+    Once the run's outputs are all in place (``io.outputs.OutputSet``) a stop
+    signal no longer interrupts: the exit status says the outputs are whole."""
     # the clean-up must not turn a stop into a hang (a `timeout` or Slurm
     # waiting on us): if it has not ended the process in time, end it here
-    Interrupted.pending = signum
     watchdog = threading.Timer(CLEANUP_SECONDS, _stop_now, args=(signum,))
     watchdog.daemon = True
     watchdog.start()
+    if outputs_committed():   # every output is in place: the run has finished, and ends as it would have
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        return
+    Interrupted.pending = signum
     _raise_interrupted_again(signum, frame)
 
 

@@ -7,6 +7,8 @@ offline.  Each chart's figure and the numbers behind it are embedded as JSON
 (``<script type="application/json" id="fig-KEY">`` and ``id="data-KEY"``),
 escaped so that no text from a trace can close the script element.
 """
+import contextlib
+import gzip
 import html
 import json
 import os
@@ -14,8 +16,8 @@ import os
 import numpy as np
 import pandas as pd
 
-from .io.outputs import atomic_file
-from .remote import is_url, local_path
+from .io.outputs import OutputSet, check_suffix
+from .remote import is_url, local_path, source_label
 from .errors import StreamtraceError
 from .plots import _short, charts, fmt_us
 
@@ -50,6 +52,19 @@ def _json_default(o):
     return str(o)
 
 
+def _cut_texts(obj):
+    """A chart's numbers as the page embeds them: every text (a kernel's
+    name, a process group's) cut to CELL_CHARS, as the tables cut them; the
+    whole texts are in the CSV / workbook."""
+    if isinstance(obj, str):
+        return _short(obj, CELL_CHARS)
+    if isinstance(obj, dict):
+        return {k: _cut_texts(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_cut_texts(v) for v in obj]
+    return obj
+
+
 def _figure_json(fig):
     import plotly.io as pio
 
@@ -64,6 +79,24 @@ def _safe_figure_json(fig):
 
 def _esc(text):
     return html.escape(str(text), quote=True)
+
+
+def sources_text(sources):
+    """The header's ``sources`` value: the first four names and the folder
+    (or URL prefix) they share.  Each source as outputs' metadata names it
+    (``remote.source_label``): a URL without its user, password or query, a
+    local path absolute; split at its last '/' only, so that a URL keeps its
+    ``scheme://``."""
+    labels = [source_label(s) for s in sources]
+    shown = [lab.rstrip("/").rsplit("/", 1)[-1] or lab for lab in labels[:4]]
+    more = f" and {len(labels) - 4:,} more" if len(labels) > 4 else ""
+    common = ""
+    if len(labels) > 1:
+        prefix = os.path.commonprefix([lab.rsplit("/", 1)[0] + "/" for lab in labels])
+        common = prefix[:prefix.rfind("/") + 1].rstrip("/") or ("/" if prefix.startswith("/") else "")
+        if common.endswith(":/") or common.endswith(":"):   # only a scheme in common: no shared place
+            common = ""
+    return ", ".join(shown) + more + (f" (in {common})" if common else "")
 
 
 def _summary(sheets, sources, world_size):
@@ -86,10 +119,7 @@ def _summary(sheets, sources, world_size):
         rows.append(("collectives", f"{len(long):,} kernels, {long['collective_id'].nunique():,} instances, "
                                     f"spanning {fmt_us(float((ts + dur).max() - ts.min()))}"))
     if sources:
-        shown = [os.path.basename(str(s)) or str(s) for s in sources[:4]]
-        more = f" and {len(sources) - 4:,} more" if len(sources) > 4 else ""
-        common = os.path.commonpath([os.path.abspath(str(s)) for s in sources]) if len(sources) > 1 else ""
-        rows.append(("sources", ", ".join(shown) + more + (f" (in {common})" if common else "")))
+        rows.append(("sources", sources_text(sources)))
     if st is not None and len(st):
         first = st.iloc[0]
         pct = first.get("pct_arrived_last_of_participated", first.get("pct_arrived_last"))
@@ -198,6 +228,10 @@ def check_output(path):
     ``--output_html_path`` fails at once and before any other output is written."""
     require_plotly()
     path = local_path(str(path))
+    check_suffix(path, allowed=(".gz",))
+    if path.lower().endswith(".zst"):
+        raise StreamtraceError(f"{path}: .zst output is not supported for the HTML report (write .html, or "
+                               ".html.gz for a gzip-compressed page)")
     if is_url(path):
         from .remote import check_output as check_url
 
@@ -234,7 +268,8 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
         if c.note:
             parts.append(f"<p class=\"note\">Note: {_esc(c.note)}.</p>")
         parts.append(f"<script type=\"application/json\" id=\"fig-{key}\">{_safe_figure_json(c.figure)}</script>")
-        parts.append(f"<script type=\"application/json\" id=\"data-{key}\">{_json_script(c.data)}</script>")
+        parts.append(f"<script type=\"application/json\" id=\"data-{key}\">{_json_script(_cut_texts(c.data))}"
+                     "</script>")
         parts.append("</section>")
     for name, heading in TABLE_SHEETS:
         df = sheets.get(name)
@@ -247,9 +282,18 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
     return "".join(parts)
 
 
-def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None, steps=None):
-    """Write the page to ``path`` (atomically, as every output); returns ``path``."""
-    page = render_html(sheets, title=title, sources=sources, world_size=world_size, steps=steps)
-    with atomic_file(path, suffix=".html") as f:
-        f.write(page.encode("utf-8"))
+def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None, steps=None,
+               outputs=None):
+    """Write the page to ``path`` (atomically, as every output; gzip-compressed
+    when ``path`` ends in ``.gz``); returns ``path``.  ``outputs``: an
+    ``OutputSet`` to stage the page in, committed with the set's other
+    outputs, instead of committing it at once."""
+    page = render_html(sheets, title=title, sources=sources, world_size=world_size, steps=steps).encode("utf-8")
+    if str(path).lower().endswith(".gz"):
+        page = gzip.compress(page, compresslevel=6, mtime=0)
+    with contextlib.ExitStack() as stack:
+        if outputs is None:
+            outputs = stack.enter_context(OutputSet())
+        with outputs.file(path, suffix=".html") as f:
+            f.write(page)
     return str(path)

@@ -10,7 +10,8 @@ Reads stream through a read-ahead cache in large ranged blocks
 (``BLOCK_SIZE``), never a whole download.  A connection cut in the middle of
 a read ends the input there, with a warning: what was read is kept, as for a
 truncated local file.  An output is written to a local temporary file and
-uploaded once complete, so nothing appears at the URL when a run fails.
+uploaded once complete, with the run's other outputs (``io.outputs.OutputSet``),
+so nothing appears at the URL when a run fails.  http(s) URLs are read only.
 
 Credentials and endpoints come from the environment and the protocols' own
 config files, as each package reads them (for S3, botocore honours
@@ -264,7 +265,11 @@ def glob(pattern, stripped=False):
 def check_output(url):
     """Before any work: the place the output goes exists (the bucket, or the
     parent 'directory' on stores that have real ones) and ``url`` is not a
-    directory."""
+    directory.  http(s) URLs are refused: a web server offers no way to
+    write an object that fsspec could use, nor to remove one."""
+    if urlsplit(url).scheme.lower() in ("http", "https"):
+        raise StreamtraceError(f"{redact(url)}: writing to http(s) URLs is not supported "
+                               "(write to a local path or an object store such as s3://)")
     fs, path = filesystem(url)
     try:
         if fs.isdir(path):
@@ -278,13 +283,69 @@ def check_output(url):
         raise StreamtraceError(f"{redact(url)}: cannot write it: {reason(exc)}") from None
 
 
+#: longest wait, after a stop signal, for an upload under way to end before
+#: it is cancelled: a server that has the whole body may still store the
+#: object, and the clean-up that removes it must come after
+UPLOAD_CANCEL_SECONDS = 5
+
+
 def upload(local, url):
-    """Put the complete local file ``local`` at ``url``; one line on failure."""
+    """Put the complete local file ``local`` at ``url``; one line on failure.
+
+    On an asynchronous file system (s3, gcs...) the transfer runs on fsspec's
+    event loop: when a stop signal interrupts the wait, the request is given
+    ``UPLOAD_CANCEL_SECONDS`` to end before it is cancelled, so that an
+    object the server was storing has landed before the caller's clean-up
+    (``remove_if_changed``) looks for it."""
     fs, path = filesystem(url)
     try:
-        fs.put_file(local, path)
+        if getattr(fs, "async_impl", False) and hasattr(fs, "_put_file"):
+            _put_async(fs, local, path)
+        else:
+            fs.put_file(local, path)
     except Exception as exc:
         raise StreamtraceError(f"{redact(url)}: cannot write it: {reason(exc)}") from None
+
+
+def _put_async(fs, local, path):
+    import asyncio
+    import concurrent.futures
+
+    future = asyncio.run_coroutine_threadsafe(fs._put_file(local, path), fs.loop)
+    try:
+        future.result()
+    except BaseException:
+        # a server that has the whole body may still store it: let the request
+        # end (for a while) so that the caller's clean-up comes after it
+        concurrent.futures.wait([future], timeout=UPLOAD_CANCEL_SECONDS)
+        future.cancel()
+        raise
+
+
+#: the fields of fsspec's info() that change when an object is written again
+_VERSION_FIELDS = ("ETag", "etag", "LastModified", "last_modified", "mtime", "updated", "generation", "md5Hash",
+                   "VersionId", "size")
+
+
+def object_state(url):
+    """What identifies the version of the object at ``url`` now (None: there
+    is none), for ``remove_if_changed``."""
+    fs, path = filesystem(url)
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:
+        raise StreamtraceError(f"{redact(url)}: cannot write it: {reason(exc)}") from None
+    return {k: str(info[k]) for k in _VERSION_FIELDS if k in info} or {k: str(v) for k, v in info.items()}
+
+
+def remove_if_changed(url, before):
+    """Take back an upload to ``url``: remove the object if it is not the one
+    that was there before (``object_state``; an earlier object that was
+    replaced is not restored)."""
+    if object_state(url) != before:
+        remove(url)
 
 
 def remove(url):
@@ -295,18 +356,3 @@ def remove(url):
             fs.rm_file(path)
     except Exception as exc:
         raise StreamtraceError(f"{redact(url)}: cannot remove it: {reason(exc)}") from None
-
-
-@contextlib.contextmanager
-def uploaded_file(url, suffix=""):
-    """A binary file object whose contents appear at ``url`` only when the
-    block succeeds: written to a local temporary file, uploaded at the end."""
-    check_output(url)
-    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-upload-", suffix=suffix)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-        upload(tmp, url)
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)

@@ -181,35 +181,129 @@ def _open_direct(path, target):
 @contextlib.contextmanager
 def atomic_file(path, suffix=""):
     """A binary file object whose contents appear at ``path`` only on success
-    (a non-regular ``path``: written straight into, see the module)."""
-    path = local_path(str(path))
-    if is_url(path):
-        from ..remote import uploaded_file
+    (a non-regular ``path``: written straight into, see the module): a set
+    of one output (``OutputSet``)."""
+    with OutputSet() as outputs:
+        with outputs.file(path, suffix) as f:
+            yield f
 
-        with uploaded_file(path, suffix) as f:
+
+class OutputSet:
+    """The outputs of one run, staged, then committed together: all of them
+    appear, or none does.
+
+    ``file`` writes each one under a temporary name (beside its target; a
+    URL's in $TMPDIR) and ``add`` takes an output that stages itself (a
+    ``CsvDir``).  Leaving the ``with`` block without an error commits: the
+    URLs are uploaded first (the slow step, the likeliest to fail), then the
+    local files are renamed into place.  Any error or stop signal before the
+    last of them is in place -- the commit included -- undoes what was
+    committed: a replaced local file gets its earlier version back, an
+    uploaded object is removed (an earlier object at that URL is not
+    restored), and every temporary file is removed.  A file written straight
+    into (a device, a FIFO, stdout) cannot be staged: it is written as it
+    goes.  Once ``commit`` has returned the run is complete, and a stop
+    signal that arrives later no longer changes its exit status
+    (``committed``)."""
+
+    def __init__(self):
+        # staged outputs: .path, .remote, and place() (put it in place), rollback()
+        # (undo place(), even one cut short), finish() (drop what a rollback
+        # needed) and discard() (remove the temporary files)
+        self._staged = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.commit()
+        else:
+            self.discard()
+        return False
+
+    def add(self, staged):
+        """An output staged by its own writer (``CsvDir``), committed with the others."""
+        self._staged.append(staged)
+        return staged
+
+    @contextlib.contextmanager
+    def file(self, path, suffix=""):
+        """A binary file object for the output ``path``, staged on success."""
+        path = local_path(str(path))
+        if is_url(path):
+            with _staged_url(path, suffix) as (f, staged):
+                yield f
+            self._staged.append(staged)
+            return
+        target, direct = resolve_output(path)
+        if direct:
+            with _direct(path, target) as f:
+                yield f
+            return
+        with _staged_local(path, target, suffix) as (f, staged):
             yield f
-        return
-    target, direct = resolve_output(path)
-    if direct:
-        f = _open_direct(path, target)
+        self._staged.append(staged)
+
+    def commit(self):
+        """Put every staged output in place, URLs first; on any failure
+        (or a stop signal) undo the ones already in place and raise."""
+        global _committed
+        order = [s for s in self._staged if s.remote] + [s for s in self._staged if not s.remote]
+        done = []
         try:
-            yield f
-            f.flush()
-        except OSError as exc:
-            if exc.filename is None and exc.errno in _WRITE_ERRNOS:
-                raise os_error(path, exc, "cannot write to it") from None
+            for staged in order:
+                done.append(staged)   # before: a signal inside commit() leaves it to be rolled back
+                staged.place()
+            _committed = True
+        except BaseException:
+            for staged in reversed(done):
+                with contextlib.suppress(Exception):
+                    staged.rollback()
+            self.discard()
             raise
-        finally:
-            with contextlib.suppress(OSError):
-                f.close()
-        return
-    with _atomic_target(path, target, suffix) as tmp:
-        with open(tmp, "wb") as f:
-            yield f
+        for staged in order:   # the earlier versions kept for a rollback
+            with contextlib.suppress(Exception):
+                staged.finish()
+        self._staged = []
+
+    def discard(self):
+        """Remove every staged output's temporary file (nothing was committed)."""
+        for staged in self._staged:
+            with contextlib.suppress(Exception):
+                staged.discard()
+        self._staged = []
+
+
+#: set once an OutputSet has committed: the CLI's stop-signal handler then
+#: lets the command finish (its outputs are complete) instead of exiting 128+n
+_committed = False
+
+
+def committed():
+    """Whether this process has put a run's outputs in place (``OutputSet``)."""
+    return _committed
 
 
 @contextlib.contextmanager
-def _atomic_target(path, target, suffix):
+def _direct(path, target):
+    f = _open_direct(path, target)
+    try:
+        yield f
+        f.flush()
+    except OSError as exc:
+        if exc.filename is None and exc.errno in _WRITE_ERRNOS:
+            raise os_error(path, exc, "cannot write to it") from None
+        raise
+    finally:
+        with contextlib.suppress(OSError):
+            f.close()
+
+
+@contextlib.contextmanager
+def _staged_local(path, target, suffix):
+    """``(file object, _LocalFile)``: the output written under a temporary
+    name in its target's directory."""
     directory = os.path.dirname(target)
     if not os.path.isdir(directory):
         raise StreamtraceError(f"{path}: the output directory does not exist")
@@ -217,24 +311,117 @@ def _atomic_target(path, target, suffix):
         fd, tmp = tempfile.mkstemp(prefix=".streamtrace-", suffix=suffix, dir=directory)
     except OSError as exc:   # read-only, no permission
         raise os_error(path, exc, "cannot write in its directory") from None
-    os.close(fd)
     try:
         try:
-            yield tmp
+            with os.fdopen(fd, "wb") as f:
+                yield f, _LocalFile(path, target, tmp)
         except OSError as exc:   # a full disk, an I/O error: the user's path, never the hidden one
             if exc.filename == tmp or (exc.filename is None and exc.errno in _WRITE_ERRNOS):
                 raise os_error(path, exc, "cannot write it") from None
             raise
         os.chmod(tmp, 0o666 & ~umask())
-        try:
-            # the target as it is now: a directory or a device put in its place during
-            # the run is refused, not replaced
-            if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
-                raise StreamtraceError(f"{path}: cannot replace it: it is no longer a regular file")
-            os.replace(tmp, target)
-        except OSError as exc:   # e.g. a directory put in its place during the run
-            raise os_error(path, exc, "cannot replace it") from None
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+class _LocalFile:
+    """A local output staged as ``tmp`` beside ``target``.  Its commit keeps
+    the file it replaces as ``tmp + '.prev'`` (a hard link: the target never
+    goes missing) until the whole set is in place, so a rollback restores it.
+    Every step is read back from the file system, so a rollback is right
+    wherever a signal cut the commit short."""
+
+    remote = False
+
+    def __init__(self, path, target, tmp):
+        self.path, self.target, self.tmp = path, target, tmp
+        self.prev = tmp + ".prev"
+
+    def place(self):
+        target = self.target
+        try:
+            # the target as it is now: a directory or a device put in its place during
+            # the run is refused, not replaced
+            if os.path.lexists(target) and (os.path.islink(target) or not os.path.isfile(target)):
+                raise StreamtraceError(f"{self.path}: cannot replace it: it is no longer a regular file")
+            if os.path.lexists(target):
+                try:
+                    os.link(target, self.prev)
+                except OSError:   # no hard links here: the earlier file is moved aside instead
+                    os.rename(target, self.prev)
+            os.replace(self.tmp, target)
+        except OSError as exc:   # e.g. a directory put in its place during the run
+            raise os_error(self.path, exc, "cannot replace it") from None
+
+    def rollback(self):
+        if os.path.lexists(self.tmp):   # never moved in: the target is as it was (or aside, below)
+            os.unlink(self.tmp)
+            if os.path.lexists(self.prev) and not os.path.lexists(self.target):
+                os.rename(self.prev, self.target)
+        elif os.path.lexists(self.prev):
+            os.replace(self.prev, self.target)
+        else:
+            os.unlink(self.target)
+        self.finish()
+
+    def finish(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.prev)
+
+    def discard(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+
+
+@contextlib.contextmanager
+def _staged_url(url, suffix):
+    """``(file object, _UrlFile)``: the output written to a local temporary
+    file, uploaded by the commit."""
+    from ..remote import check_output
+
+    check_output(url)
+    fd, tmp = tempfile.mkstemp(prefix=".streamtrace-upload-", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f, _UrlFile(url, tmp)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+class _UrlFile:
+    """An output at a URL, staged as the local file ``tmp``.  The object's
+    version before the upload is noted, so that a rollback removes only an
+    object this run put there."""
+
+    remote = True
+
+    def __init__(self, url, tmp):
+        self.path, self.tmp = url, tmp
+        self.before = _NOT_READ
+
+    def place(self):
+        from ..remote import object_state, upload
+
+        self.before = object_state(self.path)
+        upload(self.tmp, self.path)   # cancelled and ended if it fails or is interrupted
+        self.discard()
+
+    def rollback(self):
+        from ..remote import remove_if_changed
+
+        if self.before is not _NOT_READ:
+            remove_if_changed(self.path, self.before)
+
+    def finish(self):
+        pass
+
+    def discard(self):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.tmp)
+
+
+_NOT_READ = object()

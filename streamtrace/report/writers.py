@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import StreamtraceError, os_reason
-from ..io.outputs import atomic_file, check_suffix, resolve_output, umask
+from ..io.outputs import OutputSet, check_suffix, resolve_output, umask
 from ..parallel.cpus import available_cpus
 from ..remote import is_url, local_path
 from ..parallel.fork import Child, balanced, can_fork, split_in_two
@@ -67,7 +67,7 @@ def _cell_columns(df):
     return cols
 
 
-def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
+def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast", outputs=None):
     """Write the sheets to one workbook at ``path`` (atomically: a temporary
     file renamed on success).
 
@@ -82,6 +82,9 @@ def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
     100k-row sheets); ``engine="openpyxl"`` writes through openpyxl's
     write-only workbook.  Both produce workbooks that openpyxl, pandas and
     Excel read identically.
+
+    ``outputs``: an ``OutputSet`` to stage the workbook in (committed with
+    the set's other outputs) instead of committing it at once.
     """
     path = str(path)
     target, direct = resolve_output(path)
@@ -99,11 +102,14 @@ def write_xlsx(sheets, path, max_rows=EXCEL_MAX_ROWS - 1, engine="fast"):
         raise StreamtraceError(f"unknown xlsx engine {engine!r} (fast or openpyxl)")
     # spooled sheets go beside the workbook, or to $TMPDIR when it is a device or a pipe
     spool_dir = tempfile.gettempdir() if direct else os.path.dirname(target)
-    with atomic_file(path, suffix=".xlsx") as f:
-        if engine == "openpyxl":
-            _write_openpyxl(parts, f)
-        else:
-            _write_fast(parts, f, spool_dir)
+    with contextlib.ExitStack() as stack:
+        if outputs is None:
+            outputs = stack.enter_context(OutputSet())
+        with outputs.file(path, suffix=".xlsx") as f:
+            if engine == "openpyxl":
+                _write_openpyxl(parts, f)
+            else:
+                _write_fast(parts, f, spool_dir)
     return path
 
 
@@ -501,7 +507,8 @@ class CsvDir:
     """A CSV output directory being written (``write_csvs``): ``write``
     puts sheets in a temporary directory beside it (from any process: the
     one-shot report's forked child writes the sheets it builds), ``commit``
-    moves them in, ``discard`` removes what was not committed.
+    moves them in, ``discard`` removes what was not committed.  Staged in an
+    ``OutputSet`` (``stage``), it is moved in with the run's other outputs.
 
     A new directory is the temporary one renamed.  Into an existing one
     (which may hold the traces or anything else of the user's, or be a
@@ -509,19 +516,24 @@ class CsvDir:
     every sheet name the report can write -- this run's replace theirs, and
     those of an earlier run that this one did not write are removed, so the
     directory never mixes two runs.  Every target is checked before the
-    first one is replaced.
+    first one is replaced, and the files replaced or removed are kept aside
+    until the whole set is in place, so a rollback puts them back.
 
     A URL (``s3://bucket/run/csv``): the sheets are written in a local
-    temporary directory and uploaded by ``commit``, the same owned names
+    temporary directory and uploaded when placed, the same owned names
     replaced or removed under the prefix."""
 
     def __init__(self, directory):
         self.directory = str(directory)   # the user's spelling, for messages
         self.url = None
+        self.names = []
+        self.remote = False
+        self._state = {}   # what place() did, for rollback()
         if is_url(local_path(self.directory)):
             from ..remote import check_output
 
-            self.url = self.directory
+            self.url = self.path = self.directory
+            self.remote = True
             check_output(self.url)   # the bucket exists; not an object
             self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-")
             return
@@ -532,6 +544,7 @@ class CsvDir:
         if os.path.exists(target) and not os.path.isdir(target):
             raise StreamtraceError(f"{self.directory}: exists and is not a directory")
         self.target = target
+        self.path = os.path.abspath(self.directory)
         try:
             self._tmp = tempfile.mkdtemp(prefix=".streamtrace-csv-", dir=parent)
         except OSError as exc:   # read-only, no permission
@@ -556,64 +569,110 @@ class CsvDir:
             for task in tasks:
                 task()
 
+    def stage(self, outputs, names):
+        """Commit the sheets ``names`` (all written) with the other outputs
+        of ``outputs`` (an ``OutputSet``)."""
+        self.names = list(names)
+        return outputs.add(self)
+
     def commit(self, names):
-        """Move the sheets ``names`` (all written) into place; returns the
-        directory (absolute, a link not followed)."""
+        """Move the sheets ``names`` (all written) into place, alone; returns
+        the directory (absolute, a link not followed), or the URL."""
+        with OutputSet() as outputs:
+            self.stage(outputs, names)
+        return self.path
+
+    def place(self):
         if self.url is not None:
-            return self._upload(names)
-        tmp, target = self._tmp, self.target
-        names = list(names)
+            return self._upload()
+        tmp, target, names = self._tmp, self.target, self.names
         for name in names:
             os.chmod(os.path.join(tmp, f"{name}.csv"), 0o666 & ~umask())
         try:
             if not os.path.exists(target):
                 os.chmod(tmp, 0o777 & ~umask())
+                self._state["created"] = True   # before the rename: a rollback checks where tmp is
                 os.rename(tmp, target)
-                self._tmp = None
-                return os.path.abspath(self.directory)
+                return
             owned = [f"{n}.csv" for n in dict.fromkeys(names + SHEET_ORDER)]
             for file in owned:   # all checked first: a refusal leaves the directory as it was
                 dst = os.path.join(target, file)
                 if os.path.lexists(dst) and (os.path.islink(dst) or not os.path.isfile(dst)):
                     raise StreamtraceError(f"{os.path.join(self.directory, file)}: is not a regular file; "
                                            "nothing was replaced")
+            aside = self._state["aside"] = os.path.join(tmp, ".previous")
+            os.mkdir(aside)
+            for file in owned:   # this run's replace them, the others go: all kept aside until finish()
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(os.path.join(target, file), os.path.join(aside, file))
             for name in names:
                 os.replace(os.path.join(tmp, f"{name}.csv"), os.path.join(target, f"{name}.csv"))
-            for file in owned[len(set(names)):]:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(target, file))
         except OSError as exc:
             raise StreamtraceError(f"{self.directory}: cannot move the sheets into it: "
                                    f"{os_reason(exc)}") from None
-        return os.path.abspath(self.directory)
 
-    def _upload(self, names):
-        """commit() for a URL: each sheet uploaded (an object appears whole),
+    def _upload(self):
+        """place() for a URL: each sheet uploaded (an object appears whole),
         then the owned names this run did not write removed."""
-        from ..remote import join, remove, upload
+        from ..remote import join, object_state, remove, upload
 
-        names = list(names)
-        for name in names:
-            upload(os.path.join(self._tmp, f"{name}.csv"), join(self.url, f"{name}.csv"))
+        uploaded = self._state.setdefault("uploaded", {})
+        for name in self.names:
+            url = join(self.url, f"{name}.csv")
+            uploaded[url] = object_state(url)
+            upload(os.path.join(self._tmp, f"{name}.csv"), url)
         for name in dict.fromkeys(SHEET_ORDER):
-            if name not in names:
+            if name not in self.names:
                 remove(join(self.url, f"{name}.csv"))
+
+    def rollback(self):
+        """Undo place(), wherever it stopped; the temporary directory goes too."""
+        if self.url is not None:
+            from ..remote import remove_if_changed
+
+            for url, before in self._state.get("uploaded", {}).items():
+                remove_if_changed(url, before)
+        elif self._state.get("created"):
+            if not os.path.exists(self._tmp):   # renamed into place: the whole directory is this run's
+                shutil.rmtree(self.target, ignore_errors=True)
+        elif self._state.get("aside"):
+            aside = self._state["aside"]
+            for name in self.names:   # this run's sheets back out, then the earlier ones back in
+                src = os.path.join(self.target, f"{name}.csv")
+                if not os.path.lexists(os.path.join(self._tmp, f"{name}.csv")) and os.path.lexists(src):
+                    os.unlink(src)
+            for file in os.listdir(aside):
+                os.replace(os.path.join(aside, file), os.path.join(self.target, file))
         self.discard()
-        return self.url
+
+    def finish(self):
+        self.discard()
 
     def discard(self):
-        if self._tmp is not None:
+        if self._tmp is not None and os.path.exists(self._tmp):
             shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
 
 
-def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None):
-    """Write the requested outputs; returns the paths written."""
+def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None, output_html_path=None, html=None):
+    """Write the requested outputs as one set (``OutputSet``: all of them
+    appear, or none does); returns the paths written.  ``html``: the HTML
+    page's options (``html_report.render_html``'s keywords)."""
     written = []
-    if output_csvs_dir:
-        written.append(write_csvs(sheets, output_csvs_dir))
-    if output_xlsx_path:
-        written.append(write_xlsx(sheets, output_xlsx_path))
+    with OutputSet() as outputs:
+        if output_csvs_dir:
+            csvs = CsvDir(output_csvs_dir)
+            try:
+                csvs.write(sheets)
+            except BaseException:
+                csvs.discard()
+                raise
+            written.append(csvs.stage(outputs, sheets).path)
+        if output_xlsx_path:
+            written.append(write_xlsx(sheets, output_xlsx_path, outputs=outputs))
+        if output_html_path:
+            from ..html_report import write_html
+
+            written.append(write_html(sheets, output_html_path, outputs=outputs, **(html or {})))
     return written
 
 

@@ -17,6 +17,8 @@ import browser
 import generate_fixture
 from streamtrace import plots
 from streamtrace.cli import main
+from streamtrace.html_report import CELL_CHARS
+from streamtrace.plots import _short
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
 HOSTILE_KERNEL = "<script>alert('k')</script>\"'=cmd|' /C calc'!A0 " + "k" * 10_000
@@ -179,14 +181,16 @@ def test_blocking_charts_are_the_sheets(straggler_run):
         np.testing.assert_allclose(data[col], ex[col].to_numpy())
     pairs = pd.read_csv(os.path.join(csvs, "contention_pairs.csv")).nlargest(15, "overlap_us")
     data = embedded(page, "data", "contention_pairs")
-    assert data["label"] == pairs["compute_kernel"].tolist()
+    # names cut as the tables cut them (the whole names are in the CSVs)
+    assert data["label"] == [_short(k, CELL_CHARS) for k in pairs["compute_kernel"]]
     np.testing.assert_allclose(data["overlap_us"], pairs["overlap_us"].to_numpy())
 
 
 def test_blockers_page_names_the_injected_kernel(hostile_run):
     truth, page, _ = hostile_run
     data = embedded(page, "data", "blocking_kernels")
-    assert data["label"][0] == HOSTILE_KERNEL   # the slow kernel is the top blocker, its name whole
+    # the slow kernel is the top blocker, its 10 kB name cut as the tables cut it
+    assert data["label"][0] == HOSTILE_KERNEL[:CELL_CHARS - 1] + "\u2026"
     late = embedded(page, "data", "wait_heatmap")["groups"][0]
     assert late["group"] == HOSTILE_PG
     assert truth["slow_kernel"]["rank"] in late["late_rank"]
