@@ -40,9 +40,14 @@ _TRACELENS_AGG_METRICS = ("mean", "median", "min", "max")
 
 def find_trace_files(input_dir, pattern="rank*_trace.json"):
     """The files in ``input_dir`` matching the glob ``pattern``, sorted (an
-    empty list when there are none)."""
+    empty list when there are none).  Prints TraceLens's line on stdout, as
+    TraceLens does: scripts and tests written for it look for "No trace files
+    found"."""
     files = sorted(glob.glob(os.path.join(input_dir, pattern)))
-    log.info(f"{len(files)} trace file(s) matching {pattern!r} in {input_dir}")
+    if not files:
+        print(f"No trace files found matching pattern '{pattern}' in {input_dir}")
+    else:
+        print(f"Found {len(files)} trace files in {input_dir}")
     return files
 
 

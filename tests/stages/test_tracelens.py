@@ -309,6 +309,18 @@ def test_find_trace_files_and_infer_world_size(tmp_path):
     assert tracelens.infer_world_size(found) == 2 and tracelens.infer_world_size([]) == 0
 
 
+def test_find_trace_files_prints_tracelens_messages_to_stdout(tmp_path, capsys):
+    # TraceLens's own tests check stdout for "No trace files found"; a script
+    # migrated from TraceLens sees the same lines.
+    assert tracelens.find_trace_files(str(tmp_path)) == []
+    out = capsys.readouterr().out
+    assert out == f"No trace files found matching pattern 'rank*_trace.json' in {tmp_path}\n"
+    (tmp_path / "rank0_trace.json").write_text("{}")
+    (tmp_path / "rank1_trace.json").write_text("{}")
+    assert len(tracelens.find_trace_files(str(tmp_path))) == 2
+    assert capsys.readouterr().out == f"Found 2 trace files in {tmp_path}\n"
+
+
 def test_default_rank_regex():
     import re
 
