@@ -184,7 +184,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     # change the answers (_story_findings)
     apply = bool(align_clocks) if align_clocks is not None else multi_node
     if not any(rank_row_count(res.rows) for res in results):
-        return _tables_without_collectives(ranks_table, present, apply, quality)
+        return _tables_without_collectives(ranks_table, results, apply, quality)
     rows = _combined_rows(results)
     rank = rows["rank"]
     abs_ts = rows["base_ns"] + rows["ts"].astype(np.int64, copy=False)
@@ -245,11 +245,12 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     coverage = step_coverage(steps, present, row_step, rank)
     if coverage is not None:
         quality += coverage_findings(coverage)
+    p2p = p2p_tables(results, _applied_offsets(clocks), quality)   # nothing without send/recv
     tables = {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
               "align.quality": quality_table(quality)}
     if coverage is not None:
         tables[STEPS_TABLE] = coverage
-    tables.update(p2p_tables(results, _applied_offsets(clocks)))   # nothing without send/recv
+    tables.update(p2p)
     return tables
 
 
@@ -277,11 +278,16 @@ def _rows_and_clocks(collectives, sample, clock_method, rank, present, apply):
     return out_df, row_findings, _clocks_table(est, present, apply, clock_method)
 
 
-def _tables_without_collectives(ranks_table, present, apply, quality):
-    quality.append(_finding("warning", "no_collectives",
-                            f"no collective kernels in {len(present)} rank(s): the report is empty"))
-    return {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
-            "align.clocks": _unestimated_clocks_table(present, apply), "align.quality": quality_table(quality)}
+def _tables_without_collectives(ranks_table, results, apply, quality):
+    present = [res.rank for res in results]
+    # send/recv ops whose kernels are all missing are still listed (p2p_unmatched)
+    p2p = p2p_tables(results, None, quality)
+    quality.append(_finding("warning", "no_collectives", f"no collective kernels in {len(present)} rank(s): "
+                            + ("only the point-to-point sheets have rows" if p2p else "the report is empty")))
+    tables = {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
+              "align.clocks": _unestimated_clocks_table(present, apply), "align.quality": quality_table(quality)}
+    tables.update(p2p)
+    return tables
 
 
 #: align.collectives columns that _collectives_table adds: those that depend

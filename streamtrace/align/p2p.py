@@ -35,6 +35,7 @@ import numpy as np
 
 from .. import collectives as coll
 from .._native import NONE
+from ..stream.format import MAX_RANK
 from ..stream.packing import arrays
 
 
@@ -110,6 +111,21 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     halves["step"] = _step_of(steps, halves["post_ts"])
     work = _stage_work(kernel_parts, launch_parts, rows, steps)
     return {"halves": halves, "steps": steps, "work": work}
+
+
+def world_of(results):
+    """The world size the ranks' traces state (the largest), or None."""
+    sizes = [r.meta.get("world_size") for r in results if r.meta.get("world_size")]
+    return max(sizes) if sizes else None
+
+
+def odd_peers(rank, peer, world):
+    """Masks of the halves that can never be paired: a peer that is the rank
+    itself, and a known peer outside the world (``world``: its size, or
+    None: beyond any rank torch numbers)."""
+    itself = (peer >= 0) & (peer == rank)
+    outside = (peer >= 0) & ~itself & ((peer > MAX_RANK) | ((peer >= world) if world else False))
+    return itself, outside
 
 
 def _name_batched_groups(rows, kernel_row, pg_name, pg_desc, pg_ranks, group_size):

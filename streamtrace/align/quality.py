@@ -36,6 +36,7 @@ def _world_size(results):
 def _rank_findings(results):
     out = []
     world = _world_size(results)
+    p2p_world = max([res.meta["world_size"] for res in results if res.meta.get("world_size")], default=None)
     present = {res.rank for res in results}
     if world and len(present) < world:
         missing = sorted(set(range(world)) - present)
@@ -58,6 +59,30 @@ def _rank_findings(results):
         if bad:
             out.append(_finding("info", "events_dropped", f"rank {res.rank}: {bad} numeric field(s) were unreadable "
                                 "and left empty", rank=res.rank, count=bad))
+        if getattr(res, "p2p", None) is not None:
+            out += _p2p_findings(res.rank, res.p2p["halves"]["peer"], p2p_world)
+    return out
+
+
+def _p2p_findings(rank, peer, world):
+    """A rank's send/recv ops whose peer is the rank itself or outside the
+    world (``world``: the size the traces state, or None): never paired."""
+    from .p2p import odd_peers   # (p2p imports this module's neighbours: here, not at the top)
+
+    out = []
+    itself, outside = odd_peers(rank, peer, world)
+    n = int(np.count_nonzero(itself))
+    if n:
+        out.append(_finding("warning", "p2p_self_peer", f"rank {rank}: {n} send/recv op(s) name the rank itself as "
+                            "their peer; not paired (listed in p2p_unmatched)", rank=rank, count=n))
+    n = int(np.count_nonzero(outside))
+    if n:
+        shown = np.unique(peer[outside])[:5].tolist()
+        size = f"world size {world}" if world else "beyond any rank"
+        out.append(_finding("warning", "p2p_peer_out_of_range", f"rank {rank}: {n} send/recv op(s) name a peer "
+                            f"outside the world ({size}): {', '.join(map(str, shown))}"
+                            f"{', ...' if len(shown) == 5 else ''}; not paired (listed in p2p_unmatched)",
+                            rank=rank, count=n))
     return out
 
 

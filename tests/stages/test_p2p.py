@@ -163,7 +163,8 @@ def test_blockers_names_the_slow_stage_and_link(plain):
     d, truth, _ = plain
     res = CliRunner().invoke(main, ["blockers", str(d)])
     assert res.exit_code == 0, res.output
-    first = res.output.splitlines()[0]
+    confidence, first = res.output.splitlines()[:2]   # the answer's confidence first
+    assert confidence.startswith("Confidence: high (4 of 4 ranks; point-to-point transfers only")
     stage = truth["slow_stage"]["stage"]
     assert f"stage {stage} (rank {truth['slow_stage']['rank']}) bounds it" in first
     a, b = truth["slow_link"]["ranks"]
@@ -171,7 +172,7 @@ def test_blockers_names_the_slow_stage_and_link(plain):
     # the same through a real process
     exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
     r = subprocess.run([exe, "blockers", str(d)], capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout.splitlines()[0] == first
+    assert r.returncode == 0 and r.stdout.splitlines()[1] == first
 
 
 def test_blocking_analysis_explains_late_halves(plain):
@@ -249,7 +250,7 @@ def test_blockers_on_a_pipeline_has_no_collective_straggler(which, request):
     res = CliRunner().invoke(main, ["blockers", str(d)])
     assert res.exit_code == 0, res.output
     stage, (a, b) = truth["slow_stage"], truth["slow_link"]["ranks"]
-    assert f"stage {stage['stage']} (rank {stage['rank']}) bounds it" in res.output.splitlines()[0]
+    assert f"stage {stage['stage']} (rank {stage['rank']}) bounds it" in res.output.splitlines()[1]
     assert f"Slowest link: ranks {a} <-> {b}" in res.output
     assert "Straggler" not in res.output and "Dominant cause of waiting" not in res.output
     blocked = _report(d, blocking_analysis=True)
@@ -257,3 +258,113 @@ def test_blockers_on_a_pipeline_has_no_collective_straggler(which, request):
     exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
     r = subprocess.run([exe, "blockers", str(d)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip() == res.output.strip()
+
+
+# ------------------------------------------------ hostile point-to-point input (issue #40 items 6 and 10)
+def _write_p2p_rank(path, rank, world, halves, compute=0, pg_ranks=None):
+    """A rank's trace with one ProfilerStep and ``halves``: dicts of ``kind``
+    (send/recv), ``peer`` (the Rank arg), optional ``kernel`` (default True:
+    its SendRecv kernel, 10 us), ``t`` (us; default: 30 us apart); then
+    ``compute`` GEMM kernels of 100 us on stream 7 (stage work)."""
+    pg_ranks = list(range(world)) if pg_ranks is None else pg_ranks
+    pid, ev, corr = 100 + rank, [], 0
+    end = 40 + 30 * len(halves) + 200 * compute + 100
+    ev.append({"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#0", "pid": pid, "tid": pid, "ts": 1,
+               "dur": end, "args": {}})
+    for i, h in enumerate(halves):
+        t = h.get("t", 10 + 30 * i)
+        corr += 1
+        args = {"External id": corr, "Collective name": h["kind"], "dtype": "Float", "In msg nelems": 256,
+                "Out msg nelems": 256, "Group size": len(pg_ranks), "Process Group Name": "0",
+                "Process Group Ranks": json.dumps(pg_ranks), "Rank": h["peer"],
+                "Dst Rank" if h["kind"] == "send" else "Src Rank": h.get("global", h["peer"]), "Seq": i + 1}
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": pid, "tid": pid, "ts": t,
+                   "dur": 8, "args": args})
+        if h.get("kernel", True):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": pid,
+                       "ts": t + 1, "dur": 4, "args": {"External id": corr, "correlation": corr}})
+            ev.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_SendRecv", "pid": 0, "tid": 20,
+                       "ts": t + 5, "dur": 10, "args": {"External id": corr, "correlation": corr, "stream": 20,
+                                                        "device": rank}})
+    for j in range(compute):
+        corr += 1
+        t = 40 + 30 * len(halves) + 200 * j
+        ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": t, "dur": 5,
+                   "args": {"External id": corr}})
+        ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": pid,
+                   "ts": t + 1, "dur": 4, "args": {"External id": corr, "correlation": corr}})
+        ev.append({"ph": "X", "cat": "kernel", "name": "sm90_gemm", "pid": 0, "tid": 7, "ts": t + 5, "dur": 100,
+                   "args": {"External id": corr, "correlation": corr, "stream": 7, "device": rank}})
+    doc = {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+           "traceEvents": ev}
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+
+
+def _quality(sheets, category):
+    dq = sheets["data_quality"]
+    return dq[dq["category"] == category]
+
+
+def test_self_send_is_a_data_quality_row_not_a_pair(tmp_path):
+    _write_p2p_rank(tmp_path / "rank0_trace.json", 0, 2, [{"kind": "send", "peer": 0}, {"kind": "recv", "peer": 0}])
+    _write_p2p_rank(tmp_path / "rank1_trace.json", 1, 2, [])
+    sheets = _report(tmp_path, ranks=2)
+    assert len(sheets["p2p"]) == 0
+    un = sheets["p2p_unmatched"]
+    assert len(un) == 2 and (un["rank"] == 0).all() and un["reason"].str.contains("itself").all()
+    row = _quality(sheets, "p2p_self_peer")
+    assert len(row) == 1 and int(row["rank"].iloc[0]) == 0 and int(row["count"].iloc[0]) == 2
+
+
+@pytest.mark.parametrize("peer", [999, 2**40])
+def test_peer_outside_the_world_is_a_data_quality_row(tmp_path, peer):
+    _write_p2p_rank(tmp_path / "rank0_trace.json", 0, 2,
+                    [{"kind": "send", "peer": peer}, {"kind": "send", "peer": 1}])
+    _write_p2p_rank(tmp_path / "rank1_trace.json", 1, 2, [{"kind": "recv", "peer": 0}])
+    sheets = _report(tmp_path, ranks=2)
+    assert len(sheets["p2p"]) == 1
+    un = sheets["p2p_unmatched"]
+    assert len(un) == 1 and un["reason"].str.contains("outside the world").all(), un["reason"].tolist()
+    row = _quality(sheets, "p2p_peer_out_of_range")
+    assert len(row) == 1 and int(row["count"].iloc[0]) == 1 and str(peer) in row["message"].iloc[0]
+    # the bogus peer is no stage of the pipeline
+    assert set(sheets["pipeline"]["rank"]) == {0, 1} and (sheets["pipeline"]["stage"] >= 0).all()
+    assert sheets["pipeline"]["stage"].max() == 1
+
+
+def test_no_pair_matched_names_no_bounding_stage(tmp_path):
+    """Two ranks that only send (no receive anywhere): nothing bounds
+    anything on this evidence, and blockers says so instead of naming a stage."""
+    _write_p2p_rank(tmp_path / "rank0_trace.json", 0, 2, [{"kind": "send", "peer": 1}] * 3, compute=2)
+    _write_p2p_rank(tmp_path / "rank1_trace.json", 1, 2, [{"kind": "send", "peer": 0}] * 3, compute=4)
+    sheets = _report(tmp_path, ranks=2)
+    assert len(sheets["p2p"]) == 0 and len(sheets["p2p_unmatched"]) == 6
+    assert not sheets["pipeline"]["bounds_pipeline"].any()
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    r = subprocess.run([exe, "blockers", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "bounds" not in r.stdout and "no send/recv pair was matched" in r.stdout, r.stdout
+
+
+def test_halves_without_kernels_are_listed_with_a_reason(tmp_path):
+    """Send/recv ops whose kernels are missing (no collective kernel in the
+    whole run): listed in p2p_unmatched, never dropped."""
+    _write_p2p_rank(tmp_path / "rank0_trace.json", 0, 2, [{"kind": "send", "peer": 1, "kernel": False}] * 2)
+    _write_p2p_rank(tmp_path / "rank1_trace.json", 1, 2, [{"kind": "recv", "peer": 0, "kernel": False}] * 2)
+    sheets = _report(tmp_path, ranks=2)
+    assert len(sheets["p2p"]) == 0
+    un = sheets["p2p_unmatched"]
+    assert sorted(un["rank"]) == [0, 0, 1, 1] and un["reason"].str.contains("no GPU kernel").all(), un
+    assert un["start_us"].isna().all()
+
+
+def test_a_pair_with_one_kernel_missing_is_listed_not_timed(tmp_path):
+    _write_p2p_rank(tmp_path / "rank0_trace.json", 0, 2, [{"kind": "send", "peer": 1},
+                                                          {"kind": "send", "peer": 1, "kernel": False}])
+    _write_p2p_rank(tmp_path / "rank1_trace.json", 1, 2, [{"kind": "recv", "peer": 0}, {"kind": "recv", "peer": 0}])
+    sheets = _report(tmp_path, ranks=2)
+    assert len(sheets["p2p"]) == 1
+    un = sheets["p2p_unmatched"].set_index("rank")
+    assert "no GPU kernel" in un.loc[0, "reason"]
+    assert "rank 0" in un.loc[1, "reason"] and "no GPU kernel" in un.loc[1, "reason"]
