@@ -308,3 +308,87 @@ def test_sample_trace_and_cli(tmp_path):
     assert (tmp_path / "cli" / "rank1_trace.json.gz").exists()
     with pytest.raises(SystemExit):
         gen.main(["--out", str(tmp_path / "bad"), "--ranks", "8", "--tp", "3"])
+
+
+# ---------------------------------------------------------------------- messy-run modes (issue #41)
+
+
+def _nccl_starts(path):
+    """Written start (ns, the trace's frame) of each NCCL kernel of a trace, and its ProfilerStep numbers."""
+    doc = json.loads(_read_text(path), parse_float=Decimal)
+    ev = doc["traceEvents"]
+    kernels = sorted(_ns(e["ts"]) for e in ev if e.get("cat") == "kernel" and "nccl" in e["name"])
+    steps = sorted(int(e["name"].split("#")[1]) for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
+    return kernels, steps
+
+
+def _written(truth, r, indices):
+    return sorted(int(truth["collectives"][i]["per_rank"][str(r)]["written_start_ns"]) for i in indices)
+
+
+@pytest.mark.parametrize("layout", ["new", "old"])
+def test_sampled_ranks_and_collectives_recorded(tmp_path, layout):
+    truth = gen.generate(str(tmp_path), ranks=6, steps=2, layout=layout, fill_ops=12, present_ranks=[1, 4],
+                         sample_fraction=0.5, seed=9)
+    m = truth["messy"]
+    assert sorted(os.listdir(tmp_path)) == sorted([truth["files"]["1"], truth["files"]["4"], "truth.json"])
+    assert m["world_size"] == 6 and m["present_ranks"] == [1, 4] and m["absent_ranks"] == [0, 2, 3, 5]
+    held = {}
+    for r in (1, 4):
+        kernels, steps = _nccl_starts(tmp_path / truth["files"][str(r)])
+        held[r] = set(m["collectives"][str(r)])
+        assert kernels == _written(truth, r, held[r])
+        assert steps == m["steps"][str(r)] == [12, 13]
+        assert 0 < len(held[r]) < len(truth["collectives"])   # a sample, not all
+    assert held[1] != held[4]   # each rank its own sample
+    assert [p["index"] for p in m["pairs"]] == sorted(held[1] & held[4])
+    assert all(p["ranks"] == [1, 4] for p in m["pairs"])
+    assert set(truth["event_counts"]) == {"1", "4"}
+
+
+def test_windows_shifted_by_whole_steps(tmp_path):
+    truth = gen.generate(str(tmp_path), ranks=3, steps=2, fill_ops=12, window_shift_steps=[0, 1, 2])
+    m = truth["messy"]
+    assert m["steps"] == {"0": [12, 13], "1": [13, 14], "2": [14, 15]}
+    assert m["shared_steps"] == [] and m["left_out_steps"] == [12, 13, 14, 15]
+    for r in range(3):
+        kernels, steps = _nccl_starts(tmp_path / truth["files"][str(r)])
+        assert steps == m["steps"][str(r)]
+        assert kernels == _written(truth, r, m["collectives"][str(r)])
+        assert {truth["collectives"][i]["step"] + 12 for i in m["collectives"][str(r)]} == set(steps)
+    assert {p["step"] for p in m["pairs"]} == {13, 14}
+
+
+def test_no_collectives_rank_and_too_few(tmp_path):
+    truth = gen.generate(str(tmp_path / "a"), ranks=3, steps=2, fill_ops=12, no_collectives_rank=1)
+    kernels, steps = _nccl_starts(tmp_path / "a" / truth["files"]["1"])
+    assert kernels == [] and steps == [12, 13] and truth["messy"]["no_collectives_ranks"] == [1]
+    truth = gen.generate(str(tmp_path / "b"), ranks=3, steps=2, fill_ops=12, max_collectives=2)
+    for r in range(3):
+        kernels, _ = _nccl_starts(tmp_path / "b" / truth["files"][str(r)])
+        assert len(kernels) == 2 and kernels == _written(truth, r, [0, 1])
+
+
+def test_clean_run_truth_has_no_messy_keys(generated):
+    _, truth = generated["new-json"]
+    assert "messy" not in truth
+    assert set(truth["options"]) == set(gen._Options.FIELDS) - {"jobs"}
+
+
+def test_bad_messy_options_are_refused(tmp_path):
+    for bad in (dict(present_ranks=[0, 9]), dict(present_ranks=[2, 1]), dict(sample_fraction=0),
+                dict(window_shift_steps=[0, 1]), dict(no_collectives_rank=5), dict(max_collectives=-1),
+                dict(present_ranks=[0], truncate_rank=1)):
+        with pytest.raises(ValueError):
+            gen.generate(str(tmp_path), ranks=4, steps=1, **bad)
+
+
+def test_issue41_shape_cli(tmp_path):
+    assert gen.main(["--out", str(tmp_path), "--issue41_shape"]) == 0
+    truth = json.loads((tmp_path / "truth.json").read_text())
+    m = truth["messy"]
+    assert truth["layout"] == "old" and truth["steps"] == 2 and m["world_size"] == 128
+    assert m["present_ranks"] == [0, 1] and truth["clock_offsets_ns"]["1"] == 0
+    assert m["collectives"]["0"] != m["collectives"]["1"] and len(m["pairs"]) == 5
+    doc = json.loads(_read_text(tmp_path / truth["files"]["0"]))
+    assert not any("Seq" in e.get("args", {}) or "Process Group Name" in e.get("args", {}) for e in doc["traceEvents"])
