@@ -174,14 +174,32 @@ def _candidate_pairs(s_sig, c_sig, s_step, c_step):
     return si[keep], ci[keep]
 
 
+def _pairs_near(d, s_sig, s_end, c_sig, c_end, vtol):
+    """(si, ci): every same-signature pair whose ends agree within ``vtol``
+    at offset ``d`` (per signature, a search in C's sorted ends)."""
+    out_s, out_c = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for sig in np.intersect1d(s_sig, c_sig).tolist():
+        s_idx, c_idx = np.flatnonzero(s_sig == sig), np.flatnonzero(c_sig == sig)
+        order = np.argsort(c_end[c_idx], kind="stable")
+        c_idx = c_idx[order]
+        ends = c_end[c_idx].astype(np.int64)   # epoch ns: integers (a double's 53 bits are too few)
+        target = s_end[s_idx].astype(np.int64) - int(round(d))
+        lo = np.searchsorted(ends, target - int(vtol), "left")
+        hi = np.searchsorted(ends, target + int(vtol), "right")
+        counts = hi - lo
+        out_s.append(np.repeat(s_idx, counts))
+        within = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        out_c.append(c_idx[np.repeat(lo, counts) + within])
+    return np.concatenate(out_s), np.concatenate(out_c)
+
+
 def _pairs_at(d, s_sig, s_end, c_sig, c_end, vtol, s_step, c_step):
     """One-to-one same-signature pairs (in time order on both sides) whose ends
     agree within ``vtol`` at clock offset ``d``: closest first."""
-    si, ci = _candidate_pairs(s_sig, c_sig, s_step, c_step) if len(s_sig) * len(c_sig) > 0 else (
-        np.empty(0, np.int64), np.empty(0, np.int64))
-    res = np.abs((s_end[si] - d) - c_end[ci])
-    near = res <= vtol
-    si, ci, res = si[near], ci[near], res[near]
+    si, ci = _pairs_near(d, s_sig, s_end, c_sig, c_end, vtol)
+    keep = _compatible(s_step, c_step, si, ci)
+    si, ci = si[keep], ci[keep]
+    res = np.abs((s_end[si].astype(np.int64) - c_end[ci].astype(np.int64)) - d)
     used_s, used_c = set(), set()
     out = []
     for k in np.argsort(res, kind="stable").tolist():
@@ -247,7 +265,8 @@ def _supported(si, ci, d, s_sig, s_end, c_sig, c_end, vtol):
     """How many pairs agree in signature and, at offset ``d``, in end time."""
     if d is None or not len(si):
         return 0
-    return int(((s_sig[si] == c_sig[ci]) & (np.abs((s_end[si] - d) - c_end[ci]) <= vtol)).sum())
+    diff = s_end[si].astype(np.int64) - c_end[ci].astype(np.int64)
+    return int(((s_sig[si] == c_sig[ci]) & (np.abs(diff - d) <= vtol)).sum())
 
 
 def _step_prior(step_starts, r, ref):
