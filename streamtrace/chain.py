@@ -17,6 +17,7 @@ import contextlib
 import functools
 import inspect
 import itertools
+import logging
 import os
 
 from .align.custom import custom_collectives
@@ -28,6 +29,8 @@ from .parallel.threads import interleaved, prefetched
 from .remote import is_url, local_path
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
 from .stream.format import MAGIC, Kind, iter_frames, table_names
+
+log = logging.getLogger("streamtrace")
 
 
 def is_stream(path):
@@ -136,20 +139,23 @@ def _spooled(spooled):
     return tmp.name
 
 
-def correlated_sheets(paths, jobs=None, world_size=None, executor=None):
+def correlated_sheets(paths, jobs=None, world_size=None, executor=None, align_clocks=None):
     """{sheet: DataFrame} of correlate's results for ``correlated_tables``' inputs."""
     from .correlate.stage import sheets_from_tables
 
-    return sheets_from_tables(correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor))
+    return sheets_from_tables(correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor,
+                                                align_clocks=align_clocks))
 
 
-def correlated_tables(paths, jobs=None, world_size=None, executor=None):
+def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_clocks=None):
     """{name: DataFrame} of the align and correlate tables, running what is
     missing: ``paths`` are event streams at any stage (``-``: stdin), trace
     files, or one directory of traces (resolved as ``--trace_dir`` is).
     Trace files run as the blocking analysis' map and reduce
     (``_correlated_tables``); streams run the stages they still need over
-    their frames."""
+    their frames.  ``align_clocks``: whether align applies the clock
+    offsets, when it runs here (None: the clock rule, confidence.clock_rule);
+    a stream aligned already keeps its clocks."""
     from .correlate.stage import TABLE_PREFIX, correlate_frames
     from .io.ranks import resolve_inputs
     from .steps import TABLE as STEPS, StreamSteps, step_table
@@ -169,15 +175,19 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None):
             inputs = None if all(streams) else resolve_inputs(paths=paths, world_size=world_size)
         if inputs is not None:
             executor = as_executor(executor)
-            return _correlated_tables(inputs, world_size, jobs, None, None, False, None, executor=executor)
+            return _correlated_tables(inputs, world_size, jobs, align_clocks, None, False, None, executor=executor,
+                                      blocking_clocks=align_clocks)
         names = set().union(*(table_names(p) for p in paths))
         steps = StreamSteps()
         frames = steps.watch(f for p in paths for f in iter_frames(p))
+        if "align.collectives" in names and align_clocks is not None:
+            log.warning("the stream was aligned already: --align_clocks/--no-align_clocks has no effect on it "
+                        "(run 'streamtrace align' with it)")
         if not any(n.startswith(TABLE_PREFIX) for n in names):
             if "align.collectives" not in names:
-                from .align.stage import align_frames
+                from .align.stage import CLOCK_RULE, align_frames
 
-                frames = align_frames(frames)
+                frames = align_frames(frames, align_clocks=CLOCK_RULE if align_clocks is None else align_clocks)
             frames = correlate_frames(frames)
         tables = {}
         for f in frames:
@@ -317,19 +327,23 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
 
 
 def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None,
-                       custom=None):
+                       custom=None, blocking_clocks=None):
     """extract -> align -> correlate of trace files as a map and a reduce:
     ``{name: DataFrame}`` with the ``align.*`` and ``correlate.*`` tables.
 
     The map reads each rank once into what align keeps (its collective rows)
     and what correlate keeps (its Timeline); the reduce matches the ranks'
-    collectives and runs the cross-rank analyses over the timelines."""
+    collectives and runs the cross-rank analyses over the timelines.
+    ``align_clocks``: the clocks of the ``align.*`` tables (the report's
+    sheets); ``blocking_clocks``: those correlate and the point-to-point
+    tables use; None for either: the clock rule (confidence.clock_rule)."""
     from .align.p2p_match import P2P_TABLE_NAMES
-    from .align.stage import TABLE_NAMES, align_options_table, match_ranks
+    from .align.stage import TABLE_NAMES, align_options_table
+    from .confidence import BLOCKING_CLOCKS, match_by_rule
     from .correlate.compute import compute_table
     from .correlate.inputs import ALIGN_COLUMNS_USED
     from .correlate.stage import TABLE_PREFIX, analyze_collected
-    from .steps import TABLE as STEPS, rank_steps, step_table
+    from .steps import STEPS_TABLE as ALIGN_STEPS, TABLE as STEPS, rank_steps, step_table
     from .stream.format import table_frame
 
     read = functools.partial(_summarize_rank_for_blocking, world_size=world_size, strict=strict, custom=custom)
@@ -345,18 +359,35 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     # the steps in each trace's own ns (a timeline holds them moved by its ``shift``)
     step_rows = [rank_steps(tl.rank, tl.steps[0], tl.steps[1] - tl.shift, tl.steps[2] - tl.shift)
                  for tl in timelines.values()]
-    align = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+    align = match_by_rule(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=step_rows)
     align["align.options"] = align_options_table(align_clocks, gpus_per_node)
+    blocking = _blocking_align(results, align, blocking_clocks, gpus_per_node, step_rows)
     # every table as the staged chain hands it on (a table frame's decoded form)
-    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + P2P_TABLE_NAMES
+    tables = {name: table_frame(name, align[name]).table()[1] for name in TABLE_NAMES + (ALIGN_STEPS,)
               if name in align}
-    used = {"align.collectives": table_frame("align.collectives", align["align.collectives"])
+    tables.update({name: table_frame(name, blocking[name]).table()[1] for name in P2P_TABLE_NAMES
+                   if name in blocking})
+    tables[BLOCKING_CLOCKS] = blocking["align.clocks"]
+    used = {"align.collectives": table_frame("align.collectives", blocking["align.collectives"])
             .table(ALIGN_COLUMNS_USED)[1], **{n: tables[n] for n in P2P_TABLE_NAMES if n in tables}}
     sheets = analyze_collected(timelines, used, compute=compute_table(timelines))
     for name, df in sheets.items():
         tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
     tables[STEPS] = step_table(step_rows, tables)
     return tables
+
+
+def _blocking_align(results, align, blocking_clocks, gpus_per_node, steps=None):
+    """The align tables streamtrace's own analyses read: ``align`` itself
+    when its clocks are those ``blocking_clocks`` (None: the clock rule)
+    asks for, else the ranks matched again with them."""
+    from .align.match import match_ranks
+    from .confidence import _applied, clock_rule
+
+    want = clock_rule(align).apply if blocking_clocks is None else bool(blocking_clocks)
+    if want == bool(_applied(align["align.clocks"])):
+        return align
+    return match_ranks(results, align_clocks=want, gpus_per_node=gpus_per_node, steps=steps)
 
 
 def _summarize_rank_for_blocking(item, world_size, strict, custom=None):
@@ -482,7 +513,8 @@ def generate_collective_report(trace_dir=None, trace_pattern=None, trace_glob=No
     TraceLens); 1 reads the ranks one after another; ``executor`` runs the
     per-rank map instead (``parallel.executor``; a ``distributed.Client`` runs it on
     that Dask cluster).
-    Returns ``{sheet name: DataFrame}``.  Unless ``write_files`` is false it
+    Returns ``{sheet name: DataFrame}`` (its ``confidence`` attribute: how
+    far the answers can be trusted, confidence.Confidence).  Unless ``write_files`` is false it
     also writes the outputs asked for; with no output path given nothing is
     written, as TraceLens's function does.
     ``strict_world_size_check=False`` is ``allow_missing_ranks=True`` (rank
@@ -500,13 +532,14 @@ def write_collective_report(**options):
     """What ``streamtrace collective-report`` runs: the report's files, for
     ``generate_collective_report``'s arguments (by keyword).  With no output
     path, ``nccl_analysis_report.xlsx`` goes where TraceLens's command puts
-    it (A1.5).  Returns (the paths written, the sheet names).  The sheets are
+    it (A1.5).  Returns (the paths written, the sheet names, the answer's
+    confidence.Confidence).  The sheets are
     not kept: with CSVs alone they are written by the forked processes that
     build them (``report.build_report``'s ``deliver``)."""
     bound = inspect.signature(generate_collective_report).bind(**options)
     bound.apply_defaults()
     sheets, paths_written = _collective_report(bound.arguments, files_only=True)
-    return paths_written, list(sheets)
+    return paths_written, list(sheets), sheets.confidence
 
 
 def _collective_report(a, files_only):
@@ -519,8 +552,9 @@ def _collective_report(a, files_only):
                    world_size=a["world_size"])
     xlsx, csvs, page = a["output_xlsx_path"], a["output_csvs_dir"], a["output_html_path"]
     if files_only and csvs and not xlsx and not page:
-        return _report_into_csvs(report, tables, csvs, options)
-    sheets = report.build_report(tables, **options)
+        sheets, paths_written = _report_into_csvs(report, tables, csvs, options)
+        return _with_confidence(sheets, tables), paths_written
+    sheets = _with_confidence(report.build_report(tables, **options), tables)
     if not a["write_files"] or not (xlsx or csvs or page or files_only):
         return sheets, []
     if not (xlsx or csvs or page):
@@ -531,8 +565,25 @@ def _collective_report(a, files_only):
     from .steps import TABLE as STEPS
 
     # every output staged, then committed together: all of them appear, or none
-    html = dict(sources=[i.path for i in inputs], world_size=a["world_size"], steps=tables.get(STEPS))
+    html = dict(sources=[i.path for i in inputs], world_size=a["world_size"], steps=tables.get(STEPS),
+                confidence=sheets.confidence)
     return sheets, write_report(sheets, xlsx, csvs, page, html=html)
+
+
+class Sheets(dict):
+    """A report's ``{sheet name: DataFrame}``, with the answer's
+    ``confidence`` (a confidence.Confidence: ``.level``, ``.reasons``,
+    ``.table()``)."""
+
+    confidence = None
+
+
+def _with_confidence(sheets, tables):
+    from .confidence import report_confidence
+
+    out = Sheets(sheets)
+    out.confidence = report_confidence(tables)
+    return out
 
 
 def _checked_report_inputs(a):
@@ -568,8 +619,10 @@ def _report_tables(inputs, a):
     jobs = a["jobs"] if a["jobs"] is not None or not a["use_multiprocessing"] else a["max_workers"]
     custom = custom_collectives(a["custom_collective_patterns"])
     if a["blocking_analysis"]:
+        # streamtrace's own analyses (correlate, p2p) use the clock rule unless told
         tables = _correlated_tables(inputs, a["world_size"], jobs, align_clocks, a["gpus_per_node"], a["strict"],
-                                    a["progress"], executor=a["executor"], custom=custom)
+                                    a["progress"], executor=a["executor"], custom=custom,
+                                    blocking_clocks=a["align_clocks"])
         from .report import sheets as report
 
         return tables, report
@@ -626,7 +679,11 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     sheets = build_report(tables, detailed_analysis=detailed_analysis, agg_metrics=agg_metrics,
                           gpus_per_node=gpus_per_node, all2allv_heatmap=all2allv_heatmap, strict=strict)
     sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
-    html = dict(sources=sources, steps=step_table(steps.finish(), tables)) if output_html_path else None
+    html = None
+    if output_html_path:
+        from .confidence import report_confidence
+
+        html = dict(sources=sources, steps=step_table(steps.finish(), tables), confidence=report_confidence(tables))
     if not output_xlsx_path and not output_csvs_dir and not output_html_path:
         base = os.path.commonpath(sources) if sources else os.getcwd()
         if not os.path.isdir(base):
@@ -636,26 +693,32 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     return write_report(sheets, output_xlsx_path, output_csvs_dir, output_html_path, html=html), sheets
 
 
-def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=None):
-    """The short answer as text: straggler, dominant cause of waiting, top
-    blocking kernels and host ops, top contention pairs.  ``paths`` as
-    ``correlated_tables`` takes them.  ``html_path``: also the HTML report of
-    the whole run there (waits, bandwidth and clocks beside the blocking
-    answer; needs plotly)."""
+def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=None, align_clocks=None):
+    """The short answer as text: its confidence first (docs/confidence.md),
+    then straggler, dominant cause of waiting, top blocking kernels and host
+    ops, top contention pairs.  ``paths`` as ``correlated_tables`` takes
+    them; ``align_clocks`` too (None: the clock rule).  ``html_path``: also
+    the HTML report of the whole run there (waits, bandwidth and clocks
+    beside the blocking answer; needs plotly).  The text's ``confidence``
+    attribute is the confidence.Confidence."""
     from .align.p2p_match import pipeline_text
+    from .confidence import report_confidence
     from .correlate.stage import blockers_text, sheets_from_tables
 
     if html_path:
         from .html_report import check_output
 
         check_output(html_path)   # before the work, not after it
-    tables = correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor)
+    tables = correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor, align_clocks=align_clocks)
     sheets = sheets_from_tables(tables)
-    text = blockers_text(sheets, top=top)
+    confidence = report_confidence(tables)
+    text = blockers_text(sheets, top=top, confidence=confidence)
     pipeline = pipeline_text(tables.get("align.pipeline"), tables.get("align.p2p"), sheets.get("p2p_blockers"))
-    if pipeline:   # the pipeline's answer first; alone when no collective was waited on
+    if pipeline:   # the pipeline's answer first after the confidence; alone when no collective was waited on
         blocked = sheets.get("collective_blockers")
-        text = pipeline if blocked is None or not len(blocked) else pipeline + "\n" + text
+        head = confidence.lines()
+        rest = text.splitlines()[len(head):]
+        text = "\n".join(head + pipeline.splitlines() + ([] if blocked is None or not len(blocked) else rest))
     if html_path:
         from .html_report import write_html
         from .report.sheets import build_report
@@ -663,5 +726,14 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
 
         sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
         write_html(build_report(tables), html_path, title="streamtrace blockers", sources=sources,
-                   steps=tables.get(STEPS))
-    return text
+                   steps=tables.get(STEPS), confidence=confidence)
+    return Answer(text, confidence)
+
+
+class Answer(str):
+    """``blockers``' text, with its ``confidence`` (a confidence.Confidence)."""
+
+    def __new__(cls, text, confidence):
+        out = super().__new__(cls, text)
+        out.confidence = confidence
+        return out

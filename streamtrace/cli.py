@@ -308,18 +308,22 @@ def correlate(streams, output, quiet):
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Rows per list.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Also write the self-contained HTML report (charts; needs plotly) here.")
+@align_clocks_option("the clock rule: applied when well determined and large against the skew, else kept "
+                     "(docs/confidence.md); a stream aligned already keeps its clocks")
 @jobs_option
 @scheduler_option
 @quiet_option
 @handle_errors
-def blockers(inputs, top, html_path, jobs, scheduler, quiet):
+def blockers(inputs, top, html_path, align_clocks, jobs, scheduler, quiet):
     """The short answer: which kernels and host ops blocked the collectives.
 
     INPUTS are event streams (at any stage: extracted, aligned or correlated;
     none: stdin), the per-rank trace files themselves, or one directory of
     them (as --trace_dir takes it); whatever stages are missing run
-    in-process.  Prints the straggler, the dominant cause of waiting, the top
-    blocking kernels and host ops, and the top contention pairs.
+    in-process.  Prints the answer's confidence first (high, medium or low
+    and why: docs/confidence.md), then the straggler, the dominant cause of
+    waiting, the top blocking kernels and host ops, and the top contention
+    pairs.
 
     \b
       streamtrace blockers analysed.stev
@@ -330,7 +334,8 @@ def blockers(inputs, top, html_path, jobs, scheduler, quiet):
 
     _setup_logging(quiet)
     with cluster_executor(scheduler, jobs) as executor:
-        text = blockers_api(list(inputs) or ["-"], top=top, jobs=jobs, html_path=html_path, executor=executor)
+        text = blockers_api(list(inputs) or ["-"], top=top, jobs=jobs, html_path=html_path, executor=executor,
+                            align_clocks=align_clocks)
     click.echo(text)
     if html_path and not quiet:
         click.echo(redact_text(f"wrote {html_path}"), err=True)
@@ -555,7 +560,7 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
     _setup_logging(quiet)
     progress = _progress_printer(quiet)
     with cluster_executor(scheduler, jobs) as executor:
-        written, sheets = write_collective_report(
+        written, sheets, confidence = write_collective_report(
             executor=executor, paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
             rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
             output_csvs_dir=output_csvs_dir, output_html_path=output_html_path, detailed_analysis=detailed_analysis,
@@ -565,6 +570,8 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
             blocking_analysis=blocking_analysis, custom_collective_patterns=custom_collective_patterns)
     _end_progress(progress)
     _wrote(written, sheets)
+    if not quiet:
+        click.echo(redact_text(confidence.one_line()), err=True)
 
 
 # ------------------------------------------------------------------ fuse (issue #5)

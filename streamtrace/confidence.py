@@ -239,7 +239,7 @@ def assess(tables, clocks_used=None):
         reasons.append(Reason("collectives", "low", 0, "no GPU collectives in these traces: nothing to say about "
                                                        "waiting between ranks"))
     elif len(rows):
-        n_inst, full, multi, not_evidence = _matching(rows, present)
+        n_inst, full, multi, not_evidence = _matching(rows, present, world)
         if full < n_inst:
             level = "low" if full < FEW_MATCHED_SHARE * n_inst else "medium"
             reasons.append(Reason("matched on all members", level, f"{full}/{n_inst}",
@@ -294,10 +294,11 @@ def _clock_words(clocks):
     return "clock offsets applied" if _applied(clocks) else "clocks as recorded"
 
 
-def _matching(rows, present):
+def _matching(rows, present, world):
     """(collectives, matched on all their members present, with two or more
     members, the collective_ids most of whose members are absent).  A
-    collective's members: its ``Group size`` (else the most members seen);
+    collective's members: its ``Group size`` (else the world size in traces
+    without process groups, else the most members seen);
     those present: its ``Process Group Ranks`` among the ranks present (else
     at most as many as are present)."""
     from .collectives import parse_rank_list
@@ -313,6 +314,8 @@ def _matching(rows, present):
         return n if n is not None else min(size, len(present))
 
     expected = pd.to_numeric(rows["group_size"], errors="coerce")
+    if world:   # traces without process groups (one group, "all"): every rank is a member
+        expected = expected.where(expected.notna() | (rows["pg"].astype(str) != "all"), world)
     frame = pd.DataFrame({"instance": rows["instance"].to_numpy(), "cid": rows["collective_id"].astype(str).to_numpy(),
                           "members": rows["participants"].to_numpy(np.int64),
                           "expected": expected.to_numpy(np.float64), "pg_ranks": rows["pg_ranks"].to_numpy(object)})

@@ -99,9 +99,11 @@ def sources_text(sources):
     return ", ".join(shown) + more + (f" (in {common})" if common else "")
 
 
-def _summary(sheets, sources, world_size):
-    """(label, value) pairs of the header."""
+def _summary(sheets, sources, world_size, confidence=None):
+    """(label, value) pairs of the header: the confidence first, when given."""
     rows = []
+    if confidence is not None:
+        rows.append(("confidence", confidence.level + "".join(f"; {r.text}" for r in confidence.reasons)))
     long = sheets.get("nccl_long")
     st = sheets.get("straggler_summary")
     ranks = set()
@@ -109,7 +111,11 @@ def _summary(sheets, sources, world_size):
         ranks |= set(pd.to_numeric(long["rank"], errors="coerce").dropna().astype(int))
     if st is not None and len(st):
         ranks |= set(pd.to_numeric(st["rank"], errors="coerce").dropna().astype(int))
-    rows.append(("ranks", f"{len(ranks):,}" if ranks else "none with collectives"))
+    if confidence is not None:
+        rows.append(("ranks", f"{confidence.ranks_words()} present"
+                              + ("" if ranks else "; none with collectives")))
+    else:
+        rows.append(("ranks", f"{len(ranks):,}" if ranks else "none with collectives"))
     if world_size is None and long is not None and "Group size" in long and len(long):
         gs = pd.to_numeric(long["Group size"], errors="coerce")
         world_size = int(max(gs.max(), max(ranks) + 1 if ranks else 0)) if gs.notna().any() else None
@@ -121,12 +127,7 @@ def _summary(sheets, sources, world_size):
     if sources:
         rows.append(("sources", sources_text(sources)))
     if st is not None and len(st):
-        first = st.iloc[0]
-        pct = first.get("pct_arrived_last_of_participated", first.get("pct_arrived_last"))
-        others = pd.to_numeric(st["total_wait_time_us"], errors="coerce").iloc[1:]
-        rows.append(("straggler", f"rank {int(first['rank'])}: arrived last at {float(pct):.1f} % of the "
-                                  f"{int(first['num_collectives']):,} implicit-sync collectives; the other ranks "
-                                  f"waited {fmt_us(float(others.mean()) if len(others) else 0.0)} each in all"))
+        rows.append(("straggler", _straggler_words(st, confidence)))
     cb = sheets.get("collective_blockers")
     if cb is not None and len(cb):
         causes = {}
@@ -141,6 +142,26 @@ def _summary(sheets, sources, world_size):
         rows.append(("dominant cause", "not analysed (collective-report --blocking_analysis, or a stream "
                                        "through correlate)"))
     return rows
+
+
+def _straggler_words(st, confidence=None):
+    """The header's straggler, from straggler_summary: the rank most often
+    last (as the wait heatmap's sentence names it), several on a tie."""
+    from .confidence import most_often_last, tie_words
+
+    last = pd.to_numeric(st["times_arrived_last"], errors="coerce").fillna(0).astype(int)
+    top, count = most_often_last(np.repeat(st["rank"].astype(int).to_numpy(), last.to_numpy()))
+    n = int(st["num_collectives"].iloc[0])
+    where = f" ({confidence.ranks_words()} present)" if confidence is not None else ""
+    if not top:
+        return f"none: no rank arrived last at any of the {n:,} implicit-sync collectives{where}"
+    others = pd.to_numeric(st.loc[~st["rank"].astype(int).isin(top), "total_wait_time_us"], errors="coerce")
+    wait = fmt_us(float(others.mean()) if len(others) else 0.0)
+    if len(top) > 1:
+        return (f"a tie: {tie_words(top)} each arrived last at {count:,} of the {n:,} implicit-sync "
+                f"collectives{where}; the other ranks waited {wait} each in all")
+    return (f"rank {top[0]}: arrived last at {100.0 * count / n:.1f} % of the {n:,} implicit-sync "
+            f"collectives{where}; the other ranks waited {wait} each in all")
 
 
 def _table(df):
@@ -242,10 +263,12 @@ def check_output(path):
         raise StreamtraceError(f"{path}: is a directory, not an output file")
 
 
-def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None, steps=None):
+def render_html(sheets, title="streamtrace collective report", sources=None, world_size=None, steps=None,
+                confidence=None):
     """The report page as a string (see the module's docstring).  ``steps``:
     the run's profiler steps (``streamtrace.steps.step_table``), marked on
-    the time axis; None when there was no step data to look in."""
+    the time axis; None when there was no step data to look in.
+    ``confidence``: the answers' confidence.Confidence, first in the header."""
     require_plotly()
     from plotly.offline import get_plotlyjs
 
@@ -254,7 +277,7 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
              f"<title>{_esc(title)}</title><style>{_STYLE}</style>",
              f"<script>{get_plotlyjs()}</script></head><body>",
              f"<header><h1>{_esc(title)}</h1><dl>"]
-    for label, value in _summary(sheets, sources, world_size):
+    for label, value in _summary(sheets, sources, world_size, confidence):
         parts.append(f"<dt>{_esc(label)}</dt><dd>{_esc(value)}</dd>")
     parts.append("</dl></header><main>")
     found = charts(sheets, steps)
@@ -283,12 +306,13 @@ def render_html(sheets, title="streamtrace collective report", sources=None, wor
 
 
 def write_html(sheets, path, title="streamtrace collective report", sources=None, world_size=None, steps=None,
-               outputs=None):
+               outputs=None, confidence=None):
     """Write the page to ``path`` (atomically, as every output; gzip-compressed
     when ``path`` ends in ``.gz``); returns ``path``.  ``outputs``: an
     ``OutputSet`` to stage the page in, committed with the set's other
     outputs, instead of committing it at once."""
-    page = render_html(sheets, title=title, sources=sources, world_size=world_size, steps=steps).encode("utf-8")
+    page = render_html(sheets, title=title, sources=sources, world_size=world_size, steps=steps,
+                       confidence=confidence).encode("utf-8")
     if str(path).lower().endswith(".gz"):
         page = gzip.compress(page, compresslevel=6, mtime=0)
     with contextlib.ExitStack() as stack:

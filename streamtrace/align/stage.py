@@ -78,6 +78,9 @@ from .tables import quality_table  # noqa: F401 - report's data_quality sheet im
 
 log = logging.getLogger("streamtrace")
 
+#: ``align_frames``' align_clocks for the clock rule (confidence.clock_rule)
+CLOCK_RULE = "rule"
+
 #: the record frames align unpacks (a reader may unpack them ahead: stream.format.read_ahead)
 RECORDS_READ = (Kind.EVENTS, Kind.COMMS)
 
@@ -90,9 +93,11 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
 
     ``align_clocks``: True/False, or None for "on when the ranks span more than
     one node" (nodes from ``gpus_per_node`` or the first rank's
-    ``deviceProperties``).  END frames of the input are dropped and one END is
-    written after the tables.  TABLE frames named ``align.*`` already in the
-    input (a stream aligned twice) are dropped with a warning.
+    ``deviceProperties``), or CLOCK_RULE for the clock rule of streamtrace's
+    own analyses (confidence.clock_rule: what ``blockers`` runs).  END
+    frames of the input are dropped and one END is written after the
+    tables.  TABLE frames named ``align.*`` already in the input (a stream
+    aligned twice) are dropped with a warning.
     ``custom_collective_patterns``: (regex, Collective name) pairs (align.custom).
     """
     custom = custom_collectives(custom_collective_patterns)
@@ -114,8 +119,13 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     if replaced:
         log.warning("the input already held align tables; they are replaced by this run's")
     results = ranks.results()
-    tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns,
-                         steps=ranks.steps())
+    if align_clocks == CLOCK_RULE:
+        from ..confidence import match_by_rule
+
+        tables = match_by_rule(results, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns, steps=ranks.steps())
+    else:
+        tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
+                             tolerance_ns=tolerance_ns, steps=ranks.steps())
     for name in TABLE_NAMES[1:] + P2P_TABLE_NAMES + (STEPS_TABLE,):   # the last ones only when present
         if name in tables:
             yield table_frame(name, tables[name])
