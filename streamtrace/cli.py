@@ -398,7 +398,8 @@ def report_options(fn):
                help="GPUs per node for node_id/node_span (default: the first rank's deviceProperties count)."),
         click.option("--all2allv_heatmap", "--all2allv-heatmap", "all2allv_heatmap", is_flag=True,
                help="Add the nccl_all2allv_heatmap sheet."),
-        align_clocks_option("collective-report: off, times as recorded, as in TraceLens; report on a stream "
+        align_clocks_option("collective-report: off, times as recorded, as in TraceLens, and the clock rule "
+                            "for the --blocking_analysis and p2p sheets (docs/confidence.md); report on a stream "
                             "not yet aligned: on when the ranks span more than one node; data_quality says when "
                             "offsets not applied change the answers"),
         click.option("--strict", is_flag=True,
