@@ -86,8 +86,9 @@ def fixtures(workdir, dense, only=()):
         d = os.path.join(workdir, "in", name)
         subprocess.run([PY, gen, "--out", d] + args, check=True, capture_output=True)
         out[name] = (d, args[args.index("--ranks") + 1])
-    if os.path.isdir(REAL) and not only:
+    if os.path.isdir(REAL) and (not only or "param-dlrm" in only):
         out["param-dlrm"] = (os.path.join(REAL, "param-dlrm"), "8")
+    if os.path.isdir(REAL) and not only:
         for root, _, files in os.walk(REAL):
             for f in files:
                 if ".json" in f and "param-dlrm" not in root:
@@ -194,7 +195,7 @@ def main():
     ap.add_argument("--other", default=None, help="the commit to compare (default: the working tree)")
     ap.add_argument("--dense", action="store_true", help="also the 25,004-instance dense set (slow)")
     ap.add_argument("--skip", action="append", default=[], help="a command left out (repeatable)")
-    ap.add_argument("--only", action="append", default=[], help="only this input set (repeatable), e.g. dense4")
+    ap.add_argument("--only", action="append", default=[], help="only this input set (repeatable), e.g. dense4 or param-dlrm")
     args = ap.parse_args()
     with two_trees(args.base, args.other, "streamtrace-compare-") as (workdir, base, other):
         inputs = fixtures(workdir, args.dense, only=set(args.only))
