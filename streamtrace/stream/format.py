@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._native import COMM_DTYPE, EVENT_DTYPE, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
+from .._native import COMM_DTYPE, EVENT_DTYPE, FLAGS, FORMAT_VERSION, KERNEL_DTYPE, NOSTR
 from ..errors import StreamFormatError, TraceError, os_reason
 from ..parallel.threads import prefetched
 from ..remote import is_url, local_path
+from .limits import FRAME_ENV, SUMMARY_ENV, LimitError, max_frame_bytes, max_summary_bytes, over
 from .packing import PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
 from .summaries import ANNOUNCE, SummaryError, decode_summary, encode_summary, summary_header
 
@@ -82,6 +83,9 @@ class Frame:
     # the crc32 read with it (checked): a writer passing the frame through
     # copies it instead of computing it again.  Frames are not changed once made.
     crc: int = field(default=None, compare=False, repr=False)
+    # (strings, events) of its rank before it in the stream read (iter_frames):
+    # the ids and event indices its records may hold.  None: not checked
+    bounds: tuple = field(default=None, compare=False, repr=False)
 
     def error(self, problem):
         """A StreamFormatError naming this frame's stream and byte offset."""
@@ -95,11 +99,33 @@ class Frame:
         if records is None:
             try:
                 records = unpack_records(self.payload, Kind.RECORDS[self.kind])
-            except PackError as exc:
-                raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
+            except (PackError, LimitError) as exc:
+                raise self._unpack_error(exc) from None
+            self._check_ids(records)
             records.flags.writeable = False
             self.__dict__["_records"] = records
         return records
+
+    def _unpack_error(self, exc):
+        kind = KIND_NAMES.get(self.kind, "?").upper()
+        return self.error(f"{kind} frame {exc}" if isinstance(exc, LimitError) else f"corrupt {kind} frame: {exc}")
+
+    def _check_ids(self, records):
+        """StreamFormatError, naming the frame, the record and the field,
+        when a string id or event index points outside its rank's tables
+        as the stream holds them before this frame."""
+        if self.bounds is None or not len(records):
+            return
+        strings, events = self.bounds
+        bad = _bad_reference(self.kind, records, strings, events)
+        if bad is not None:
+            field_name, i, value = bad
+            if field_name == "event":
+                value, have = f"{value}", f"{events} events"
+            else:
+                value, have = f"string id {value}", f"{strings} strings"
+            raise self.error(f"{KIND_NAMES[self.kind].upper()} frame of rank {self.rank}: record {i}'s {field_name} "
+                             f"is {value}, but the rank has {have} before this frame")
 
     def count(self):
         """Records (or strings) in a packed frame, from its envelope alone."""
@@ -113,12 +139,15 @@ class Frame:
             return
         try:
             unpack_records(self.payload, Kind.RECORDS[self.kind], out=out)
-        except PackError as exc:
-            raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
+        except (PackError, LimitError) as exc:
+            raise self._unpack_error(exc) from None
+        self._check_ids(out)
 
     def json(self):
         try:
             obj = json.loads(unpack_bytes(self.payload)[1] if self.kind == Kind.META else self.payload)
+        except LimitError as exc:
+            raise self._unpack_error(exc) from None
         except ValueError as exc:   # also UnicodeDecodeError
             raise self.error(f"corrupt {KIND_NAMES.get(self.kind, 'json').upper()} frame ({exc})") from None
         if not isinstance(obj, dict):
@@ -128,9 +157,17 @@ class Frame:
     def strings(self):
         """(first_id, [str, ...]) of a STRINGS frame."""
         try:
-            return decode_strings(unpack_bytes(self.payload)[1])
+            count, raw = unpack_bytes(self.payload)
+            first, strings = decode_strings(raw)
+        except LimitError as exc:
+            raise self._unpack_error(exc) from None
         except (ValueError, struct.error) as exc:
             raise self.error(f"corrupt STRINGS frame ({exc})") from None
+        if len(strings) != count:   # the envelope's count is what the readers' id checks go by
+            raise self.error(f"corrupt STRINGS frame (it holds {len(strings)} strings, its envelope says {count})")
+        if self.bounds is not None and first != self.bounds[0]:
+            raise self.error(f"string frame starts at id {first}, expected {self.bounds[0]}")
+        return first, strings
 
     def table(self, columns=None):
         """(name, DataFrame) of a TABLE frame, only ``columns`` of it when
@@ -145,6 +182,8 @@ class Frame:
         """(name, version, value) of a SUMMARY frame."""
         try:
             return decode_summary(self.payload)
+        except LimitError as exc:
+            raise self._unpack_error(exc) from None
         except SummaryError as exc:
             raise self.error(f"corrupt SUMMARY frame ({exc})") from None
 
@@ -282,6 +321,42 @@ class RecordFrame(_MadeHere):
 
     def count(self):
         return len(self._records)
+
+
+#: the string-id fields of each record kind (NOSTR: absent), and the int64
+#: event fields that hold a string id when their flag is set
+_STRING_IDS = {Kind.EVENTS: ("name", "cat", "label"), Kind.KERNELS: (),
+               Kind.COMMS: ("collective_name", "dtype", "pg_name", "pg_desc", "pg_ranks", "in_split", "out_split",
+                            "input_dims", "input_type", "comms_id")}
+_FLAGGED_IDS = (("pid", FLAGS["pid_str"]), ("tid", FLAGS["tid_str"]), ("id", FLAGS["id_str"]))
+_ANY_ID_STR = FLAGS["pid_str"] | FLAGS["tid_str"] | FLAGS["id_str"]
+
+
+def _bad_reference(kind, records, strings, events):
+    """(field, record index, value) of the first string id in ``records``
+    that is not below ``strings`` (nor NOSTR), or event index (KERNELS,
+    COMMS) not below ``events``; None when there is none.  One numpy
+    reduction per field when all is well."""
+    suspects = []
+    for name in _STRING_IDS[kind]:
+        col = records[name]
+        if int((col + np.uint32(1)).max()) > strings:   # NOSTR + 1 wraps around to 0
+            suspects.append((name, col, None))
+    if kind == Kind.EVENTS:
+        flags = records["flags"]
+        if (flags & _ANY_ID_STR).any():
+            suspects += [(name, records[name], (flags & flag) != 0) for name, flag in _FLAGGED_IDS]
+    for name, col, flagged in suspects:
+        bad = (col >= strings) & (col != NOSTR)
+        if flagged is not None:
+            bad = flagged & (bad | (col < 0))
+        if bad.any():
+            i = int(np.argmax(bad))
+            return name, i, int(col[i])
+    if kind in (Kind.KERNELS, Kind.COMMS) and int(records["event"].max()) >= events:
+        i = int(np.argmax(records["event"] >= events))
+        return "event", i, int(records["event"][i])
+    return None
 
 
 def decode_strings(payload):
@@ -550,6 +625,7 @@ def iter_frames(source, name=None):
     _check_header(first, name, 0)
     pos = _HEADER.size
     open_section = True  # a header was read and its END frame not yet
+    tallies = {}         # rank -> [strings, events] in the frames read so far
     while True:
         head = _read_exact(f, _HEADER.size)   # a stream header or the start of a frame header
         if not head:
@@ -571,6 +647,9 @@ def iter_frames(source, name=None):
         if size is not None and length > size - pos - _FRAME.size:
             raise StreamFormatError(name, f"truncated stream (frame of {length} bytes runs past the end "
                                           f"of the file at byte {size}; or its length is corrupt)", pos)
+        limit, env = _payload_limit(kind)
+        if length > limit:   # before it is read: on a pipe, nothing said how long the input is
+            raise StreamFormatError(name, f"{KIND_NAMES[kind].upper()} frame {over('of', length, limit, env)}", pos)
         payload = _read_payload(f, length)
         if len(payload) < length:
             raise StreamFormatError(name, f"truncated stream (frame of {length} bytes cut at {len(payload)})", pos)
@@ -581,14 +660,24 @@ def iter_frames(source, name=None):
             raise StreamFormatError(name, f"corrupt frame: reserved field is {reserved}, not 0", pos)
         if rank > MAX_RANK:
             raise StreamFormatError(name, f"invalid rank {rank} in a frame header (ranks are 0 to {MAX_RANK})", pos)
+        bounds = None
         if kind in Kind.RECORDS or kind in (Kind.STRINGS, Kind.META):
             try:   # the envelope only: the columns are unpacked when the records are wanted
-                envelope(payload, Kind.RECORDS.get(kind))
+                count = envelope(payload, Kind.RECORDS.get(kind))[0]
+            except LimitError as exc:
+                raise StreamFormatError(name, f"{KIND_NAMES[kind].upper()} frame {exc}", pos) from None
             except PackError as exc:
                 raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {exc}", pos) from None
+            if kind != Kind.META:   # the ids its records may hold: those of the frames before it
+                tally = tallies.setdefault(rank, [0, 0])
+                bounds = tuple(tally)
+                if kind == Kind.STRINGS:
+                    tally[0] += count
+                elif kind == Kind.EVENTS:
+                    tally[1] += count
         if kind == Kind.END:
             open_section = False
-        yield Frame(kind, rank, payload, name, pos, crc)
+        yield Frame(kind, rank, payload, name, pos, crc, bounds)
         pos += _FRAME.size + length
 
 
@@ -624,6 +713,18 @@ def _unpacked(frames, kinds):
             except StreamFormatError:
                 pass   # a corrupt payload: the consumer's own records() raises it, where inline reading would
         yield frame
+
+
+def _payload_limit(kind):
+    """(the most bytes a frame of ``kind`` may hold, the variable that sets
+    it).  TABLE frames are not packed (they cost what they hold, and a big
+    run's tables are big) and unknown kinds are skipped: the input's own
+    size bounds them."""
+    if kind in Kind.RECORDS or kind in (Kind.STRINGS, Kind.META, Kind.END):
+        return max_frame_bytes(), FRAME_ENV
+    if kind == Kind.SUMMARY:
+        return max_summary_bytes(), SUMMARY_ENV
+    return float("inf"), None
 
 
 def _regular_size(f):

@@ -26,6 +26,7 @@ import numpy as np
 import zstandard
 
 from .._native import COMM_DTYPE, EVENT_DTYPE, KERNEL_DTYPE
+from .limits import FRAME_ENV, max_frame_bytes, over
 
 ENVELOPE = struct.Struct("<IIQ")   # count, codec, bytes before compression
 CODEC_ZSTD = 1
@@ -93,7 +94,9 @@ def pack_records(records):
 def envelope(payload, dtype=None):
     """(count, codec, column bytes) of a packed payload; PackError when the
     envelope cannot be right (short, unknown codec, or, for records of
-    ``dtype``, a size that is not count records)."""
+    ``dtype``, a size that is not count records), LimitError (limits.py)
+    when it unpacks to more than STREAMTRACE_MAX_FRAME_BYTES: checked
+    before anything is allocated or decompressed."""
     if len(payload) < ENVELOPE.size:
         raise PackError(f"{len(payload)} bytes is shorter than its {ENVELOPE.size}-byte envelope")
     count, codec, size = ENVELOPE.unpack_from(payload, 0)
@@ -101,6 +104,9 @@ def envelope(payload, dtype=None):
         raise PackError(f"unknown codec {codec}")
     if dtype is not None and size != count * FIELD_BYTES[dtype]:
         raise PackError(f"{size} column bytes is not {count} records of {FIELD_BYTES[dtype]} bytes")
+    limit = max_frame_bytes()
+    if size > limit:
+        raise over("unpacks to", size, limit, FRAME_ENV)
     return count, codec, size
 
 
@@ -112,7 +118,7 @@ def _unpack(payload, size):
         declared = zstandard.frame_content_size(body)
         if declared != size:
             raise PackError(f"its zstd frame holds {declared} bytes, not {size}")
-        raw = _zstd()[1].decompress(body)
+        raw = _zstd()[1].decompress(body, max_output_size=size)
     except zstandard.ZstdError as exc:
         raise PackError(f"does not decompress ({exc})") from None
     if len(raw) != size:

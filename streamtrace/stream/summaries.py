@@ -23,6 +23,8 @@ import struct
 import numpy as np
 import zstandard
 
+from .limits import SUMMARY_ENV, LimitError, max_summary_bytes, over
+
 ANNOUNCE = "summaries"   # the name of a rank's first SUMMARY frame
 _LENGTH = struct.Struct("<I")
 _ALIGN = 8               # every array starts at a multiple of 8 bytes of the packed columns
@@ -32,6 +34,10 @@ LEVEL = 1
 
 class SummaryError(ValueError):
     """A SUMMARY payload that does not decode (the caller names the frame)."""
+
+
+class SummaryLimitError(SummaryError, LimitError):
+    """A SUMMARY payload that unpacks to more than its limit."""
 
 
 # ------------------------------------------------------------------ encoding
@@ -143,20 +149,31 @@ def decode_summary(payload):
         total += -total % _ALIGN
         offsets.append(total)
         total += dtype.itemsize * math.prod(shape)
-    body = bytes(payload[at:at + packed])
+    limit = max_summary_bytes()
+    if total > limit:   # before anything is allocated: a few KB of zstd can declare gigabytes
+        raise SummaryLimitError(*over("unpacks to", total, limit, SUMMARY_ENV).args)
+    body = memoryview(payload)[at:at + packed]
     try:
         # the size the zstd frame declares decides the memory decompress()
         # takes: checked against the header's layout first
         declared = zstandard.frame_content_size(body)
         if declared != total:
             raise SummaryError(f"its zstd frame holds {declared} bytes, not the {total} its layout says")
-        raw = bytearray(zstandard.ZstdDecompressor().decompress(body))
+        raw = bytearray(total)   # decompressed in place: one copy of the value in memory, not two
+        with zstandard.ZstdDecompressor().stream_reader(body) as reader:
+            got = reader.readinto(raw) if total else 0
+            while got < total:
+                more = reader.readinto(memoryview(raw)[got:])
+                if not more:
+                    break
+                got += more
+            extra = reader.read(1)
     except zstandard.ZstdError as exc:
         raise SummaryError(f"packed part does not decompress ({exc})") from None
     except MemoryError:
         raise SummaryError(f"its layout of {total} bytes does not fit in memory") from None
-    if len(raw) != total:
-        raise SummaryError(f"packed part holds {len(raw)} bytes, not {total}")
+    if got != total or extra:
+        raise SummaryError(f"packed part does not hold the {total} bytes its layout says")
     arrays = []
     for (dtype, shape, delta), at_ in zip(specs, offsets):
         a = np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=at_).reshape(shape)

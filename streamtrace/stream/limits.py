@@ -1,0 +1,55 @@
+"""Size limits of the stream's decoders (docs/limits.md, "Stream frames").
+
+A few kilobytes of zstd can declare gigabytes: every decoder compares the
+size a frame declares with its limit before it reads, allocates or
+decompresses anything, so a hostile stream costs what its bytes cost, not
+what they claim.  The defaults are far above what ``extract`` writes (an
+EVENTS frame of 16,384 records is 1.5 MiB unpacked) and low enough that a
+frame at the limit, read ahead a few frames deep, stays within a few
+hundred MB.
+"""
+import os
+
+from ..errors import StreamtraceError
+
+#: EVENTS, KERNELS, COMMS, STRINGS, META and END frames: payload and unpacked size
+FRAME_ENV, FRAME_DEFAULT = "STREAMTRACE_MAX_FRAME_BYTES", 16 << 20
+#: SUMMARY frames: payload and unpacked size (a big rank's summary is tens of MB)
+SUMMARY_ENV, SUMMARY_DEFAULT = "STREAMTRACE_MAX_SUMMARY_BYTES", 256 << 20
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class LimitError(ValueError):
+    """A frame over a size limit (the caller names the stream and frame)."""
+
+
+def parse_size(env, text):
+    """Bytes of a size such as ``16M``, ``2G`` or ``1048576``."""
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1:] if t[-1:] in _UNITS else ""
+    try:
+        value = int(t[:len(t) - len(unit)]) * _UNITS[unit]
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise StreamtraceError(f"{env}={text!r}: expected a size in bytes such as 16M or 1G")
+    return value
+
+
+def _limit(env, default):
+    text = os.environ.get(env)
+    return parse_size(env, text) if text else default
+
+
+def max_frame_bytes():
+    return _limit(FRAME_ENV, FRAME_DEFAULT)
+
+
+def max_summary_bytes():
+    return _limit(SUMMARY_ENV, SUMMARY_DEFAULT)
+
+
+def over(what, size, limit, env):
+    """The LimitError for ``what`` (e.g. "unpacks to") of ``size`` bytes."""
+    return LimitError(f"{what} {size} bytes, over the limit of {limit} bytes (raise it with {env})")
