@@ -512,6 +512,49 @@ def test_bad_html_path_is_one_line_before_any_output(tmp_path, command):
         assert sorted(os.listdir(tmp_path)) == ["adir", "s.stev", "traces"]
 
 
+def test_html_gz_is_written_compressed_and_other_compressions_refused(tmp_path):
+    import gzip
+
+    traces = tmp_path / "traces"
+    generate_fixture.generate(str(traces), ranks=2, steps=1)
+    page = tmp_path / "r.html.gz"
+    res = invoke("collective-report", "--trace_dir", traces, "--world_size", 2, "--output_html_path", page, "-q")
+    assert res.exit_code == 0, res.output
+    with gzip.open(page, "rt", encoding="utf-8") as f:
+        assert f.read().startswith("<!DOCTYPE html>")
+    for suffix in (".xz", ".zst", ".bz2"):
+        bad = tmp_path / f"r.html{suffix}"
+        res = invoke("collective-report", "--trace_dir", traces, "--world_size", 2, "--output_html_path", bad,
+                     "--output_csvs_dir", tmp_path / "csvs")
+        assert res.exit_code == 1
+        line = res.output.strip()
+        assert line.startswith(f"Error: {bad}: {suffix} output is not supported") and "\n" not in line, line
+        assert sorted(os.listdir(tmp_path)) == ["r.html.gz", "traces"]
+
+
+def test_data_blocks_cut_texts_as_the_tables_do(hostile_run):
+    """The numbers behind the charts hold no text longer than a table cell
+    (the 10 kB kernel name, ~200 kB in real traces, was embedded whole)."""
+    _, page, _ = hostile_run
+    text = open(page, encoding="utf-8").read()
+
+    def texts(obj):
+        if isinstance(obj, str):
+            yield obj
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                yield from texts(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                yield from texts(v)
+
+    keys = chart_keys(page)
+    assert "blocking_kernels" in keys
+    longest = max(len(t) for key in keys for t in texts(embedded(page, "data", key)))
+    assert longest <= CELL_CHARS
+    assert "k" * 400 not in text   # nowhere in the page whole (hover texts stop at 300)
+
+
 def test_missing_plotly_is_one_line(tmp_path, monkeypatch):
     traces = tmp_path / "traces"
     generate_fixture.generate(str(traces), ranks=2, steps=1)
