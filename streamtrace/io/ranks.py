@@ -104,11 +104,14 @@ def _listing(trace_dir):
     """``(names, isfile, join)`` for a --trace_dir: one listing of it, and how
     to test and name its entries (a URL's listing holds objects only)."""
     if is_url(trace_dir):
-        from ..remote import join, list_files, redact
+        from ..remote import join, list_files, redact, split_query
 
         names = list_files(trace_dir)
         if not names:
             raise InputNotFoundError(f"{redact(trace_dir)}: --trace_dir lists no objects (an empty or missing prefix)")
+        base, query = split_query(trace_dir)
+        if query:   # a token: on each file's URL, after its name
+            return names, lambda path: True, lambda d, name: join(base, name) + f"?{query}"
         return names, lambda path: True, join
     if not os.path.isdir(trace_dir):
         raise InputNotFoundError(f"{trace_dir}: --trace_dir is not a directory")
@@ -169,11 +172,17 @@ def _pattern_matches(head, tail):
     """``(what '*' stood for, path)`` for each file matching ``head*tail``:
     one glob (a URL: one listing, the paths rebuilt in the user's spelling)."""
     if is_url(head):
-        from ..remote import glob
+        from ..remote import glob, split_query
 
-        stripped, files = glob(_glob.escape(head) + "*" + _glob.escape(tail), stripped=True)
+        # an http(s) query (a token) is no part of the names: matched on the
+        # path, sent with the listing, kept on each file's URL
+        base, query = split_query(head + "*" + tail)
+        suffix = ""
+        if query and "*" in base:
+            tail, suffix = base.split("*", 1)[1], f"?{query}"
+        stripped, files = glob(_glob.escape(head) + "*" + _glob.escape(tail) + suffix, stripped=True)
         head_len = len(stripped.split("*")[0].replace("[*]", "*").replace("[?]", "?").replace("[[]", "["))
-        return [(p[head_len:len(p) - len(tail)], head + p[head_len:len(p) - len(tail)] + tail)
+        return [(p[head_len:len(p) - len(tail)], head + p[head_len:len(p) - len(tail)] + tail + suffix)
                 for p in files if p.endswith(tail) and len(p) >= head_len + len(tail)]
     return [(path[len(head):len(path) - len(tail)], path)
             for path in _glob.glob(_glob.escape(head) + "*" + _glob.escape(tail))
