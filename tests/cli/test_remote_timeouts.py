@@ -1,6 +1,6 @@
 """Remote reads that never finish, through real processes against servers on
 127.0.0.1 started by each test: one that accepts connections and never
-answers, one that answers HEAD and sends part of a body then stalls, and one
+answers (also as an S3 endpoint), one that answers HEAD and sends part of a body then stalls, and one
 that serves files only to requests carrying a token in their query.
 
 A stall must end in one line naming the URL (without its credentials) and the
@@ -136,9 +136,15 @@ def stalls_in_body():
     server.close()
 
 
-def run(*args, timeout_s=SHORT, cwd=None):
+def s3_env(server):
+    """The environment of an S3 client whose endpoint is ``server``."""
+    return {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{server.port}", "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def run(*args, timeout_s=SHORT, cwd=None, env=None):
     """The command with STREAMTRACE_NET_TIMEOUT_S=timeout_s: (process, seconds it took)."""
-    env = {**os.environ, "STREAMTRACE_NET_TIMEOUT_S": str(timeout_s)}
+    env = {**os.environ, **(env or {}), "STREAMTRACE_NET_TIMEOUT_S": str(timeout_s)}
     start = time.monotonic()
     proc = subprocess.run([BIN, *map(str, args)], capture_output=True, text=True, env=env, cwd=cwd,
                           stdin=subprocess.DEVNULL, timeout=timeout_s + 120)
@@ -168,6 +174,17 @@ def assert_timed_out(proc, elapsed, url, timeout_s=SHORT):
 def test_server_that_never_answers(silent, tmp_path):
     proc, elapsed = run("extract", silent.url("/run/rank0_trace.json", secrets=True), "-o", tmp_path / "x.stev")
     assert_timed_out(proc, elapsed, silent.url("/run/rank0_trace.json"))
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("how", ["paths", "--trace_pattern", "--trace_dir"])
+def test_s3_endpoint_that_never_answers(silent, tmp_path, how):
+    """s3fs and botocore retry a timed-out request: the deadline counts the retries."""
+    args = {"paths": ["s3://traces/run/rank0_trace.json"],
+            "--trace_pattern": ["--trace_pattern", "s3://traces/run/rank*_trace.json", "--world_size", 2],
+            "--trace_dir": ["--trace_dir", "s3://traces/run", "--world_size", 2]}[how]
+    proc, elapsed = run("collective-report", *args, "--output_csvs_dir", tmp_path / "csv", env=s3_env(silent))
+    assert_timed_out(proc, elapsed, "s3://traces/run")
     assert os.listdir(tmp_path) == []
 
 
@@ -233,13 +250,17 @@ def test_bad_timeout_value(silent, tmp_path):
 
 # ------------------------------------------------------------------ SIGTERM during a stall
 
-@pytest.mark.parametrize("mode", ["silent", "body"])
+@pytest.mark.parametrize("mode", ["silent", "body", "s3"])
 def test_sigterm_during_a_stalled_read(mode, tmp_path):
     """The default timeout (30 s): SIGTERM a second into the stall ends the
     process within 2 s, exit 143, one line."""
-    server = StallServer(mode)
+    server = StallServer("silent" if mode == "s3" else mode)
     env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMTRACE_NET_")}
-    proc = subprocess.Popen([BIN, "extract", server.url("/run/rank0_trace.json"), "-o", tmp_path / "x.stev"],
+    url = server.url("/run/rank0_trace.json")
+    if mode == "s3":
+        env.update(s3_env(server))
+        url = "s3://traces/run/rank0_trace.json"
+    proc = subprocess.Popen([BIN, "extract", url, "-o", tmp_path / "x.stev"],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
