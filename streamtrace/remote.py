@@ -464,7 +464,7 @@ def check_output(url):
 #: longest wait, after a stop signal, for an upload under way to end before
 #: it is cancelled: a server that has the whole body may still store the
 #: object, and the clean-up that removes it must come after
-UPLOAD_CANCEL_SECONDS = 5
+UPLOAD_CANCEL_SECONDS = 2
 
 
 def upload(local, url):
