@@ -64,10 +64,15 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     ci = np.where(found, order[pos], -1)
     keep = (ci >= 0) & is_p2p_comm[np.maximum(ci, 0)]
     rpc, ci = rpc[keep], ci[keep]
+    del names, is_p2p_comm, comm_ev, order, pos, found, keep
     if not len(rpc):
         return None
-    c = comms[ci]
-    op = ops[rpc]
+    # field by field, never whole records: a million halves are a few
+    # columns of a million numbers (strings are shared objects)
+    c = {f: comms[f][ci].astype(np.int64) for f in ("collective_name", "pg_name", "rank", "pg_ranks", "in_nelems",
+                                                     "dtype", "seq")}
+    op = {f: ops[f][rpc].astype(np.int64) for f in ("event", "ts", "tid")}
+    del rpc
     text = np.array(strings + [None], dtype=object)
     n_str = len(strings)
 
@@ -75,34 +80,42 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
         ids = np.asarray(ids, dtype=np.int64)
         return text[np.where((ids < 0) | (ids >= n_str), n_str, ids)]
 
-    kind = np.array([kind_of[int(x)] for x in c["collective_name"].astype(np.int64).tolist()], dtype=object)
-    pg_name = s(c["pg_name"].astype(np.int64))
+    kind = s(c.pop("collective_name"))
     # one mapping per distinct (Rank arg, group ranks): a few, however many ops
     me = meta.get("rank")
-    pair = np.stack([c["rank"].astype(np.int64), c["pg_ranks"].astype(np.int64)], axis=1)
-    uniq_pair, inv = np.unique(pair, axis=0, return_inverse=True)
-    peer = np.array([_global_peer(lp, pr, me) for lp, pr in zip(uniq_pair[:, 0].tolist(),
-                                                                 s(uniq_pair[:, 1]).tolist())],
-                    dtype=np.int64)[inv.reshape(-1)]
-    nelems = c["in_nelems"].astype(np.int64)
-    dtype = s(c["dtype"].astype(np.int64))
-    elem = np.array([coll.DTYPE_BYTES.get(d, np.nan) if d is not None else np.nan for d in dtype.tolist()])
+    r_u, r_inv = np.unique(c.pop("rank"), return_inverse=True)
+    p_u, p_inv = np.unique(c.pop("pg_ranks"), return_inverse=True)
+    pair_u, inv = np.unique(r_inv.reshape(-1) * len(p_u) + p_inv.reshape(-1), return_inverse=True)
+    del r_inv, p_inv
+    peer = np.array([_global_peer(int(r_u[k // len(p_u)]), s(p_u[k % len(p_u):k % len(p_u) + 1])[0], me)
+                     for k in pair_u.tolist()], dtype=np.int64)[inv.reshape(-1)]
+    del inv
+    d_u, d_inv = np.unique(c.pop("dtype"), return_inverse=True)
+    elem = np.array([coll.DTYPE_BYTES.get(d, np.nan) if d is not None else np.nan for d in s(d_u).tolist()],
+                    dtype=np.float64)[d_inv.reshape(-1)]
+    del d_inv
+    nelems = c.pop("in_nelems")
     nbytes = np.where(nelems != NONE, nelems * elem, np.nan)
-    seq = c["seq"].astype(np.int64)
+    del elem, nelems
 
     kernel_row = _kernels_of(op, rows)
     has = kernel_row >= 0
     kr = np.maximum(kernel_row, 0)
     n_rows = len(rows["event"])
+    n = len(op["event"])
     pick = (lambda col, missing: np.where(has, rows[col][kr], missing)) if n_rows else \
-        (lambda col, missing: np.full(len(op), missing))
-    batched = has & (rows["rpc_event"][kr] != op["event"]) if n_rows else np.zeros(len(op), bool)
-    _name_batched_groups(rows, kernel_row[batched], pg_name[batched], s(c["pg_desc"][batched].astype(np.int64)),
-                         s(c["pg_ranks"][batched].astype(np.int64)), c["group_size"][batched].astype(np.int64))
+        (lambda col, missing: np.full(n, missing))
+    batched = has & (rows["rpc_event"][kr] != op["event"]) if n_rows else np.zeros(n, bool)
+    if batched.any():
+        sel = np.flatnonzero(batched)
+        _name_batched_groups(rows, kernel_row[sel], s(c["pg_name"][sel]), s(comms["pg_desc"][ci[sel]]),
+                             s(comms["pg_ranks"][ci[sel]]), comms["group_size"][ci[sel]].astype(np.int64))
+    pg_text = text.copy()
+    pg_text[n_str] = ""
     halves = {
-        "kind": kind, "peer": peer, "pg": np.array([p if p is not None else "" for p in pg_name.tolist()], object),
-        "bytes": nbytes, "seq": seq, "post_ts": op["ts"].astype(np.int64), "tid": op["tid"].astype(np.int64),
-        "event": op["event"].astype(np.int64),
+        "kind": kind, "peer": peer, "pg": pg_text[np.where((c["pg_name"] < 0) | (c["pg_name"] >= n_str), n_str,
+                                                         c["pg_name"])],
+        "bytes": nbytes, "seq": c["seq"], "post_ts": op["ts"],
         "kernel_event": pick("event", -1).astype(np.int64), "start": pick("ts", NONE).astype(np.int64),
         "end": np.where(has, pick("ts", 0) + pick("dur", 0), NONE).astype(np.int64),
         "batched": batched, "kernel_name": pick("kernel_name", None).astype(object),
@@ -157,7 +170,7 @@ def _kernels_of(op, rows):
     record_param_comms), else the next collective kernel launched on its
     thread that no record_param_comms claims (a batch_isend_irecv group's
     coalesced launch); -1 when none."""
-    n = len(op)
+    n = len(op["event"])
     out = np.full(n, -1, dtype=np.int64)
     if not len(rows["event"]):
         return out

@@ -306,9 +306,8 @@ def _pipeline_table(have, h, pairs, linked):
         .drop_duplicates(["rank", "kernel"])
     n_kernels = kernels.groupby(["rank", "step"]).size().to_dict()
     del kernels
-    rank_steps = np.unique(np.stack([rank, step], axis=1), axis=0)
     steps_of = {}
-    for r, st in rank_steps.tolist():
+    for r, st in zip(*_unique_pairs(rank, step)):
         steps_of.setdefault(r, set()).add(st)
     pipelines = _pipelines(h, linked)
     rows = []
@@ -354,8 +353,7 @@ def _pipelines(h, linked):
 
     for a in np.unique(h["rank"]).tolist():
         find(a)
-    links = np.unique(np.stack([h["rank"][linked], h["peer"][linked]], axis=1), axis=0)
-    for a, b in links.tolist():
+    for a, b in zip(*_unique_pairs(h["rank"][linked], h["peer"][linked])):
         parent[find(a)] = find(b)
     groups = {}
     for x in list(parent):
@@ -365,6 +363,12 @@ def _pipelines(h, linked):
         for stage, r in enumerate(members):
             out[r] = (p, stage)
     return out
+
+
+def _unique_pairs(a, b):
+    """The distinct (a, b) pairs, as two lists (a hash, not a sort of rows)."""
+    d = pd.DataFrame({"a": a, "b": b}).drop_duplicates()
+    return d["a"].tolist(), d["b"].tolist()
 
 
 def bounding_stages(pipeline):
