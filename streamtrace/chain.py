@@ -338,8 +338,8 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     sheets); ``blocking_clocks``: those correlate and the point-to-point
     tables use; None for either: the clock rule (confidence.clock_rule)."""
     from .align.p2p_match import P2P_TABLE_NAMES
-    from .align.stage import TABLE_NAMES, align_options_table
-    from .confidence import BLOCKING_CLOCKS, match_by_rule
+    from .align.stage import TABLE_NAMES, align_options_table, match_by_rule
+    from .confidence import BLOCKING_CLOCKS
     from .correlate.compute import compute_table
     from .correlate.inputs import ALIGN_COLUMNS_USED
     from .correlate.stage import TABLE_PREFIX, analyze_collected

@@ -166,21 +166,6 @@ def clock_rule(tables):
     return rule
 
 
-def match_by_rule(results, align_clocks=None, gpus_per_node=None, **kwargs):
-    """``align.match.match_ranks`` with the clock rule deciding when
-    ``align_clocks`` is None: matched with the clocks as recorded, and again
-    with the offsets applied when the rule says so (rare: offsets both large
-    and well determined)."""
-    from .align.match import match_ranks
-
-    if align_clocks is not None:
-        return match_ranks(results, align_clocks=bool(align_clocks), gpus_per_node=gpus_per_node, **kwargs)
-    tables = match_ranks(results, align_clocks=False, gpus_per_node=gpus_per_node, **kwargs)
-    if clock_rule(tables).apply:
-        tables = match_ranks(results, align_clocks=True, gpus_per_node=gpus_per_node, **kwargs)
-    return tables
-
-
 def _median_skew(collectives):
     """The median spread of start times, on the clocks as recorded, over the
     implicit-sync collectives with two or more members (all collectives when

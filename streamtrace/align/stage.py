@@ -120,8 +120,6 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
         log.warning("the input already held align tables; they are replaced by this run's")
     results = ranks.results()
     if align_clocks == CLOCK_RULE:
-        from ..confidence import match_by_rule
-
         tables = match_by_rule(results, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns, steps=ranks.steps())
     else:
         tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
@@ -131,6 +129,21 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
             yield table_frame(name, tables[name])
     yield json_frame(Kind.END, 0, {"stage": "align", "ranks": len(results),
                                    "collective_kernels": int(len(tables["align.collectives"]))})
+
+
+def match_by_rule(results, align_clocks=None, gpus_per_node=None, **kwargs):
+    """``match_ranks`` with the clock rule (confidence.clock_rule) deciding
+    when ``align_clocks`` is None: matched with the clocks as recorded, and
+    again with the offsets applied when the rule says so (rare: offsets both
+    large and well determined)."""
+    from ..confidence import clock_rule
+
+    if align_clocks is not None:
+        return match_ranks(results, align_clocks=bool(align_clocks), gpus_per_node=gpus_per_node, **kwargs)
+    tables = match_ranks(results, align_clocks=False, gpus_per_node=gpus_per_node, **kwargs)
+    if clock_rule(tables).apply:
+        tables = match_ranks(results, align_clocks=True, gpus_per_node=gpus_per_node, **kwargs)
+    return tables
 
 
 def align_tables(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):

@@ -23,6 +23,7 @@ LAYERS = [
     "stream",
     "io",
     "extract",
+    "confidence",
     "align",
     "steps",
     "correlate",
