@@ -250,8 +250,10 @@ def test_bad_timeout_value(silent, tmp_path):
 
 # ------------------------------------------------------------------ SIGTERM during a stall
 
-@pytest.mark.parametrize("mode", ["silent", "body", "s3"])
-def test_sigterm_during_a_stalled_read(mode, tmp_path):
+@pytest.mark.parametrize("mode, command", [("silent", "extract"), ("body", "extract"), ("s3", "extract"),
+                                           ("body", "collective-report"), ("body", "fuse"),
+                                           ("silent", "collective-report --trace_pattern")])
+def test_sigterm_during_a_stalled_read(mode, command, tmp_path):
     """The default timeout (30 s): SIGTERM a second into the stall ends the
     process within 2 s, exit 143, one line."""
     server = StallServer("silent" if mode == "s3" else mode)
@@ -260,7 +262,12 @@ def test_sigterm_during_a_stalled_read(mode, tmp_path):
     if mode == "s3":
         env.update(s3_env(server))
         url = "s3://traces/run/rank0_trace.json"
-    proc = subprocess.Popen([BIN, "extract", url, "-o", tmp_path / "x.stev"],
+    args = {"extract": [url, "-o", tmp_path / "x.stev"],
+            "collective-report": [url, url.replace("rank0", "rank1"), "--output_csvs_dir", tmp_path / "csv"],
+            "fuse": [url, url.replace("rank0", "rank1"), "-o", tmp_path / "f.json"],
+            "collective-report --trace_pattern": [server.url("/run/rank*_trace.json"), "--world_size", 2,
+                                                  "--output_csvs_dir", tmp_path / "csv"]}[command]
+    proc = subprocess.Popen([BIN, *command.split(), *map(str, args)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
