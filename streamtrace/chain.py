@@ -660,7 +660,7 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     ``align``.  Writes the outputs asked for -- with none,
     ``nccl_analysis_report.xlsx`` beside the traces the streams came from --
     and returns (the paths written, the sheets)."""
-    from .report.files import REPORT_NAME, check_report_outputs
+    from .report.files import check_report_outputs, default_output_path
     from .report.sheets import build_report
     from .report.tables import collect_tables
     from .report.writers import write_report
@@ -685,10 +685,7 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
 
         html = dict(sources=sources, steps=step_table(steps.finish(), tables), confidence=report_confidence(tables))
     if not output_xlsx_path and not output_csvs_dir and not output_html_path:
-        base = os.path.commonpath(sources) if sources else os.getcwd()
-        if not os.path.isdir(base):
-            base = os.path.dirname(base)
-        output_xlsx_path = os.path.join(base, REPORT_NAME)
+        output_xlsx_path = default_output_path(sources)   # beside the traces, at their URL when they had one
     # every output staged, then committed together: all of them appear, or none
     return write_report(sheets, output_xlsx_path, output_csvs_dir, output_html_path, html=html), sheets
 

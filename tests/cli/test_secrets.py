@@ -205,3 +205,24 @@ def test_no_output_holds_a_credential(server, tmp_path):
     assert any(f"{server}/run/rank0_trace.json".encode() in part
                for part in _expanded(open(out / "fused.json.gz", "rb").read()))
     assert any(b"rank0_trace.json" in part for part in _expanded(open(out / "s.stev", "rb").read())[1:])
+
+
+def test_report_default_output_of_url_sources_is_their_url_not_a_mangled_path(server, tmp_path):
+    """``report`` without an output path writes beside the traces, as
+    collective-report does: for traces read over http(s), a URL that cannot
+    be written, said in one line -- not a local path made of the URL
+    ('http:/host/...: the output directory does not exist')."""
+    stream = tmp_path / "s.stev"
+    assert _run("extract", *_urls(server), "--world_size", 4, "-o", stream, "-q", cwd=tmp_path).returncode == 0
+    res = _run("report", stream, cwd=tmp_path)
+    assert res.returncode == 1
+    line = _one_line(res.stderr.decode())
+    assert line.startswith(f"Error: http://{server}/run/nccl_analysis_report.xlsx: writing to http(s) URLs is not "
+                           "supported"), line
+    assert sorted(os.listdir(tmp_path)) == ["s.stev"]
+
+
+def _one_line(err):
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    return lines[0]
