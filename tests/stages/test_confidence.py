@@ -138,6 +138,11 @@ def test_the_python_api_carries_the_confidence(clean):
     assert sheets["confidence"].iloc[0]["level"] == "high"
     plain = generate_collective_report(trace_dir=clean[0], world_size=4, write_files=False)
     assert plain.confidence.level == "high" and "confidence" not in plain   # TraceLens's sheets only
+    import streamtrace
+
+    answer = streamtrace.blockers([clean[0]])
+    assert answer.confidence.table().equals(sheets.confidence.table())
+    assert streamtrace.confidence.assess(correlated_tables([clean[0]])).level == "high"
 
 
 def test_ties_are_said_as_ties():
