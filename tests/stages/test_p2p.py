@@ -368,3 +368,88 @@ def test_a_pair_with_one_kernel_missing_is_listed_not_timed(tmp_path):
     un = sheets["p2p_unmatched"].set_index("rank")
     assert "no GPU kernel" in un.loc[0, "reason"]
     assert "rank 0" in un.loc[1, "reason"] and "no GPU kernel" in un.loc[1, "reason"]
+
+
+def _write_many(path, n, name="send", kernels=True):
+    """Rank 0 of 2 posting ``n`` ops of Collective name ``name`` to rank 1,
+    each with its kernel (written as it goes: the file, not a list of dicts)."""
+    with open(path, "w") as fh:
+        fh.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 2}, '
+                 '"traceEvents": [\n')
+        for i in range(n):
+            t = 10 + 20 * i
+            fh.write(("" if i == 0 else ",\n")
+                     + f'{{"ph":"X","cat":"cpu_op","name":"record_param_comms","pid":1,"tid":1,"ts":{t},"dur":8,'
+                       f'"args":{{"External id":{i + 1},"Collective name":"{name}","dtype":"Float",'
+                       f'"In msg nelems":1024,"Out msg nelems":1024,"Group size":2,"Process Group Name":"0",'
+                       f'"Process Group Ranks":"[0, 1]","Rank":1,"Dst Rank":1,"Seq":{i + 1}}}}}')
+            if kernels:
+                fh.write(f',\n{{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,"tid":1,"ts":{t + 1},'
+                         f'"dur":4,"args":{{"External id":{i + 1},"correlation":{i + 1}}}}},\n'
+                         f'{{"ph":"X","cat":"kernel","name":"ncclDevKernel_SendRecv","pid":0,"tid":20,"ts":{t + 5},'
+                         f'"dur":10,"args":{{"External id":{i + 1},"correlation":{i + 1},"stream":20,"device":0}}}}')
+        fh.write("\n]}\n")
+
+
+def _collective_report(d, out, env=None):
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    return subprocess.run([exe, "collective-report", "--trace_dir", str(d), "--world_size", "2",
+                           "--allow_missing_ranks", "--output_csvs_dir", str(out), "-q"],
+                          capture_output=True, text=True, timeout=300, env=env)
+
+
+def test_unmatched_rows_are_capped_and_the_rest_counted(tmp_path):
+    d = tmp_path / "t"
+    d.mkdir()
+    _write_many(d / "rank0_trace.json", 50)
+    env = dict(os.environ, STREAMTRACE_P2P_UNMATCHED_ROWS="10")
+    r = _collective_report(d, tmp_path / "out", env)
+    assert r.returncode == 0, r.stderr
+    import pandas as pd
+
+    un = pd.read_csv(tmp_path / "out" / "p2p_unmatched.csv")
+    assert len(un) == 10 and list(un["seq"]) == list(range(1, 11))   # the first ten posted
+    dq = pd.read_csv(tmp_path / "out" / "data_quality.csv")
+    row = dq[dq["category"] == "p2p_unmatched_capped"]
+    assert len(row) == 1 and int(row["count"].iloc[0]) == 40
+    assert "10 of the 50" in row["message"].iloc[0] and "rank 1 is not in the input: 50" in row["message"].iloc[0]
+    # without the variable: the default cap, far above 50
+    r = _collective_report(d, tmp_path / "all")
+    assert r.returncode == 0 and len(pd.read_csv(tmp_path / "all" / "p2p_unmatched.csv")) == 50
+    # a bad setting: one line, exit 1, nothing written
+    for bad in ("-1", "many"):
+        r = _collective_report(d, tmp_path / f"bad{bad}", dict(os.environ, STREAMTRACE_P2P_UNMATCHED_ROWS=bad))
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "STREAMTRACE_P2P_UNMATCHED_ROWS" in r.stderr and not (tmp_path / f"bad{bad}").exists()
+
+
+def _peak_rss_mb(argv, env=None):
+    """Peak RSS (MB) of ``argv`` run as the only child of a small parent."""
+    script = ("import resource, subprocess, sys\n"
+              "p = subprocess.run(sys.argv[1:], capture_output=True)\n"
+              "sys.stderr.buffer.write(p.stderr)\n"
+              "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)\n")
+    proc = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, env=env,
+                          timeout=600)
+    code, rss = proc.stdout.split()
+    return int(code), int(rss), proc.stderr
+
+
+def test_unmatched_halves_cost_little_beyond_their_kernels(tmp_path):
+    """200,000 sends with no receiver against the same trace of allreduces:
+    what the point-to-point halves add (matching, tables, sheets) stays under
+    150 bytes a half (it was ~460: whole records copied, a Python object per
+    half, every unmatched row written)."""
+    n = 200_000
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    rss = {}
+    for name in ("send", "allreduce"):
+        d = tmp_path / name
+        d.mkdir()
+        _write_many(d / "rank0_trace.json", n, name)
+        code, rss[name], err = _peak_rss_mb([exe, "collective-report", "--trace_dir", str(d), "--world_size", "2",
+                                             "--allow_missing_ranks", "--output_csvs_dir", str(tmp_path / f"o{name}"),
+                                             "-q", "-j", "1"])
+        assert code == 0, err
+    extra = (rss["send"] - rss["allreduce"]) * 2**20 / n
+    assert extra < 150, (rss, extra)
