@@ -357,6 +357,12 @@ def test_halves_without_kernels_are_listed_with_a_reason(tmp_path):
     un = sheets["p2p_unmatched"]
     assert sorted(un["rank"]) == [0, 0, 1, 1] and un["reason"].str.contains("no GPU kernel").all(), un
     assert un["start_us"].isna().all()
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    r = subprocess.run([exe, "collective-report", "--trace_dir", str(tmp_path), "--world_size", "2",
+                        "--output_csvs_dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "only the point-to-point sheets have rows" in r.stderr and "the report is empty" not in r.stderr
+    assert len((tmp_path / "out" / "p2p_unmatched.csv").read_text().splitlines()) == 5
 
 
 def test_a_pair_with_one_kernel_missing_is_listed_not_timed(tmp_path):
