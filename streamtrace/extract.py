@@ -18,10 +18,11 @@ import numpy as np
 
 from . import _native
 from .errors import StreamtraceError, TraceError
-from .io.reading import chunk_reader, open_source
+from .io.reading import chunk_reader, input_extent, open_source
 from .parallel.dask import as_executor
 from .parallel.executor import Serial, local_executor
 from .parallel.threads import prefetched
+from .progress import rank_done, rank_reporters
 from .remote import local_path, redact, source_label
 from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, record_frame, strings_frame
 
@@ -175,7 +176,8 @@ class _RankExtraction:
                 k = decode_raw_string(key)
                 trace_meta[k] = _parse_meta_value(path, k, raw)
             if progress:
-                progress(tok.counts())
+                counts = tok.counts()
+                progress({**counts, **input_extent(self.source, counts["bytes_consumed"])})
             if status != _native.OUTPUT_FULL:
                 return status, total
             yield from self.drain()
@@ -463,7 +465,7 @@ def _extract_to_bytes(args):
     return buf.getvalue(), ranks
 
 
-def _extract_remote(inputs, output, writer, claims, executor, options):
+def _extract_remote(inputs, output, writer, claims, executor, options, progress=None):
     """``extract``'s map on a cluster (``executor.remote``): each rank's
     frames come back as bytes and are written here in rank order (a rank's
     stream waits on its worker until its turn)."""
@@ -473,6 +475,7 @@ def _extract_remote(inputs, output, writer, claims, executor, options):
         for r in ranks:
             claims.claim(r, i, inputs[i].path)
         output.write(data)
+        rank_done(progress, i)
     writer.close()
 
 
@@ -491,14 +494,16 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, stric
     workers are gone and the temporary files removed when it returns."""
     writer = StreamWriter(output)
     claims = _RankClaims()
+    reporters = rank_reporters(progress, inputs)
     executor = as_executor(executor)
     executor_ = executor if executor is not None else local_executor(jobs, len(inputs), kind="processes")
     if getattr(executor_, "remote", False):
-        _extract_remote(inputs, output, writer, claims, executor_, (world_size, keep_pyfunc, strict, summarized))
+        _extract_remote(inputs, output, writer, claims, executor_, (world_size, keep_pyfunc, strict, summarized),
+                        progress)
         return
     if isinstance(executor_, Serial):
-        for i, inp in enumerate(inputs):
-            writer.write_all(claims.frames(_rank_frames(inp, world_size, keep_pyfunc, strict, summarized, progress),
+        for (i, inp), report in zip(enumerate(inputs), reporters):
+            writer.write_all(claims.frames(_rank_frames(inp, world_size, keep_pyfunc, strict, summarized, report),
                                            i, inp.path))
         writer.close()
         return
@@ -515,6 +520,7 @@ def extract(inputs, output, world_size=None, keep_pyfunc=False, jobs=None, stric
                 with open(out_path, "rb") as part:
                     shutil.copyfileobj(part, output, 1 << 20)
                 os.unlink(out_path)
+                rank_done(progress, i)   # worker processes cannot report as they read
         writer.close()
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

@@ -216,7 +216,36 @@ def open_source(path, gzip_backend=None):
     else:
         src = PlainSource(f, from_path=path != "-" and not is_url(path))
     src.read_error = cut
+    src.stored = f   # the input as stored: progress counts its bytes (input_extent)
     return src, closer
+
+
+def input_extent(source, consumed):
+    """``{"input_read": bytes of the input as stored read so far,
+    "input_size": its size}`` (None where unknown: stdin): what progress
+    counts -- compressed bytes for .gz/.zst, fetched bytes of a URL.
+    ``consumed``: the tokenizer's offset, which is the input's own for plain
+    JSON (a memory-mapped file is never read through ``stored``)."""
+    f = getattr(source, "stored", None)
+    raw = getattr(f, "raw", None)
+    # a URL's reader (remote._CutSafeRaw) knows its size from the first request
+    size = getattr(raw, "_size", None) if raw is not None and hasattr(raw, "_pos") else None
+    if size is None and f is not None:
+        try:
+            st = os.fstat(f.fileno())
+            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        except (OSError, ValueError, AttributeError):
+            size = None
+    if source.kind == "json":
+        read = consumed
+    elif raw is not None and hasattr(raw, "_pos"):
+        read = raw._pos
+    else:
+        try:
+            read = f.tell()
+        except (OSError, ValueError, AttributeError):   # a pipe
+            read = None
+    return {"input_read": read, "input_size": size}
 
 
 
