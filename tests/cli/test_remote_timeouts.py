@@ -177,6 +177,30 @@ def test_server_that_never_answers(silent, tmp_path):
     assert os.listdir(tmp_path) == []
 
 
+def test_server_that_never_accepts(tmp_path):
+    """A listening socket whose backlog is full: the connection is never made."""
+    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
+    port = listener.getsockname()[1]
+    waiting = []
+    try:
+        for _ in range(4):   # fill the backlog: the kernel drops further connection attempts
+            c = socket.socket()
+            c.setblocking(False)
+            c.connect_ex(("127.0.0.1", port))
+            waiting.append(c)
+        url = f"http://127.0.0.1:{port}/run/rank0_trace.json"
+        env = {"STREAMTRACE_NET_CONNECT_TIMEOUT_S": "1"}
+        proc, elapsed = run("extract", url, "-o", tmp_path / "x.stev", timeout_s=60, env=env)
+    finally:
+        for c in waiting:
+            c.close()
+        listener.close()
+    assert proc.returncode == 1, proc.stderr
+    one_line(proc.stderr, url, "no connection within 1 s", "STREAMTRACE_NET_CONNECT_TIMEOUT_S")
+    assert elapsed < 2 + SLACK, elapsed
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("how", ["paths", "--trace_pattern", "--trace_dir"])
 def test_s3_endpoint_that_never_answers(silent, tmp_path, how):
     """s3fs and botocore retry a timed-out request: the deadline counts the retries."""
