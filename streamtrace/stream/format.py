@@ -99,16 +99,12 @@ class Frame:
         if records is None:
             try:
                 records = unpack_records(self.payload, Kind.RECORDS[self.kind])
-            except (PackError, LimitError) as exc:
-                raise self._unpack_error(exc) from None
+            except PackError as exc:
+                raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
             self._check_ids(records)
             records.flags.writeable = False
             self.__dict__["_records"] = records
         return records
-
-    def _unpack_error(self, exc):
-        kind = KIND_NAMES.get(self.kind, "?").upper()
-        return self.error(f"{kind} frame {exc}" if isinstance(exc, LimitError) else f"corrupt {kind} frame: {exc}")
 
     def _check_ids(self, records):
         """StreamFormatError, naming the frame, the record and the field,
@@ -139,15 +135,13 @@ class Frame:
             return
         try:
             unpack_records(self.payload, Kind.RECORDS[self.kind], out=out)
-        except (PackError, LimitError) as exc:
-            raise self._unpack_error(exc) from None
+        except PackError as exc:
+            raise self.error(f"corrupt {KIND_NAMES[self.kind].upper()} frame: {exc}") from None
         self._check_ids(out)
 
     def json(self):
         try:
             obj = json.loads(unpack_bytes(self.payload)[1] if self.kind == Kind.META else self.payload)
-        except LimitError as exc:
-            raise self._unpack_error(exc) from None
         except ValueError as exc:   # also UnicodeDecodeError
             raise self.error(f"corrupt {KIND_NAMES.get(self.kind, 'json').upper()} frame ({exc})") from None
         if not isinstance(obj, dict):
@@ -159,8 +153,6 @@ class Frame:
         try:
             count, raw = unpack_bytes(self.payload)
             first, strings = decode_strings(raw)
-        except LimitError as exc:
-            raise self._unpack_error(exc) from None
         except (ValueError, struct.error) as exc:
             raise self.error(f"corrupt STRINGS frame ({exc})") from None
         if len(strings) != count:   # the envelope's count is what the readers' id checks go by
@@ -183,7 +175,7 @@ class Frame:
         try:
             return decode_summary(self.payload)
         except LimitError as exc:
-            raise self._unpack_error(exc) from None
+            raise self.error(f"SUMMARY frame {exc}") from None
         except SummaryError as exc:
             raise self.error(f"corrupt SUMMARY frame ({exc})") from None
 
@@ -626,6 +618,7 @@ def iter_frames(source, name=None):
     pos = _HEADER.size
     open_section = True  # a header was read and its END frame not yet
     tallies = {}         # rank -> [strings, events] in the frames read so far
+    limits = _limits()
     while True:
         head = _read_exact(f, _HEADER.size)   # a stream header or the start of a frame header
         if not head:
@@ -647,8 +640,8 @@ def iter_frames(source, name=None):
         if size is not None and length > size - pos - _FRAME.size:
             raise StreamFormatError(name, f"truncated stream (frame of {length} bytes runs past the end "
                                           f"of the file at byte {size}; or its length is corrupt)", pos)
-        limit, env = _payload_limit(kind)
-        if length > limit:   # before it is read: on a pipe, nothing said how long the input is
+        limit, env = limits.get(kind, (None, None))
+        if limit is not None and length > limit:   # before it is read: a pipe's length is not known
             raise StreamFormatError(name, f"{KIND_NAMES[kind].upper()} frame {over('of', length, limit, env)}", pos)
         payload = _read_payload(f, length)
         if len(payload) < length:
@@ -663,11 +656,12 @@ def iter_frames(source, name=None):
         bounds = None
         if kind in Kind.RECORDS or kind in (Kind.STRINGS, Kind.META):
             try:   # the envelope only: the columns are unpacked when the records are wanted
-                count = envelope(payload, Kind.RECORDS.get(kind))[0]
-            except LimitError as exc:
-                raise StreamFormatError(name, f"{KIND_NAMES[kind].upper()} frame {exc}", pos) from None
+                count, _, unpacked = envelope(payload, Kind.RECORDS.get(kind))
             except PackError as exc:
                 raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {exc}", pos) from None
+            if unpacked > limit:   # what it would take once decompressed: refused before anything is
+                raise StreamFormatError(
+                    name, f"{KIND_NAMES[kind].upper()} frame {over('unpacks to', unpacked, limit, env)}", pos)
             if kind != Kind.META:   # the ids its records may hold: those of the frames before it
                 tally = tallies.setdefault(rank, [0, 0])
                 bounds = tuple(tally)
@@ -715,16 +709,13 @@ def _unpacked(frames, kinds):
         yield frame
 
 
-def _payload_limit(kind):
-    """(the most bytes a frame of ``kind`` may hold, the variable that sets
-    it).  TABLE frames are not packed (they cost what they hold, and a big
-    run's tables are big) and unknown kinds are skipped: the input's own
-    size bounds them."""
-    if kind in Kind.RECORDS or kind in (Kind.STRINGS, Kind.META, Kind.END):
-        return max_frame_bytes(), FRAME_ENV
-    if kind == Kind.SUMMARY:
-        return max_summary_bytes(), SUMMARY_ENV
-    return float("inf"), None
+def _limits():
+    """{kind: (the most bytes a frame of it may hold, packed or unpacked;
+    the variable that sets it)}.  Not TABLE frames, which are not packed
+    (they cost what they hold, and a big run's tables are big), nor unknown
+    kinds: the input's own size bounds those."""
+    frame, summary = (max_frame_bytes(), FRAME_ENV), (max_summary_bytes(), SUMMARY_ENV)
+    return {**{kind: frame for kind in (*Kind.RECORDS, Kind.STRINGS, Kind.META, Kind.END)}, Kind.SUMMARY: summary}
 
 
 def _regular_size(f):

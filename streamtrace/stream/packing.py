@@ -26,7 +26,6 @@ import numpy as np
 import zstandard
 
 from .._native import COMM_DTYPE, EVENT_DTYPE, KERNEL_DTYPE
-from .limits import FRAME_ENV, max_frame_bytes, over
 
 ENVELOPE = struct.Struct("<IIQ")   # count, codec, bytes before compression
 CODEC_ZSTD = 1
@@ -94,9 +93,8 @@ def pack_records(records):
 def envelope(payload, dtype=None):
     """(count, codec, column bytes) of a packed payload; PackError when the
     envelope cannot be right (short, unknown codec, or, for records of
-    ``dtype``, a size that is not count records), LimitError (limits.py)
-    when it unpacks to more than STREAMTRACE_MAX_FRAME_BYTES: checked
-    before anything is allocated or decompressed."""
+    ``dtype``, a size that is not count records).  A reader compares the
+    size with its limit (``limits.py``) before unpacking anything."""
     if len(payload) < ENVELOPE.size:
         raise PackError(f"{len(payload)} bytes is shorter than its {ENVELOPE.size}-byte envelope")
     count, codec, size = ENVELOPE.unpack_from(payload, 0)
@@ -104,9 +102,6 @@ def envelope(payload, dtype=None):
         raise PackError(f"unknown codec {codec}")
     if dtype is not None and size != count * FIELD_BYTES[dtype]:
         raise PackError(f"{size} column bytes is not {count} records of {FIELD_BYTES[dtype]} bytes")
-    limit = max_frame_bytes()
-    if size > limit:
-        raise over("unpacks to", size, limit, FRAME_ENV)
     return count, codec, size
 
 

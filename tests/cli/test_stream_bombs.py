@@ -321,3 +321,21 @@ def test_a_limit_is_raised_by_its_environment_variable(bases, tmp_path):
     assert bad.returncode == 1
     assert bad.stderr.strip() == ("Error: STREAMTRACE_MAX_FRAME_BYTES='lots': expected a size in bytes "
                                   "such as 16M or 1G")
+
+
+def test_the_limits_bound_streams_read_not_frames_made_in_process(bases, tmp_path):
+    """collective-report on trace files never reads a stream: its frames
+    are made in the process and not limited (its in-process batches are
+    larger than extract's).  The same limit refuses a stream at once."""
+    traces = os.path.join(os.path.dirname(base(bases, "align")), "traces")
+    env = dict(os.environ, STREAMTRACE_MAX_FRAME_BYTES="1K")
+    made = subprocess.run([BIN, "collective-report", "--trace_dir", traces, "--world_size", "2",
+                           "--output_csvs_dir", str(tmp_path / "csvs"), "-q"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert made.returncode == 0, made.stderr
+    read = subprocess.run([BIN, "align", base(bases, "align"), "-o", str(tmp_path / "out.stev")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert read.returncode == 1
+    assert read.stderr.strip().endswith("over the limit of 1024 bytes (raise it with STREAMTRACE_MAX_FRAME_BYTES)")
+    assert len(read.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.stev").exists()
