@@ -71,6 +71,7 @@ class Progress:
         self._lock = threading.Lock()
         self._sizes, self._read, self._events, self._done = [], [], [], set()
         self._bar = None
+        self._passes = 0   # fuse's passes over the inputs (passes()); 0: ranks read once, counted each
         self._last_line = time.monotonic()
         self._last_text = None
         self.lines = 0   # plain lines printed
@@ -101,6 +102,29 @@ class Progress:
                 self._rank_finished(i)
             self._show()
 
+    def passes(self, paths, names):
+        """For a run that reads ``paths`` once per pass (fuse: scanning, then
+        writing): a callback taking the bytes read so far over all passes."""
+        with self._lock:
+            self._sizes = [input_size(p) for p in paths]
+            self._read = [0] * len(paths)
+            self._events = [0] * len(paths)
+            self.phases = tuple(names)
+            self.phase_name = names[0]
+            self._passes = len(names)
+
+        def advance(done):
+            with self._lock:
+                one = sum(self._sizes) if None not in self._sizes else None
+                if one:   # the pass the bytes are in; each pass counts from 0 to the inputs' size
+                    k = min(max(done - 1, 0) // one, self._passes - 1)
+                    self.phase_name = self.phases[k]
+                    done -= k * one
+                self._read = [min(done, one) if one is not None else done] + [0] * (len(self._sizes) - 1)
+                self._show()
+
+        return advance
+
     def rank_done(self, i):
         """Rank ``i`` is read (for maps whose workers cannot report as they go)."""
         with self._lock:
@@ -130,13 +154,18 @@ class Progress:
         total = sum(sizes) if sizes and None not in sizes else None
         return sum(self._read), total, len(self._done), len(sizes), sum(self._events)
 
+    def _ranks_text(self, done, n):
+        """"3 of 8 ranks" (done of all); "8 ranks" for passes, which count no rank as done."""
+        return f"{n} ranks" if self._passes else f"{done} of {n} ranks"
+
     def text(self):
         """The plain line: "reading: 1953 of 4000 MiB read, 3 of 8 ranks, 1,405,620 events"."""
         read, total, done, n, events = self._totals()
         # whole MiB, but a tenth for small inputs (0 of 0 MiB says nothing)
         mib = (lambda b: f"{b / MIB:.1f}") if max(read, total or 0) < 10 * MIB else (lambda b: f"{b // MIB}")
         of = f" of {mib(total)}" if total is not None else ""
-        return f"{self.phase_name}: {mib(read)}{of} MiB read, {done} of {n} ranks, {events:,} events"
+        events = "" if self._passes else f", {events:,} events"
+        return f"{self.phase_name}: {mib(read)}{of} MiB read, {self._ranks_text(done, n)}{events}"
 
     def _show(self, force=False):
         if self.tty:
@@ -170,11 +199,13 @@ class Progress:
         changed = False
         if total != bar.total:
             bar.total, changed = total, True
-        postfix = f"{done} of {n} ranks"
+        postfix = self._ranks_text(done, n)
         if bar.postfix != postfix or bar.desc != self.phase_name:
             bar.set_description_str(self.phase_name, refresh=False)
             bar.set_postfix_str(postfix, refresh=False)
             changed = True
+        if read < bar.n:   # the next pass: it counts from 0 again, with its own rate
+            bar.reset(total=total)
         if read > bar.n:
             bar.update(read - bar.n)   # redraws at most every mininterval
         if changed:
@@ -252,6 +283,14 @@ def rank_reporters(progress, inputs):
             progress({key: sum(c.get(key, 0) for c in latest) for key in ("bytes_consumed", "events_stored")})
 
     return [functools.partial(report, i) for i in range(len(inputs))]
+
+
+def fuse_progress(progress, paths):
+    """fuse's callback of the input bytes read over its two passes: a
+    Progress shows each pass over ``paths``; a plain callable gets the bytes."""
+    if isinstance(progress, Progress):
+        return progress.passes(paths, ("scanning", "writing"))
+    return progress
 
 
 def rank_done(progress, i):

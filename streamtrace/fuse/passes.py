@@ -13,7 +13,7 @@ from .. import _native
 from ..errors import TraceError
 from ..extract import decode_raw_string
 from ..io.outputs import resolve_output
-from ..io.reading import open_source
+from ..io.reading import input_extent, open_source
 from ..parallel.executor import Threads
 from ..userregex import UserRegex
 from .options import F, _window_ns
@@ -39,6 +39,7 @@ def _feed_file(fz, path, mode, on_output=None, on_spans=None, decide_name=None, 
         out = bytearray(OUT_SIZE) if mode == Fz.WRITE else None
         filled, eof = 0, False
         status = Fz.OK
+        offset = reported = 0   # the fuser's offset in the JSON; the input's bytes (as stored) reported
         while True:
             if not eof and filled < len(buf):
                 n = _read_into(source, buf, filled)
@@ -54,7 +55,12 @@ def _feed_file(fz, path, mode, on_output=None, on_spans=None, decide_name=None, 
                 memoryview(buf)[: filled - consumed] = memoryview(buf)[consumed:filled]
                 filled -= consumed
             if progress and consumed:
-                progress(consumed)
+                offset += consumed
+                read = input_extent(source, offset)["input_read"]
+                read = offset if read is None else read   # compressed stdin: the JSON's bytes
+                if read > reported:
+                    progress(read - reported)
+                    reported = read
             if status == Fz.NAME:
                 fz.decide_name(decide_name(fz.pending_name()))
                 continue

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..io.outputs import check_suffix, refuse_input_as_output
 from ..parallel.dask import as_executor
 from ..parallel.executor import worker_count
+from ..progress import fuse_progress
 from ..userregex import UserRegex
 from .clocks import _clock_offsets, _common_base
 from .inputs import _as_rank_inputs, _resolve_ranks
@@ -75,7 +76,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     if _masks is not None:
         for rk in ranks_:
             rk.mask = _masks[rk.rank]
-    prog = _Progress(progress)
+    prog = _Progress(fuse_progress(progress, [rk.path for rk in ranks_]))
 
     _place_before_scan(ranks_, plan)   # before the scan, so --window can use the shifts
     if plan.executor is not None:
