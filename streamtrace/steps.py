@@ -216,8 +216,10 @@ def step_coverage(per_rank, present, row_step, rank):
     for r in sorted(marked):
         numbers, starts, ends = marked[r]
         mine = row_step[rank == r] if row_step is not None else np.empty(0, np.int64)
+        held, counts = np.unique(mine[mine >= 0], return_counts=True)
+        count_of = dict(zip(held.tolist(), counts.tolist()))
         for n, s, e in zip(numbers.tolist(), starts.tolist(), ends.tolist()):
-            rows.append((r, n, s, e, n in common, int((mine == n).sum())))
+            rows.append((r, n, s, e, n in common, count_of.get(n, 0)))
     cols = list(zip(*rows))
     dtypes = (np.int64, np.int64, np.int64, np.int64, bool, np.int64)
     return pd.DataFrame({c: np.array(v, dtype=t) for c, v, t in zip(STEPS_COLUMNS, cols, dtypes)})
