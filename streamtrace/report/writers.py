@@ -570,8 +570,8 @@ class CsvDir:
                 task()
 
     def stage(self, outputs, names):
-        """Commit the sheets ``names`` (all written) with the other outputs
-        of ``outputs`` (an ``OutputSet``)."""
+        """Commit the sheets ``names`` (all written by then) with the other
+        outputs of ``outputs`` (an ``OutputSet``); returns self."""
         self.names = list(names)
         return outputs.add(self)
 
@@ -660,13 +660,9 @@ def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None, output_htm
     written = []
     with OutputSet() as outputs:
         if output_csvs_dir:
-            csvs = CsvDir(output_csvs_dir)
-            try:
-                csvs.write(sheets)
-            except BaseException:
-                csvs.discard()
-                raise
-            written.append(csvs.stage(outputs, sheets).path)
+            csvs = CsvDir(output_csvs_dir).stage(outputs, sheets)   # the set discards it on any error
+            csvs.write(sheets)
+            written.append(csvs.path)
         if output_xlsx_path:
             written.append(write_xlsx(sheets, output_xlsx_path, outputs=outputs))
         if output_html_path:

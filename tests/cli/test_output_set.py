@@ -245,3 +245,31 @@ def test_a_signal_at_any_time_gives_all_the_outputs_or_none(traces, tmp_path):
             assert left == [], times
         seen.add(proc.returncode)
     assert seen, times
+
+
+def test_a_failed_move_restores_the_file_it_had_replaced(s3, faults, traces, where):
+    """The CSVs go to S3, the workbook replaces an earlier one, then the
+    page cannot be moved into place: the earlier workbook is back, byte for
+    byte, and the uploaded CSVs are removed."""
+    fs = s3[0]
+    out, tmp = where
+    (out / "r.xlsx").write_bytes(b"an earlier workbook")
+    faults.hold = ".csv"
+    argv = _argv(traces, out, str(out / "r.html"))
+    argv[argv.index("--output_csvs_dir") + 1] = f"s3://{BUCKET}/run/csvs"
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=_env(s3, tmp), stdin=subprocess.DEVNULL)
+    try:
+        assert faults.held.wait(DEADLINE), "the upload never started"
+        (out / "r.html").mkdir()   # the page's name is a directory now: its move, the last, must fail
+        faults.release.set()
+        _, err = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err
+    assert "r.html: cannot replace it: it is no longer a regular file" in _one_line(err)
+    assert _objects(fs) == []
+    assert (out / "r.xlsx").read_bytes() == b"an earlier workbook"
+    assert sorted(os.listdir(out)) == ["r.html", "r.xlsx"] and os.listdir(out / "r.html") == []
+    assert os.listdir(tmp) == []
