@@ -18,7 +18,7 @@ from .describe import rank_row_count
 from .p2p_match import p2p_kernel_rows, p2p_tables
 from .quality import _clock_findings, _finding, _rank_findings, _story_findings, _world_size
 from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots, seq_contradiction
-from ..steps import STEPS_TABLE, coverage_findings, row_steps, step_coverage
+from ..steps import STEPS_TABLE, clock_step_findings, coverage_findings, row_steps, step_coverage
 from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
 
 
@@ -245,6 +245,7 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     coverage = step_coverage(steps, present, row_step, rank)
     if coverage is not None:
         quality += coverage_findings(coverage)
+        quality += clock_step_findings(clocks, steps, {res.rank: int(res.meta.get("base_ns") or 0) for res in results})
     p2p = p2p_tables(results, _applied_offsets(clocks), quality)   # nothing without send/recv
     tables = {"align.ranks": ranks_table, "align.collectives": out_df, "align.clocks": clocks,
               "align.quality": quality_table(quality)}

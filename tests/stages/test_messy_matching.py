@@ -16,7 +16,7 @@ import generate_fixture
 from streamtrace import extract, resolve_inputs
 from streamtrace.align.sequences import vote_pairs
 from streamtrace.align.stage import align_frames
-from streamtrace.steps import STEPS_TABLE
+from streamtrace.steps import STEPS_TABLE, clock_step_findings
 from streamtrace.stream.format import Kind, iter_frames
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
@@ -149,6 +149,25 @@ def test_true_clock_offset_recovered_from_partial_samples(tmp_path_factory, offs
     off = _offsets(tables)
     for r, true in truth["clock_offsets_ns"].items():
         assert abs((off[int(r)] - off[0]) - true) <= 2_000, (r, off, true)
+    # the steps start as far apart as the clocks are: no contradiction
+    assert "clock_offset_steps_disagree" not in set(tables["align.quality"]["category"])
+
+
+def test_step_starts_contradicting_an_offset_are_a_finding():
+    """Issue #41's wrong estimate: 617 ms from 4 pairs, while the two ranks'
+    steps start 0.2 ms apart on the clocks as recorded."""
+    import pandas as pd
+
+    clocks = pd.DataFrame({"rank": [0, 1], "offset_ns": [0, 617_000_000], "reference_rank": [0, 0],
+                           "collectives": [4, 4]})
+    step_ns = 600_000_000
+    per_rank = [(r, np.array([7, 8]), np.array([0, step_ns]) + 200_000 * r, np.array([step_ns, 2 * step_ns]))
+                for r in (0, 1)]
+    found = clock_step_findings(clocks, per_rank, {0: 0, 1: 0})
+    assert [f["rank"] for f in found] == [1] and found[0]["category"] == "clock_offset_steps_disagree"
+    assert "617000.0 us" in found[0]["message"] and "200.0 us apart" in found[0]["message"]
+    clocks.loc[1, "offset_ns"] = 150_000   # within the steps' agreement: no finding
+    assert clock_step_findings(clocks, per_rank, {0: 0, 1: 0}) == []
 
 
 def test_vote_prefers_the_offset_most_pairs_agree_on():
