@@ -643,7 +643,11 @@ def iter_frames(source, name=None):
         limit, env = limits.get(kind, (None, None))
         if limit is not None and length > limit:   # before it is read: a pipe's length is not known
             raise StreamFormatError(name, f"{KIND_NAMES[kind].upper()} frame {over('of', length, limit, env)}", pos)
-        payload = _read_payload(f, length)
+        try:
+            payload = _read_payload(f, length)
+        except MemoryError:   # a TABLE or unknown frame as long as the input says (a sparse file)
+            raise StreamFormatError(name, f"{KIND_NAMES.get(kind, f'kind {kind}').upper()} frame of {length} "
+                                          "bytes does not fit in memory", pos) from None
         if len(payload) < length:
             raise StreamFormatError(name, f"truncated stream (frame of {length} bytes cut at {len(payload)})", pos)
         if frame_crc(kind, rank, payload) != crc:
@@ -785,8 +789,8 @@ def table_names(path):
             kind, _, length, _, _ = _FRAME.unpack(head)
             if kind == Kind.TABLE:
                 try:
-                    (hlen,) = struct.unpack("<I", f.read(4))
-                    names.add(json.loads(f.read(min(hlen, length)))["name"])
+                    (hlen,) = struct.unpack("<I", f.read(4))   # a header lists columns: a few KB
+                    names.add(json.loads(f.read(min(hlen, length, max_frame_bytes())))["name"])
                 except (struct.error, ValueError, KeyError, TypeError):
                     break
             pos += _FRAME.size + length

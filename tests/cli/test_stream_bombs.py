@@ -200,7 +200,7 @@ def bases(tmp_path_factory):
     return out
 
 
-def run_child(argv, stdin=None, env=None):
+def run_child(argv, stdin=None, env=None, address_space=4 * GIB):
     """Run ``argv`` from a fresh Python parent, so that RUSAGE_CHILDREN's
     peak is this command's alone; its address space is capped so that a
     regression fails instead of filling the machine.  (code, stdout,
@@ -208,7 +208,7 @@ def run_child(argv, stdin=None, env=None):
     script = (
         "import os, resource, subprocess, sys, time\n"
         "def cap():\n"
-        f"    resource.setrlimit(resource.RLIMIT_AS, ({4 * GIB}, {4 * GIB}))\n"
+        f"    resource.setrlimit(resource.RLIMIT_AS, ({address_space}, {address_space}))\n"
         "stdin = open(sys.argv[1], 'rb') if sys.argv[1] else subprocess.DEVNULL\n"
         "t0 = time.monotonic()\n"
         "p = subprocess.run(sys.argv[2:], stdin=stdin, capture_output=True, preexec_fn=cap, timeout=120)\n"
@@ -339,3 +339,21 @@ def test_the_limits_bound_streams_read_not_frames_made_in_process(bases, tmp_pat
     assert read.stderr.strip().endswith("over the limit of 1024 bytes (raise it with STREAMTRACE_MAX_FRAME_BYTES)")
     assert len(read.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "out.stev").exists()
+
+
+def test_a_frame_longer_than_memory_is_one_line(bases, tmp_path):
+    """A TABLE frame (not limited: it costs what the input holds) of 4 GiB
+    in a sparse file, read with less memory than that: one line, exit 1."""
+    from streamtrace.stream.format import _FRAME, frame_crc
+
+    stream = tmp_path / "sparse.stev"
+    length = 4 * GIB
+    with open(stream, "wb") as f:
+        f.write(header_bytes() + _FRAME.pack(Kind.TABLE, 0, length, frame_crc(Kind.TABLE, 0, b""), 0))
+        f.seek(length, os.SEEK_CUR)
+        f.write(encode_frame(Kind.END, 0, b"{}"))
+    code, stdout, stderr, peak, seconds = run_child([BIN, "dump", str(stream), "--what", "meta"],
+                                                    address_space=GIB + GIB // 2)
+    assert code == 1, stderr[-2000:]
+    assert stderr.strip() == f"Error: {stream} at byte 16: TABLE frame of {length} bytes does not fit in memory"
+    assert seconds <= SECONDS
