@@ -256,17 +256,20 @@ def coverage_findings(coverage):
 
 def clock_step_findings(clocks, per_rank, base):
     """align.quality rows (finding dicts) for ranks whose estimated clock
-    offset the ProfilerStep starts contradict: ranks that start their shared
-    steps within a few ms of each other on the clocks as recorded cannot have
-    clocks much further apart, as steps are synchronised by their
-    collectives.  A contradiction is an offset further than half the median
-    step's length (at least 1 ms) from the median difference of the shared
-    steps' starts (``base``: {rank: base ns}, for the steps' times)."""
+    offset the ProfilerStep markers contradict.  Steps are synchronised by
+    their collectives: a late rank starts a step late (a straggler) but
+    hardly ends it late, or the reverse, so two ranks whose shared steps
+    start, or end, close together on the clocks as recorded cannot have
+    clocks much further apart.  A contradiction is an offset further than
+    half the median step's length (at least 1 ms) from both the median
+    difference of the shared steps' starts and that of their ends
+    (``base``: {rank: base ns}, for the steps' times)."""
     marked = _with_markers(per_rank)
     out = []
     if clocks is None or not len(clocks) or len(marked) < 2:
         return out
     starts = {r: dict(zip(n.tolist(), (s + base.get(r, 0)).tolist())) for r, (n, s, _) in marked.items()}
+    ends = {r: dict(zip(n.tolist(), (e + base.get(r, 0)).tolist())) for r, (n, _, e) in marked.items()}
     lengths = np.concatenate([e - s for _, s, e in marked.values()])
     bound = max(1_000_000, int(np.median(lengths)) // 2)
     for r, offset, ref, n in zip(clocks["rank"].tolist(), clocks["offset_ns"].tolist(),
@@ -277,11 +280,13 @@ def clock_step_findings(clocks, per_rank, base):
         if not shared:
             continue
         apart = float(np.median([starts[r][k] - starts[ref][k] for k in shared]))
-        if abs(offset - apart) > bound:
+        apart_end = float(np.median([ends[r][k] - ends[ref][k] for k in shared]))
+        if min(abs(offset - apart), abs(offset - apart_end)) > bound:
             out.append({"severity": "warning", "category": "clock_offset_steps_disagree", "rank": int(r), "pg": None,
                         "collective_id": None, "count": len(shared),
                         "message": f"rank {r}: its clock offset estimated from {n} collective end(s), "
                                    f"{offset / 1000:.1f} us from rank {ref}'s, disagrees with their "
-                                   f"{len(shared)} shared ProfilerStep(s), which start {apart / 1000:.1f} us apart "
-                                   "(median) on the clocks as recorded: the offset is doubtful"})
+                                   f"{len(shared)} shared ProfilerStep(s), which start {apart / 1000:.1f} us and end "
+                                   f"{apart_end / 1000:.1f} us apart (medians) on the clocks as recorded: the offset "
+                                   "is doubtful"})
     return out
