@@ -244,7 +244,8 @@ class RankReading:
         from .align.stage import align_options_table, match_ranks
         from .steps import TABLE as STEPS, step_table
 
-        tables = match_ranks(self.results(), align_clocks=align_clocks, gpus_per_node=gpus_per_node)
+        results = self.results()   # sets self.steps
+        tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=self.steps)
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
         tables[STEPS] = step_table(self.steps, tables)
         return tables
