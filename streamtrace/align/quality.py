@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from .p2p import odd_peers
+
 #: a rank whose median clock residual exceeds this is reported (ns)
 CLOCK_RESIDUAL_WARN_NS = 5_000
 #: estimated offsets above this, when not applied, are reported (ns)
@@ -67,8 +69,6 @@ def _rank_findings(results):
 def _p2p_findings(rank, peer, world):
     """A rank's send/recv ops whose peer is the rank itself or outside the
     world (``world``: the size the traces state, or None): never paired."""
-    from .p2p import odd_peers   # (p2p imports this module's neighbours: here, not at the top)
-
     out = []
     itself, outside = odd_peers(rank, peer, world)
     n = int(np.count_nonzero(itself))
