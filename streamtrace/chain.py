@@ -26,6 +26,7 @@ from .parallel.dask import as_executor
 from .parallel.executor import local_executor, stopping
 from .parallel.heap import give_back_freed_memory
 from .parallel.threads import interleaved, prefetched
+from .progress import phase, rank_reporters
 from .remote import is_url, local_path
 from .report.options import DEFAULT_AGG_METRICS, check_aggs
 from .stream.format import MAGIC, Kind, iter_frames, table_names
@@ -293,31 +294,14 @@ def _finish_rank(pair):
 
 
 def _rank_items(inputs, progress, executor):
-    """The map's items: (RankInput, progress callback).  No progress from
-    executors that ship the work (a callback here cannot be called there)."""
+    """The map's items: (RankInput, its progress callback: progress.rank_reporters).
+    None from executors that ship the work (a callback here cannot be called
+    there): a Progress then knows the ranks' sizes, and counts them read when
+    the reading is over."""
+    reporters = rank_reporters(progress, inputs)
     if not executor.shares_memory:
-        progress = None
-    return list(zip(inputs, _summed_progress(progress, len(inputs))))
-
-
-def _summed_progress(progress, n):
-    """Per-rank progress callbacks that report the sum over all ranks (the
-    ranks are read in parallel threads)."""
-    if progress is None:
-        return [None] * n
-    import threading
-
-    latest = [{} for _ in range(n)]
-    lock = threading.Lock()
-
-    def callback(i):
-        def report(counts):
-            with lock:
-                latest[i] = counts
-                progress({key: sum(c.get(key, 0) for c in latest) for key in ("bytes_consumed", "events_stored")})
-        return report
-
-    return [callback(i) for i in range(n)]
+        reporters = [None] * len(inputs)
+    return list(zip(inputs, reporters))
 
 
 def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=None, gpus_per_node=None,
@@ -552,6 +536,7 @@ def _collective_report(a, files_only):
                    gpus_per_node=a["gpus_per_node"], all2allv_heatmap=a["all2allv_heatmap"], strict=a["strict"],
                    world_size=a["world_size"])
     xlsx, csvs, page = a["output_xlsx_path"], a["output_csvs_dir"], a["output_html_path"]
+    phase(a["progress"], "writing sheets")
     if files_only and csvs and not xlsx and not page:
         sheets, paths_written = _report_into_csvs(report, tables, csvs, options)
         return _with_confidence(sheets, tables), paths_written
