@@ -24,7 +24,10 @@ orders one rank's halves but does not name the pair.
 
 Tables (only when the run has point-to-point ops):
 ``align.p2p``            one row per matched pair
-``align.p2p_unmatched``  one row per half without a partner, and why
+``align.p2p_unmatched``  one row per half without a partner, and why (the
+                         first UNMATCHED_MAX_ROWS; the rest counted in
+                         align.quality); a peer that is the rank itself or
+                         outside the world, or a missing kernel, is a reason
 ``align.pipeline``       per rank and step: P2P wait, bubbles, stage work, the
                          peer waited for most, and which stage bounds the pipeline
 

@@ -51,9 +51,9 @@ def p2p_tables(results, offsets=None, quality=None):
     """``{"align.p2p", "align.p2p_unmatched", "align.pipeline"}`` DataFrames
     from every rank's RankResult, or {} when no rank has point-to-point ops.
     ``offsets``: {rank: clock offset in ns applied to the other tables} (the
-    times here are on the same clock).  ``quality``: a list of findings the
-    point-to-point ones are appended to (peers that are the rank itself or
-    outside the world, the cap on p2p_unmatched's rows)."""
+    times here are on the same clock).  ``quality``: a list of findings that
+    of the cap on p2p_unmatched's rows is appended to, when it cuts (odd
+    peers are the ranks' findings: ``quality._p2p_findings``)."""
     have = [r for r in results if getattr(r, "p2p", None) is not None]
     if not have:
         return {}
@@ -65,12 +65,9 @@ def p2p_tables(results, offsets=None, quality=None):
     h = _halves(have, base0, offsets)
     itself, outside = odd_peers(h["rank"], h["peer"], world)
     code, reasons, pairs = _match(h, present, world, itself, outside)
-    findings = []   # (odd peers are data_quality rows of the ranks: quality._p2p_findings)
     unmatched_df, total = _unmatched_table(h, code, reasons, max_rows)
-    if total > len(unmatched_df):
-        findings.append(_capped_finding(code, reasons, total, len(unmatched_df), max_rows))
-    if quality is not None:
-        quality.extend(findings)
+    if total > len(unmatched_df) and quality is not None:
+        quality.append(_capped_finding(code, reasons, total, len(unmatched_df), max_rows))
     pairs_df = _pairs_table(h, pairs)
     pipeline_df = _pipeline_table(have, h, pairs, (h["peer"] >= 0) & ~itself & ~outside)
     return {"align.p2p": pairs_df, "align.p2p_unmatched": unmatched_df, "align.pipeline": pipeline_df}
