@@ -12,6 +12,7 @@ whether the estimated per-rank clock offsets are applied before waiting is
 read from start times.  docs/confidence.md is the one page that describes
 both, with the numbers below.
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +46,6 @@ FEW_MATCHED_SHARE = 0.5
 #: when the collective report's ``align.*`` tables keep TraceLens's clocks
 BLOCKING_CLOCKS = "blocking.clocks"
 
-_P2P_KINDS = ("send", "recv")
 TABLE_COLUMNS = ["check", "level", "value", "detail"]
 
 
@@ -144,9 +144,10 @@ class Confidence:
 
 # ====================================================================== the clock rule
 
-def clock_rule(tables):
+def clock_rule(tables, rows=None):
     """The clock rule (docs/confidence.md) over a run's ``align.clocks`` and
-    ``align.collectives``, applied or not: a ``ClockRule``."""
+    ``align.collectives``, applied or not: a ``ClockRule``.  ``rows``:
+    align.collectives without its point-to-point rows, when known."""
     clocks = tables.get("align.clocks")
     if clocks is None or not len(clocks):
         return ClockRule("none")
@@ -155,7 +156,7 @@ def clock_rule(tables):
         return ClockRule("none")
     offsets = est["offset_ns"].astype(np.int64)
     spread = int(offsets.max() - offsets.min())
-    skew = _median_skew(tables.get("align.collectives"))
+    skew = _median_skew(_collective_rows(tables.get("align.collectives")) if rows is None else rows)
     collectives = int(est["collectives"].min())
     residual = float(pd.to_numeric(est["residual_ns"], errors="coerce").max())
     rule = ClockRule("small", spread, skew, collectives, residual)
@@ -166,30 +167,39 @@ def clock_rule(tables):
     return rule
 
 
-def _median_skew(collectives):
+def _median_skew(df):
     """The median spread of start times, on the clocks as recorded, over the
-    implicit-sync collectives with two or more members (all collectives when
-    there are none of those)."""
-    df = _collective_rows(collectives)
+    implicit-sync collectives (rows of align.collectives but point-to-point
+    ones) with two or more members (all collectives when there are none of
+    those)."""
     if df is None or not len(df):
         return 0.0
-    start = df["ts_aligned_ns"].astype(np.int64) + df["clock_offset_ns"].astype(np.int64)
-    frame = pd.DataFrame({"instance": df["instance"].to_numpy(), "start": start.to_numpy(),
-                          "sync": df["implicit_sync"].astype(bool).to_numpy()})
-    g = frame.groupby("instance")
-    per = pd.DataFrame({"skew": g["start"].max() - g["start"].min(), "n": g.size(), "sync": g["sync"].any()})
-    per = per[per["n"] > 1]
-    if per["sync"].any():
-        per = per[per["sync"]]
-    return float(per["skew"].median()) if len(per) else 0.0
+    order, starts = _instances(df)
+    start = (df["ts_aligned_ns"].to_numpy(np.int64) + df["clock_offset_ns"].to_numpy(np.int64))[order]
+    skew = np.maximum.reduceat(start, starts) - np.minimum.reduceat(start, starts)
+    size = np.diff(np.r_[starts, len(order)])
+    sync = np.logical_or.reduceat(df["implicit_sync"].to_numpy(bool)[order], starts)
+    keep = size > 1
+    if (keep & sync).any():
+        keep &= sync
+    return float(np.median(skew[keep])) if keep.any() else 0.0
+
+
+def _instances(df):
+    """(the rows' order by instance, where each instance starts in it)."""
+    inst = df["instance"].to_numpy(np.int64)
+    order = np.argsort(inst, kind="stable")   # align writes them sorted: a quick pass
+    inst = inst[order]
+    return order, np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
 
 
 def _collective_rows(collectives):
     """align.collectives without point-to-point rows."""
     if collectives is None or not len(collectives):
         return None
-    p2p = collectives["kind"].astype(str).isin(_P2P_KINDS) | (collectives["match_method"].astype(str) == "p2p")
-    return collectives[~p2p]
+    # align matches every send/recv kernel (batch_isend_irecv's too) as "p2p", never as a collective
+    p2p = collectives["match_method"].isin(["p2p"]).to_numpy(bool)
+    return collectives[~p2p] if p2p.any() else collectives
 
 
 # ====================================================================== the model
@@ -237,12 +247,13 @@ def assess(tables, clocks_used=None):
         if multi < FEW_COLLECTIVES:
             reasons.append(Reason("evidence", "medium", multi, f"the answer rests on {multi} collective(s) matched "
                                                                f"across ranks (fewer than {FEW_COLLECTIVES})"))
-        with_none = [r for r in present if r not in set(rows["rank"].astype(int).tolist())]
+        holding = set(np.unique(rows["rank"].to_numpy(np.int64)).tolist())
+        with_none = [r for r in present if r not in holding]
         if with_none:
             reasons.append(Reason("ranks without collectives", "medium", len(with_none),
                                   f"{len(with_none)} of {len(present)} ranks present hold no collective kernels "
                                   f"({_rank_words(with_none)})"))
-    rule = clock_rule(tables)
+    rule = clock_rule(tables, rows)
     applied = _applied(tables.get("align.clocks"))
     words = "clock offsets applied" if applied else "clocks as recorded"
     if rule.state == "unreliable" and not applied:
@@ -289,29 +300,27 @@ def _matching(rows, present, world):
     from .collectives import parse_rank_list
 
     present = set(present)
-    cache = {}
 
-    def members_present(text, size):
-        if text not in cache:
-            listed, truncated = parse_rank_list(text) if isinstance(text, str) else (None, False)
-            cache[text] = None if listed is None or truncated else len(present.intersection(listed))
-        n = cache[text]
-        return n if n is not None else min(size, len(present))
+    def members_present(text):
+        """How many of a rank list's ranks are present (NaN: no complete list)."""
+        listed, truncated = parse_rank_list(text)
+        return math.nan if listed is None or truncated else len(present.intersection(listed))
 
     expected = pd.to_numeric(rows["group_size"], errors="coerce")
-    if world:   # traces without process groups (one group, "all"): every rank is a member
-        expected = expected.where(expected.notna() | (rows["pg"].astype(str) != "all"), world)
-    frame = pd.DataFrame({"instance": rows["instance"].to_numpy(), "cid": rows["collective_id"].astype(str).to_numpy(),
-                          "members": rows["participants"].to_numpy(np.int64),
-                          "expected": expected.to_numpy(np.float64), "pg_ranks": rows["pg_ranks"].to_numpy(object)})
-    per = frame.groupby("instance").agg(cid=("cid", "first"), members=("members", "max"),
-                                        expected=("expected", "max"), pg_ranks=("pg_ranks", "first"))
-    expected = per["expected"].where(per["expected"].notna(), per["members"])
-    here = [members_present(t, e) for t, e in zip(per["pg_ranks"].tolist(), expected.tolist())]
-    full = int((per["members"].to_numpy() >= np.array(here, dtype=np.float64)).sum())
-    mostly_absent = per["members"] < MOSTLY_ABSENT_SHARE * expected
-    multi = int((per["members"] > 1).sum())
-    return len(per), full, multi, frozenset(per.loc[mostly_absent, "cid"].tolist())
+    if world and expected.isna().any():   # traces without process groups (one group, "all"): every rank is a member
+        expected = expected.where(expected.notna() | ~rows["pg"].isin(["all"]), world)
+    order, starts = _instances(rows)
+    members = np.maximum.reduceat(rows["participants"].to_numpy(np.int64)[order], starts)
+    expected = np.fmax.reduceat(expected.to_numpy(np.float64)[order], starts)   # NaN: unknown
+    expected = np.where(np.isnan(expected), members, expected)
+    first = order[starts]
+    codes, texts = pd.factorize(rows["pg_ranks"].to_numpy(object)[first])   # -1: no list
+    listed = np.array([members_present(t) for t in texts.tolist()] + [math.nan], dtype=np.float64)[codes]
+    here = np.where(np.isnan(listed), np.minimum(expected, len(present)), listed)
+    full = int((members >= here).sum())
+    mostly_absent = members < MOSTLY_ABSENT_SHARE * expected
+    multi = int((members > 1).sum())
+    return len(starts), full, multi, frozenset(rows["collective_id"].astype(str).to_numpy()[first[mostly_absent]])
 
 
 def _step_reason(steps):
