@@ -239,14 +239,23 @@ class RankReading:
         _check_distinct_ranks(self.inputs, results)
         return results
 
-    def tables(self, align_clocks=None, gpus_per_node=None):
+    def tables(self, align_clocks=None, gpus_per_node=None, p2p_clocks="align"):
         """The ``align.*`` tables of the ranks (waits for them), and their
-        profiler steps (``steps.TABLE``)."""
+        profiler steps (``steps.TABLE``).  ``p2p_clocks``: the clocks of the
+        point-to-point tables (streamtrace's own analysis): "align", those
+        of the other tables; else as ``_correlated_tables``' blocking_clocks
+        (None: the clock rule)."""
+        from .align.p2p_match import P2P_TABLE_NAMES
         from .align.stage import align_options_table, match_ranks
+        from .confidence import BLOCKING_CLOCKS
         from .steps import TABLE as STEPS, step_table
 
         results = self.results()   # sets self.steps
         tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node, steps=self.steps)
+        if p2p_clocks != "align" and any(name in tables for name in P2P_TABLE_NAMES):
+            own = _blocking_align(results, tables, p2p_clocks, gpus_per_node, self.steps)
+            tables.update({name: own[name] for name in P2P_TABLE_NAMES if name in own})
+            tables[BLOCKING_CLOCKS] = own["align.clocks"]
         tables["align.options"] = align_options_table(align_clocks, gpus_per_node)
         tables[STEPS] = step_table(self.steps, tables)
         return tables
@@ -619,7 +628,8 @@ def _report_tables(inputs, a):
     except BaseException as exc:
         reading.close(wait=not stopping(exc))
         raise
-    return reading.tables(align_clocks, a["gpus_per_node"]), report
+    # the point-to-point sheets are streamtrace's own analysis: the clock rule unless told
+    return reading.tables(align_clocks, a["gpus_per_node"], p2p_clocks=a["align_clocks"]), report
 
 
 def _report_into_csvs(report, tables, directory, options):
