@@ -137,3 +137,17 @@ def test_collective_report_says_which_clocks_each_sheet_used(offsets, tmp_path):
                "-q").returncode == 0
     for sheet in ("nccl_implicit_sync.csv", "straggler_summary.csv", "nccl_long.csv"):
         assert (out / sheet).read_bytes() == (plain / sheet).read_bytes(), sheet
+
+
+def test_a_stream_aligned_already_keeps_its_clocks_and_says_so(offsets, tmp_path):
+    aligned = tmp_path / "aligned.stev"
+    ext = subprocess.run(f"'{BIN}' extract --trace_dir '{offsets}' --world_size 4 -q | '{BIN}' align -q -o '{aligned}'",
+                         shell=True, capture_output=True, text=True, timeout=300)
+    assert ext.returncode == 0, ext.stderr
+    res = run("blockers", aligned, "--align_clocks")
+    assert res.returncode == 0, res.stderr
+    assert "the stream was aligned already: --align_clocks/--no-align_clocks has no effect on it" in res.stderr
+    # align's own default (on across nodes; one node here) kept the clocks: the confidence says what that costs
+    first, reason = res.stdout.splitlines()[:2]
+    assert first.startswith("Confidence: medium (") and first.endswith("clocks as recorded)")
+    assert "are well determined" in reason and "but not applied" in reason
