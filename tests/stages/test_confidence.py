@@ -181,3 +181,14 @@ def test_reasons_name_their_numbers():
     c = conf.assess({"align.ranks": ranks})
     assert c.level == "low" and c.ranks_words() == "2 of 128 ranks"
     assert "only 2 of 128 ranks are present (absent: 2-127)" in c.reasons[0].text
+
+
+def test_blockers_says_a_tie_as_one():
+    from streamtrace.correlate.stage import blockers_text
+
+    rows = [dict(collective_id=str(i), late_rank=r, delta_us=100.0, blame_us=50.0, host_launch_lateness_us=100.0,
+                 gpu_dependency_wait_us=0.0, gpu_backlog_us=0.0) for i, r in enumerate([4, 5, 7])]
+    c = conf.Confidence("high", ranks_present=8, world_size=8, collectives=3, matched_full=3)
+    text = blockers_text({"collective_blockers": pd.DataFrame(rows)}, confidence=c)
+    assert ("Straggler: a tie: ranks 4, 5 and 7 were each last to arrive at 1 of 3 collectives, among the 8 of 8 "
+            "ranks present; others waited 100.0 us for each") in text.splitlines()
