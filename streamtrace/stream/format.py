@@ -31,7 +31,7 @@ from .._native import COMM_DTYPE, EVENT_DTYPE, FLAGS, FORMAT_VERSION, KERNEL_DTY
 from ..errors import StreamFormatError, TraceError, os_reason
 from ..parallel.threads import prefetched
 from ..remote import is_url, local_path
-from .limits import FRAME_ENV, SUMMARY_ENV, LimitError, max_frame_bytes, max_summary_bytes, over
+from .limits import FRAME_ENV, LimitError, max_frame_bytes, max_summary_bytes, over
 from .packing import PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
 from .summaries import ANNOUNCE, SummaryError, decode_summary, encode_summary, summary_header
 
@@ -716,10 +716,12 @@ def _unpacked(frames, kinds):
 def _limits():
     """{kind: (the most bytes a frame of it may hold, packed or unpacked;
     the variable that sets it)}.  Not TABLE frames, which are not packed
-    (they cost what they hold, and a big run's tables are big), nor unknown
-    kinds: the input's own size bounds those."""
-    frame, summary = (max_frame_bytes(), FRAME_ENV), (max_summary_bytes(), SUMMARY_ENV)
-    return {**{kind: frame for kind in (*Kind.RECORDS, Kind.STRINGS, Kind.META, Kind.END)}, Kind.SUMMARY: summary}
+    (they cost what they hold, and a big run's tables are big), SUMMARY
+    frames (their limit is on what their zstd part unpacks to: checked when
+    one is decoded), nor unknown kinds: the input's own size bounds those."""
+    frame = (max_frame_bytes(), FRAME_ENV)
+    max_summary_bytes()   # a bad setting is one line at once, not at the first summary
+    return {kind: frame for kind in (*Kind.RECORDS, Kind.STRINGS, Kind.META, Kind.END)}
 
 
 def _regular_size(f):

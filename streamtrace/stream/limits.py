@@ -14,8 +14,11 @@ from ..errors import StreamtraceError
 
 #: EVENTS, KERNELS, COMMS, STRINGS, META and END frames: payload and unpacked size
 FRAME_ENV, FRAME_DEFAULT = "STREAMTRACE_MAX_FRAME_BYTES", 16 << 20
-#: SUMMARY frames: payload and unpacked size (a big rank's summary is tens of MB)
-SUMMARY_ENV, SUMMARY_DEFAULT = "STREAMTRACE_MAX_SUMMARY_BYTES", 256 << 20
+#: SUMMARY frames: the size their zstd part unpacks to (about 2.5 bytes per
+#: event of the rank: ~20 million events; a JSON value of that size takes
+#: three times as much to parse).  Their other parts are stored as they
+#: are: they cost what the input holds, as TABLE frames do
+SUMMARY_ENV, SUMMARY_DEFAULT = "STREAMTRACE_MAX_SUMMARY_BYTES", 48 << 20
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 

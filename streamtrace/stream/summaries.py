@@ -159,34 +159,41 @@ def decode_summary(payload):
         declared = zstandard.frame_content_size(body)
         if declared != total:
             raise SummaryError(f"its zstd frame holds {declared} bytes, not the {total} its layout says")
-        raw = bytearray(total)   # decompressed in place: one copy of the value in memory, not two
+        # decompressed in place, the JSON and the arrays into buffers of
+        # their own: json.loads reads the first as it is (no copy of it)
+        tree, packed_arrays = bytearray(tree_bytes), bytearray(total - tree_bytes)
         with zstandard.ZstdDecompressor().stream_reader(body) as reader:
-            got = reader.readinto(raw) if total else 0
-            while got < total:
-                more = reader.readinto(memoryview(raw)[got:])
-                if not more:
-                    break
-                got += more
-            extra = reader.read(1)
+            whole = _fill(reader, tree) and _fill(reader, packed_arrays) and not reader.read(1)
     except zstandard.ZstdError as exc:
         raise SummaryError(f"packed part does not decompress ({exc})") from None
     except MemoryError:
         raise SummaryError(f"its layout of {total} bytes does not fit in memory") from None
-    if got != total or extra:
+    if not whole:
         raise SummaryError(f"packed part does not hold the {total} bytes its layout says")
     arrays = []
     for (dtype, shape, delta), at_ in zip(specs, offsets):
-        a = np.frombuffer(raw, dtype=dtype, count=math.prod(shape), offset=at_).reshape(shape)
-        arrays.append(np.cumsum(a, dtype=dtype) if delta else a)
+        a = np.frombuffer(packed_arrays, dtype=dtype, count=math.prod(shape), offset=at_ - tree_bytes)
+        arrays.append(np.cumsum(a, dtype=dtype).reshape(shape) if delta else a.reshape(shape))
     blobs, at = [], at + packed
     for n in sizes:
         blobs.append(bytes(payload[at:at + n]))
         at += n
     try:
-        value = _Decoder(arrays, blobs).value(json.loads(bytes(raw[:tree_bytes])))
+        value = _Decoder(arrays, blobs).value(json.loads(tree))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise SummaryError(f"malformed value ({exc!r})") from None
     return header["name"], version, value
+
+
+def _fill(reader, buf):
+    """Whether ``reader`` filled ``buf`` (a zstd stream reader, read into place)."""
+    view, got = memoryview(buf), 0
+    while got < len(buf):
+        more = reader.readinto(view[got:])
+        if not more:
+            return False
+        got += more
+    return True
 
 
 def _array_spec(dtype, shape, *coding):

@@ -58,11 +58,13 @@ def packed(count, size, body):
     return packing.ENVELOPE.pack(count, packing.CODEC_ZSTD, size) + body
 
 
-def with_frames(base, first, last=()):
+def with_frames(base, first, last=(), meta=False):
     """Stream ``base`` with ``first`` (encoded frames) before its first
-    frame of rank 0 and ``last`` right after it."""
+    frame of rank 0's own (not a table), or its META frame with ``meta``,
+    and ``last`` right after that frame."""
     frames = list(iter_frames(base))
-    at = next(i for i, f in enumerate(frames) if f.rank == 0 and f.kind != Kind.END)
+    at = next(i for i, f in enumerate(frames)
+              if f.rank == 0 and (f.kind == Kind.META if meta else f.kind not in (Kind.END, Kind.TABLE)))
     out = [header_bytes()]
     for i, f in enumerate(frames):
         if i == at:
@@ -357,3 +359,38 @@ def test_a_frame_longer_than_memory_is_one_line(bases, tmp_path):
     assert code == 1, stderr[-2000:]
     assert stderr.strip() == f"Error: {stream} at byte 16: TABLE frame of {length} bytes does not fit in memory"
     assert seconds <= SECONDS
+
+
+def _announcement(size):
+    """An announcement whose JSON value (a list of one string) is ``size`` bytes."""
+    body = zstd_frame(size, b'["', b"a", b'"]')
+    header = (b'{"name":"summaries","version":1,"value_bytes":%d,"arrays":[],"packed":%d,"blobs":[]}'
+              % (size, len(body)))
+    return encode_frame(Kind.SUMMARY, 0, struct.pack("<I", len(header)) + header + body)
+
+
+@pytest.mark.parametrize("command,case", [("align", "events"), ("report", "events"), ("correlate", "events"),
+                                          ("align", "summary"), ("correlate", "summary")])
+def test_frames_right_at_the_limits_stay_within_the_bound(bases, tmp_path, command, case):
+    """What the defaults let through costs a command less than PEAK_MB:
+    six EVENTS frames of 16 MiB each (a million events in 30 KB, string
+    ids 0), or an announcement of 48 MiB."""
+    from streamtrace.stream.limits import FRAME_DEFAULT, SUMMARY_DEFAULT
+
+    if case == "events":
+        n = FRAME_DEFAULT // 96
+        events = encode_frame(Kind.EVENTS, 0, packed(n, n * 96, zstd_frame(n * 96)))
+        if command == "correlate":   # before rank 0's META frame: the aligned stream's event indices stay right
+            data = with_frames(base(bases, command), [events] * 6, meta=True)
+        else:   # after rank 0's first STRINGS frame
+            data = with_frames(base(bases, command), [], [events] * 6)
+    else:
+        data = with_frames(base(bases, command, summarized=True), [_announcement(SUMMARY_DEFAULT)])
+    stream = tmp_path / "at_the_limits.stev"
+    stream.write_bytes(data)
+    (tmp_path / "out").mkdir()
+    name, *args = [a.format(out=tmp_path / "out") for a in COMMANDS[command]]
+    code, _, stderr, peak, seconds = run_child([BIN, name, str(stream), *args])
+    assert code == 0, stderr[-2000:]
+    assert peak <= PEAK_MB, f"{command}: peak RSS {peak} MB"
+    assert seconds <= SECONDS, f"{command}: {seconds:.1f} s"
