@@ -137,13 +137,17 @@ def test_issue41_shape_collective_report_says_no_clock_disagreement(issue41, tmp
 # ---------------------------------------------------------------------- true offsets are still found
 
 
+@pytest.mark.parametrize("markers", [True, False], ids=["steps", "no_steps"])
 @pytest.mark.parametrize("offset_us", [10, 1_000, 100_000, 1_000_000])
-def test_true_clock_offset_recovered_from_partial_samples(tmp_path_factory, offset_us):
+def test_true_clock_offset_recovered_from_partial_samples(tmp_path_factory, tmp_path, offset_us, markers):
     """A real clock offset (10 us to 1 s) of ranks 1 and 3, each rank a
     different 80 % sample of three steps (old layout: no Seq): the offsets
-    and the true pairs."""
+    and the true pairs, with the step markers and without them."""
     d, truth = _gen(tmp_path_factory, f"off{offset_us}", ranks=4, steps=3, layout="old", fill_ops=12, seed=7,
                     sample_fraction=0.8, clock_offsets_us=[0, offset_us, 0, offset_us])
+    if not markers:
+        _strip_step_markers(d, str(tmp_path / "bare"))
+        d = str(tmp_path / "bare")
     tables = _align(d)
     assert_true_pairs(tables["align.collectives"], truth)
     off = _offsets(tables)
