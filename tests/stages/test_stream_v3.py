@@ -383,3 +383,64 @@ def test_a_stage_that_fails_midway_leaves_no_read_ahead_thread(run, tmp_path):
         assert res.exit_code == 1 and "corrupt EVENTS frame" in res.output, res.output
         assert not [t for t in threading.enumerate() if t.name == "streamtrace-unpack"]
         assert not (tmp_path / "out.stev").exists()
+
+
+def _rewritten(src, change):
+    """Stream ``src`` with each frame's payload replaced by ``change(frame)``
+    (None: kept), under correct checksums."""
+    from streamtrace.stream.format import encode_frame, header_bytes
+
+    out = [header_bytes()]
+    for f in iter_frames(src):
+        payload = change(f)
+        out.append(encode_frame(f.kind, f.rank, bytes(f.payload) if payload is None else payload))
+    return b"".join(out)
+
+
+def test_ids_are_checked_against_the_strings_and_events_before_the_frame(run):
+    """Every frame's records reach exactly the ids the frames before them
+    define (extract writes them that way); one past is refused, by
+    read_stream and by a frame's records() alike, naming the frame."""
+    from streamtrace import StreamFormatError
+
+    d, _ = run
+    strings, events, seen = {}, {}, 0
+    for f in iter_frames(str(d / "run.stev")):
+        if f.kind == Kind.STRINGS:
+            strings[f.rank] = strings.get(f.rank, 0) + f.count()
+        elif f.kind in Kind.RECORDS:
+            assert f.bounds == (strings.get(f.rank, 0), events.get(f.rank, 0))
+            f.records()
+            seen += 1
+            if f.kind == Kind.EVENTS:
+                events[f.rank] = events.get(f.rank, 0) + f.count()
+    assert seen > 4
+
+    def one_past(f):
+        if f.kind != Kind.KERNELS or f.rank != 1 or one_past.done:
+            return None
+        records = f.records().copy()
+        records["event"][-1] = f.bounds[1]   # the first index no event has yet
+        one_past.done = True
+        return packing.pack_records(records)
+    one_past.done = False
+    data = _rewritten(str(d / "run.stev"), one_past)
+    with pytest.raises(StreamFormatError, match=r"at byte \d+: KERNELS frame of rank 1: record \d+'s event is "
+                                                r"\d+, but the rank has \d+ events before this frame"):
+        read_stream(data)
+
+
+def test_a_strings_frame_must_hold_the_count_of_its_envelope(run):
+    from streamtrace import StreamFormatError
+
+    d, _ = run
+
+    def miscounted(f):
+        if f.kind != Kind.STRINGS or f.rank != 0:
+            return None
+        count, raw = packing.unpack_bytes(f.payload)
+        return packing.pack_bytes(count + 1, raw)   # ids up to count would pass the records' check
+    data = _rewritten(str(d / "run.stev"), miscounted)
+    with pytest.raises(StreamFormatError, match=r"corrupt STRINGS frame \(it holds (\d+) strings, its envelope "
+                                                r"says \d+\)"):
+        read_stream(data)
