@@ -2,14 +2,13 @@
 checksums are right but whose contents are hostile -- frames that inflate to
 gigabytes, impossible record counts, huge strings and metadata, string ids
 and event indices outside the rank's tables.  Each runs through the real
-commands, in a child whose peak RSS (wait4) and time are measured: exit 1,
-one line naming the stream and the limit or the field, no output left."""
+commands, in a child whose peak RSS (RUSAGE_CHILDREN of a fresh parent)
+and time are measured: exit 1, one line naming the stream and the limit or
+the field, no output left."""
 import os
-import resource
 import struct
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -34,22 +33,16 @@ def zstd_frame(size, prefix=b"", fill=b"\0", suffix=b""):
     compression time."""
     assert len(prefix) + len(suffix) <= size
     out = [struct.pack("<IB", 0xFD2FB528, 0xE0), struct.pack("<Q", size)]   # single segment, 8-byte size
-    blocks, block = [], 128 << 10
-    for raw in (prefix,):
-        for i in range(0, len(raw), block):
-            blocks.append((0, raw[i:i + block], len(raw[i:i + block])))
+    block = 128 << 10   # the most a block may hold
+    raw = lambda data: [(0, data[i:i + block], len(data[i:i + block])) for i in range(0, len(data), block)]
     left = size - len(prefix) - len(suffix)
-    while left:
-        n = min(block, left)
-        blocks.append((1, fill, n))
-        left -= n
-    for i in range(0, len(suffix), block):
-        blocks.append((0, suffix[i:i + block], len(suffix[i:i + block])))
+    rle = [(1, fill, min(block, left - i)) for i in range(0, left, block)]   # one byte, repeated n times
+    blocks = raw(prefix) + rle + raw(suffix)
     for i, (typ, body, n) in enumerate(blocks):
         last = i == len(blocks) - 1
         out.append((last | typ << 1 | n << 3).to_bytes(3, "little") + body)
     if not blocks:
-        out.append((1).to_bytes(3, "little"))
+        out.append((1).to_bytes(3, "little"))   # an empty last raw block
     return b"".join(out)
 
 
@@ -114,9 +107,8 @@ def _meta_bomb():
     return encode_frame(Kind.META, 0, packed(1, size, zstd_frame(size, b'{"x":"', b"a", b'"}')))
 
 
-def _summary_bomb():
-    """An announcement whose JSON value inflates to 1 GiB."""
-    size = GIB
+def _announcement(size):
+    """A summaries' announcement whose JSON value (a list of one string) is ``size`` bytes."""
     body = zstd_frame(size, b'["', b"a", b'"]')
     header = (b'{"name":"summaries","version":1,"value_bytes":%d,"arrays":[],"packed":%d,"blobs":[]}'
               % (size, len(body)))
@@ -137,7 +129,7 @@ BOMBS = {   # name -> (frames put first, what the error line says)
     "kernels_2_32": (_kernels_count_max, r"KERNELS frame unpacks to 206158430160 bytes.*STREAMTRACE_MAX_FRAME_BYTES"),
     "string_1gib": (_string_bomb, r"STRINGS frame unpacks to 1073741836 bytes.*STREAMTRACE_MAX_FRAME_BYTES"),
     "meta_500mb": (_meta_bomb, r"META frame unpacks to 524288000 bytes.*STREAMTRACE_MAX_FRAME_BYTES"),
-    "summary_1gib": (_summary_bomb, r"SUMMARY frame unpacks to 1073741824 bytes.*STREAMTRACE_MAX_SUMMARY_BYTES"),
+    "summary_1gib": (lambda: _announcement(GIB), r"SUMMARY frame unpacks to 1073741824 bytes.*STREAMTRACE_MAX_SUMMARY_BYTES"),
     "wire_20mib": (_frame_over_the_limit_on_the_wire, r"EVENTS frame of 20971\d+ bytes.*STREAMTRACE_MAX_FRAME_BYTES"),
 }
 
@@ -359,14 +351,6 @@ def test_a_frame_longer_than_memory_is_one_line(bases, tmp_path):
     assert code == 1, stderr[-2000:]
     assert stderr.strip() == f"Error: {stream} at byte 16: TABLE frame of {length} bytes does not fit in memory"
     assert seconds <= SECONDS
-
-
-def _announcement(size):
-    """An announcement whose JSON value (a list of one string) is ``size`` bytes."""
-    body = zstd_frame(size, b'["', b"a", b'"]')
-    header = (b'{"name":"summaries","version":1,"value_bytes":%d,"arrays":[],"packed":%d,"blobs":[]}'
-              % (size, len(body)))
-    return encode_frame(Kind.SUMMARY, 0, struct.pack("<I", len(header)) + header + body)
 
 
 @pytest.mark.parametrize("command,case", [("align", "events"), ("report", "events"), ("correlate", "events"),
