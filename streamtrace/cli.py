@@ -120,8 +120,9 @@ def scheduler_option(fn):
 @contextlib.contextmanager
 def cluster_executor(scheduler, jobs, items=None):
     """The executor ``--scheduler`` asks for (None without it: each command's
-    local default), closed when the command ends."""
-    if not scheduler:
+    local default), closed when the command ends.  An empty ``--scheduler ''``
+    is refused by open_executor, not taken as no scheduler."""
+    if scheduler is None:
         yield None
         return
     from .parallel.dask import open_executor, quiet_logs
