@@ -23,6 +23,7 @@ from .io.outputs import check_suffix, refuse_input_as_output, stdout_buffer
 from .io.outputs import committed as outputs_committed
 from .errors import Interrupted, StreamtraceError, os_reason
 from .io.ranks import DEFAULT_RANK_REGEX, MAX_WORLD_SIZE, resolve_inputs
+from .progress import echo, progress_for, shown
 from .remote import redact_text
 from .stream.format import MAX_RANK
 
@@ -34,7 +35,7 @@ log = logging.getLogger("streamtrace")
 class _StderrHandler(logging.Handler):
     def emit(self, record):
         prefix = "warning: " if record.levelno == logging.WARNING else ""
-        click.echo(f"{prefix}{redact_text(record.getMessage())}", err=True)   # no URL credentials
+        echo(f"{prefix}{redact_text(record.getMessage())}")   # no URL credentials; above a progress bar
 
 
 def _setup_logging(quiet):
@@ -177,28 +178,6 @@ def _resolve(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size
                           rank_regex=rank_regex, world_size=world_size, allow_missing_ranks=allow_missing_ranks)
 
 
-def _progress_printer(quiet):
-    if quiet or not sys.stderr.isatty():
-        return None
-    state = {"last": 0}
-
-    def show(counts):
-        mb = counts["bytes_consumed"] >> 20
-        if mb - state["last"] >= 64:
-            state["last"] = mb
-            show.shown = True
-            click.echo(f"\r  {mb} MiB read, {counts['events_stored']:,} events", err=True, nl=False)
-
-    show.shown = False
-    return show
-
-
-def _end_progress(progress):
-    """End the progress line, if one was shown, before the next message."""
-    if progress is not None and progress.shown:
-        click.echo("", err=True)
-
-
 # ------------------------------------------------------------------ commands
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -256,9 +235,10 @@ def extract(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size,
             raise click.UsageError("--rank goes with a single input path")
         inputs[0].rank = rank
     _check_stream_output(output, [i.path for i in inputs])
-    with cluster_executor(scheduler, jobs, len(inputs)) as executor, stream_output(output) as out:
+    with shown(progress_for(quiet)) as progress, cluster_executor(scheduler, jobs, len(inputs)) as executor, \
+            stream_output(output) as out:
         extract_api(inputs, out, world_size=world_size, keep_pyfunc=keep_pyfunc, jobs=jobs,
-                    strict=strict, progress=_progress_printer(quiet), executor=executor, summaries=summaries)
+                    strict=strict, progress=progress, executor=executor, summaries=summaries)
 
 
 @main.command()
@@ -560,8 +540,8 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
         raise click.UsageError("--world_size is required with --trace_dir, --trace_pattern and --trace_glob "
                                "(as in TraceLens)")
     _setup_logging(quiet)
-    progress = _progress_printer(quiet)
-    with cluster_executor(scheduler, jobs) as executor:
+    with shown(progress_for(quiet, ("reading", "matching", "writing sheets"))) as progress, \
+            cluster_executor(scheduler, jobs) as executor:
         written, sheets, confidence = write_collective_report(
             executor=executor, paths=paths, trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
             rank_regex=rank_regex, world_size=world_size, output_xlsx_path=output_xlsx_path,
@@ -570,7 +550,6 @@ def collective_report(paths, trace_dir, trace_pattern, trace_glob, rank_regex, w
             align_clocks=align_clocks, allow_missing_ranks=allow_missing_ranks, strict=strict, jobs=jobs,
             use_multiprocessing=use_multiprocessing, max_workers=max_workers, progress=progress,
             blocking_analysis=blocking_analysis, custom_collective_patterns=custom_collective_patterns)
-    _end_progress(progress)
     _wrote(written, sheets)
     if not quiet:
         click.echo(redact_text(confidence.one_line()), err=True)
@@ -612,20 +591,6 @@ def _parse_ranks(ctx, param, value):
     if not out or min(out) < 0:
         raise click.BadParameter("give ranks >= 0, e.g. 0,8,16 or 0-7")
     return sorted(out)
-
-
-def _fuse_progress(quiet):
-    if quiet or not sys.stderr.isatty():
-        return None
-    state = {"last": 0}
-
-    def show(done):
-        mb = done >> 20
-        if mb - state["last"] >= 64:
-            state["last"] = mb
-            click.echo(f"\r  {mb} MiB scanned/rewritten", err=True, nl=False)
-
-    return show
 
 
 @main.command("fuse")
@@ -671,14 +636,13 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
     cat_list = [c.strip() for c in cats.split(",") if c.strip()] if cats else None
     if cats is not None and not cat_list:
         raise click.BadParameter("give at least one category", param_hint="--cat")
-    with cluster_executor(scheduler, jobs, len(inputs)) as executor:
+    with shown(progress_for(quiet, ("scanning", "writing"))) as progress, \
+            cluster_executor(scheduler, jobs, len(inputs)) as executor:
         result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
                           name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
-                          time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=_fuse_progress(quiet),
+                          time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=progress,
                           executor=executor)
     if not quiet and output != "-":
-        if sys.stderr.isatty():
-            click.echo("", err=True)
         click.echo(redact_text(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)"),
                    err=True)
 
