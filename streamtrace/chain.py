@@ -540,11 +540,16 @@ def _collective_report(a, files_only):
     """``(sheets, paths written)`` for generate_collective_report's arguments
     ``a``; ``files_only``: the command line's run (see write_collective_report)."""
     inputs = _checked_report_inputs(a)
+    xlsx, csvs, page = a["output_xlsx_path"], a["output_csvs_dir"], a["output_html_path"]
+    if files_only and not (xlsx or csvs or page):
+        from .report.files import default_output_path
+
+        xlsx = _default_output(default_output_path([i.path for i in inputs], a["trace_dir"], a["trace_pattern"],
+                                                   a["world_size"]))
     tables, report = _report_tables(inputs, a)
     options = dict(detailed_analysis=a["detailed_analysis"], agg_metrics=a["agg_metrics"],
                    gpus_per_node=a["gpus_per_node"], all2allv_heatmap=a["all2allv_heatmap"], strict=a["strict"],
                    world_size=a["world_size"])
-    xlsx, csvs, page = a["output_xlsx_path"], a["output_csvs_dir"], a["output_html_path"]
     phase(a["progress"], "writing sheets")
     if files_only and csvs and not xlsx and not page:
         sheets, paths_written = _report_into_csvs(report, tables, csvs, options)
@@ -552,10 +557,6 @@ def _collective_report(a, files_only):
     sheets = _with_confidence(report.build_report(tables, **options), tables)
     if not a["write_files"] or not (xlsx or csvs or page or files_only):
         return sheets, []
-    if not (xlsx or csvs or page):
-        from .report.files import default_output_path
-
-        xlsx = default_output_path([i.path for i in inputs], a["trace_dir"], a["trace_pattern"], a["world_size"])
     from .report.writers import write_report
     from .steps import TABLE as STEPS
 
@@ -563,6 +564,19 @@ def _collective_report(a, files_only):
     html = dict(sources=[i.path for i in inputs], world_size=a["world_size"], steps=tables.get(STEPS),
                 confidence=sheets.confidence)
     return sheets, write_report(sheets, xlsx, csvs, page, html=html)
+
+
+def _default_output(path):
+    """``path``, the default workbook beside the traces, unless the traces
+    are at http(s) URLs, where nothing can be written: then one line saying
+    so and how to choose another place, before any work."""
+    if is_url(path) and path.split(":", 1)[0].lower() in ("http", "https"):
+        from .remote import redact
+
+        raise StreamtraceError(f"{redact(path)}: no output path was given, and the default workbook goes beside the "
+                               "traces, where writing to http(s) URLs is not supported; choose another place "
+                               "with --output_xlsx_path or --output_csvs_dir")
+    return path
 
 
 class Sheets(dict):

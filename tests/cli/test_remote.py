@@ -459,6 +459,23 @@ def test_forbidden_object_over_http(http_root, tmp_path):
     assert not (tmp_path / "x.stev").exists()
 
 
+def test_http_traces_without_an_output_path(http_root, tmp_path):
+    """Traces over http(s) and no output given: the default workbook would go
+    beside them, where nothing can be written; the one line says so and names
+    the flags that choose another place, before any trace is read."""
+    base, server = http_root
+    urls = [f"{base}/run/rank{r}_trace.json?token=SECRET" for r in range(4)]
+    before = len(server.requests)
+    res = run("collective-report", *urls, "--world_size", 4)
+    assert res.returncode == 1
+    line = one_line_error(res.stderr, f"{base}/run/nccl_analysis_report.xlsx")
+    assert "SECRET" not in res.stderr + res.stdout
+    assert "no output path was given" in line and "beside the traces" in line, line
+    assert "--output_xlsx_path" in line and "--output_csvs_dir" in line, line
+    assert not any(method == "GET" for method, _, _ in server.requests[before:]), "the traces were read first"
+    assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("flag", ["--trace_dir", "--trace_glob"])
 def test_empty_listing(s3, flag, tmp_path):
     where = "s3://empty-bucket/run" if flag == "--trace_dir" else "s3://empty-bucket/run/*.json"
