@@ -18,7 +18,7 @@ def collect_tables(frames, align_clocks=None, gpus_per_node=None):
 
     When the stream carries no align results (no ``align.options`` frame
     before its first rank frame), align runs here, in-process, on the
-    stream's frames.
+    stream's frames from the first rank frame on (a SUMMARY frame too).
     """
     tables = {}
     it = iter(frames)
@@ -27,7 +27,9 @@ def collect_tables(frames, align_clocks=None, gpus_per_node=None):
             name, df = frame.table()
             tables[name] = pd.concat([tables[name], df], ignore_index=True) if name in tables else df
             continue
-        if frame.kind in (Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META, Kind.KERNELS) \
+        # from a rank's first frame on: its summaries' announcement comes first,
+        # and align reads the rank's summary instead of its events when it sees it
+        if frame.kind in (Kind.SUMMARY, Kind.EVENTS, Kind.STRINGS, Kind.COMMS, Kind.META, Kind.KERNELS) \
                 and "align.options" not in tables:
             for f in align_frames(itertools.chain([frame], it), align_clocks=align_clocks,
                                   gpus_per_node=gpus_per_node):
