@@ -28,6 +28,9 @@ class RankResult:
     quality: list = field(default_factory=list)
     events: int = 0
     p2p: dict = None  # point-to-point halves and stage work (align.p2p), None without send/recv
+    # the rank's ProfilerStep ops: (numbers, starts, ends), ns from its base
+    # time, one per step number (steps.rank_steps); align pairs within steps
+    steps: tuple = None
 
     def __setstate__(self, state):
         # results that arrive pickled (worker processes, Dask) share their
@@ -41,11 +44,13 @@ class RankResult:
 SUMMARY_NAME = "align.rank"
 #: changes whenever RankResult's fields, or what the collection makes of a
 #: rank's frames, change: a stage reads only summaries of its own version
-SUMMARY_VERSION = "1"
+#: (a rank whose announcement names another is collected from its events,
+#: which the stream holds too).  2: the rank's ProfilerStep ops (``steps``)
+SUMMARY_VERSION = "2"
 #: the RankResult's fields a summary holds: not ``meta``, which is made
 #: again from the rank's META frame (its process groups can be most of a
 #: small trace's stream)
-_SUMMARY_FIELDS = ("rank", "rows", "quality", "events", "p2p")
+_SUMMARY_FIELDS = ("rank", "rows", "quality", "events", "p2p", "steps")
 
 
 def result_summary(result):
@@ -58,6 +63,11 @@ def result_from_summary(value, meta):
     frame's object ``meta``; ValueError when the value is not one."""
     if not isinstance(value, dict) or set(value) != set(_SUMMARY_FIELDS) or not isinstance(value["rows"], dict):
         raise ValueError("not a rank's collective rows")
+    steps = value["steps"]
+    if not (isinstance(steps, tuple) and len(steps) == 3 and all(isinstance(a, np.ndarray) and a.ndim == 1
+                                                                 and a.dtype.kind == "i" and len(a) == len(steps[0])
+                                                                 for a in steps)):
+        raise ValueError("its ProfilerSteps are not three arrays of integers of one length")
     return RankResult(meta=_meta_summary(meta, value["rank"]), **value)
 
 
@@ -79,7 +89,17 @@ def finish_rank(collector):
     if collector.meta is None:
         quality.append(_finding("warning", "incomplete_rank", f"rank {collector.rank}: no metadata frame "
                                 "(the stream section of this rank is incomplete)", rank=collector.rank))
-    return RankResult(collector.rank, meta, rows, quality, collector.n_events, p2p)
+    return RankResult(collector.rank, meta, rows, quality, collector.n_events, p2p, _rank_steps(collector))
+
+
+def _rank_steps(collector):
+    """(numbers, starts, ends) of the rank's ProfilerStep ops (``steps.rank_steps``)."""
+    from ..steps import rank_steps
+
+    ops = _concat(collector.steps, _O_DTYPE)
+    _, numbers, starts, ends = rank_steps(collector.rank, ops["name"], ops["ts"], ops["ts"] + ops["dur"],
+                                          strings=collector.strings)
+    return numbers, starts, ends
 
 
 def collect_rank(frames, rank=None):

@@ -173,7 +173,7 @@ class _Ranks:
         self.summaries = RankSummaries(SUMMARY_NAME, SUMMARY_VERSION, use=custom is None)
         self.metas = {}   # the META frame's object of those, until their summary
         # each collected rank's ProfilerStep ops (for matching within steps); a
-        # summarized rank's events are not unpacked for them: it has no markers here
+        # summarized rank's come in its summary (RankResult.steps)
         self.step_collectors = {}
 
     def add(self, frame):
@@ -202,8 +202,13 @@ class _Ranks:
             self.done[r] = in_thread(functools.partial(finish_rank, self.collectors.pop(r)), name="streamtrace-align-finish")
 
     def steps(self):
-        """The collected ranks' ProfilerStep ops (``StepCollector.finish()`` results)."""
-        return [c.finish() for _, c in sorted(self.step_collectors.items())]
+        """Every rank's ProfilerStep ops (``StepCollector.finish()`` results):
+        a collected rank's from its events, a summarized rank's from its summary."""
+        out = {r: c.finish() for r, c in self.step_collectors.items()}
+        for r, done in self.done.items():
+            if r not in out and isinstance(done, _Done) and done.result().steps is not None:
+                out[r] = (r, *done.result().steps)
+        return [out[r] for r in sorted(out)]
 
     def _summary(self, frame):
         r = frame.rank

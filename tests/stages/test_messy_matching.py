@@ -87,8 +87,8 @@ def issue41(tmp_path_factory):
 def test_issue41_shape_recovers_the_true_pairs_at_zero_offset(issue41, summaries):
     """Two of 128 ranks, old layout, two steps, each rank a different sample:
     the five true pairs, not same-kind collectives of the other step, and no
-    clock offset.  With summaries the stage has no step markers (a summarized
-    rank's events are not unpacked): the offset vote alone must do it."""
+    clock offset.  With summaries the step markers come in each rank's
+    summary (test_issue41_shape_without_step_markers: the vote alone)."""
     d, truth = issue41
     assert len(truth["messy"]["pairs"]) == 5
     tables = _align(d, summaries=summaries)
