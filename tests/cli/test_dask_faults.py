@@ -72,9 +72,12 @@ class Server:
         self.thread.start()
 
     def _serve(self):
+        self.sock.settimeout(0.1)   # a blocked accept would outlive close()
         while not self.closed:
             try:
                 conn, _ = self.sock.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
             self.conns.append(conn)
@@ -83,6 +86,7 @@ class Server:
 
     def close(self):
         self.closed = True
+        self.thread.join(10)
         self.sock.close()
         for conn in self.conns:
             conn.close()
