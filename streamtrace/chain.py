@@ -148,7 +148,7 @@ def correlated_sheets(paths, jobs=None, world_size=None, executor=None, align_cl
                                                 align_clocks=align_clocks))
 
 
-def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_clocks=None):
+def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_clocks=None, critical=False):
     """{name: DataFrame} of the align and correlate tables, running what is
     missing: ``paths`` are event streams at any stage (``-``: stdin), trace
     files, or one directory of traces (resolved as ``--trace_dir`` is).
@@ -156,7 +156,9 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_cl
     (``_correlated_tables``); streams run the stages they still need over
     their frames.  ``align_clocks``: whether align applies the clock
     offsets, when it runs here (None: the clock rule, confidence.clock_rule);
-    a stream aligned already keeps its clocks."""
+    a stream aligned already keeps its clocks.  ``critical``: also the
+    ``critical.*`` tables (the critical path's graph; a stream's correlate
+    runs again for them)."""
     from .correlate.stage import TABLE_PREFIX, correlate_frames
     from .io.ranks import resolve_inputs
     from .steps import TABLE as STEPS, StreamSteps, step_table
@@ -177,25 +179,32 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_cl
         if inputs is not None:
             executor = as_executor(executor)
             return _correlated_tables(inputs, world_size, jobs, align_clocks, None, False, None, executor=executor,
-                                      blocking_clocks=align_clocks)
+                                      blocking_clocks=align_clocks, critical=critical)
         names = set().union(*(table_names(p) for p in paths))
         steps = StreamSteps()
         frames = steps.watch(f for p in paths for f in iter_frames(p))
         if "align.collectives" in names and align_clocks is not None:
             log.warning("the stream was aligned already: --align_clocks/--no-align_clocks has no effect on it "
                         "(run 'streamtrace align' with it)")
+        finished = []
+        if critical and any(n.startswith(TABLE_PREFIX) for n in names):
+            # correlate's own tables are made again, with its timelines
+            frames = (f for f in frames if not (f.kind == Kind.TABLE and f.table_name().startswith(TABLE_PREFIX)))
+            names = {n for n in names if not n.startswith(TABLE_PREFIX)}
         if not any(n.startswith(TABLE_PREFIX) for n in names):
             if "align.collectives" not in names:
                 from .align.stage import CLOCK_RULE, align_frames
 
                 frames = align_frames(frames, align_clocks=CLOCK_RULE if align_clocks is None else align_clocks)
-            frames = correlate_frames(frames)
+            frames = correlate_frames(frames, finished=finished.append if critical else None)
         tables = {}
         for f in frames:
             if f.kind == Kind.TABLE:
                 name, df = f.table()
                 tables[name] = df
         tables[STEPS] = step_table(steps.finish(), tables)
+        if finished:
+            tables.update(_critical_tables(*finished[0]))
         return tables
     finally:
         for path in spooled:
@@ -321,7 +330,7 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
 
 
 def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None,
-                       custom=None, blocking_clocks=None):
+                       custom=None, blocking_clocks=None, critical=False):
     """extract -> align -> correlate of trace files as a map and a reduce:
     ``{name: DataFrame}`` with the ``align.*`` and ``correlate.*`` tables.
 
@@ -368,7 +377,16 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     for name, df in sheets.items():
         tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
     tables[STEPS] = step_table(step_rows, tables)
+    if critical:   # the critical path's graph, from the timelines correlate put on its clocks
+        tables.update(_critical_tables(timelines, used))
     return tables
+
+
+def _critical_tables(timelines, used):
+    """The ``critical.*`` tables (critical.graph) of the reduce's timelines."""
+    from .critical import instance_rows, node_tables
+
+    return node_tables(timelines, instance_rows(used["align.collectives"], used.get("align.p2p")))
 
 
 def _blocking_align(results, align, blocking_clocks, gpus_per_node, steps=None):

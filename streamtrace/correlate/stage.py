@@ -24,7 +24,7 @@ TABLE_PREFIX = "correlate."
 RECORDS_READ = (Kind.EVENTS, Kind.KERNELS)
 
 
-def correlate_frames(frames):
+def correlate_frames(frames, finished=None):
     """The correlate stage: yield every input frame as it is read, then the
     ``correlate.*`` result tables and one END frame.
 
@@ -32,7 +32,9 @@ def correlate_frames(frames):
     there are no matched collectives and every table comes out empty, with a
     data-quality note.  ``correlate.*`` tables already in the input (a stream
     correlated twice) are dropped with a warning, as align does with its own:
-    the output is that of one run.
+    the output is that of one run.  ``finished``: called with (the ranks'
+    timelines on correlate's clocks, align's tables as correlate read them)
+    once the analyses ran (the critical path's graph is made of them).
     """
     from ..stream.format import Kind, json_frame, table_frame
 
@@ -48,7 +50,10 @@ def correlate_frames(frames):
         yield frame
     if replaced:
         log.warning("the input already held correlate tables; they are replaced by this run's")
-    sheets = analyze_collected(*sc.finish(), compute=sc.compute)
+    timelines, tables = sc.finish()
+    sheets = analyze_collected(timelines, tables, compute=sc.compute)
+    if finished is not None:
+        finished((timelines, tables))
     for name, df in sheets.items():
         yield table_frame(TABLE_PREFIX + name, df)
     yield json_frame(Kind.END, 0, {"stage": "correlate"})

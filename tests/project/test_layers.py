@@ -28,6 +28,7 @@ LAYERS = [
     "steps",
     "correlate",
     "report",
+    "critical",
     "plots", "html_report",
     "chain",
     "dump", "fuse",

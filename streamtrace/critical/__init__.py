@@ -1,0 +1,127 @@
+"""The critical path across ranks and what-if replays (docs/critical-path.md).
+
+``compute(tables)`` -> {"critical_path", "critical_path_summary",
+"critical_steps"}: DataFrames from the ``critical.*`` tables the blocking
+analysis' reduce makes (``chain.correlated_tables(..., critical=True)``).
+``whatif(tables, scenarios=None)`` adds "whatif".  Imports point one way:
+this package reads align's and correlate's results; only cli, chain and the
+report read it.
+"""
+import pandas as pd
+
+from ..errors import StreamtraceError
+from .graph import NODES, STEPS, SYNCS, node_tables, instance_rows   # noqa: F401 (the reduce's entry)
+
+PATH_COLUMNS = ["step", "order", "category", "detail", "rank", "waited_for", "start_us", "end_us", "dur_us",
+                "share_pct"]
+
+
+def graphs(tables):
+    """[(step, replay.StepGraph)] of the run, a step at a time."""
+    from .replay import StepGraph
+
+    if NODES not in tables:
+        raise StreamtraceError("no critical-path graph in these tables: make them with "
+                               "correlated_tables(..., critical=True)")
+    nodes, syncs, steps = tables[NODES], tables[SYNCS], tables[STEPS]
+    out = []
+    by_step_syncs = dict(tuple(syncs.groupby("step"))) if len(syncs) else {}
+    for step, part in nodes.groupby("step", sort=True):
+        w = steps[steps["step"] == step]
+        starts = dict(zip(w["rank"].tolist(), w["start"].tolist()))
+        sy = by_step_syncs.get(step, syncs.iloc[:0])
+        out.append((int(step), StepGraph(part.sort_values(["start", "rank"], kind="stable"), sy, starts)))
+    return out
+
+
+def compute(tables, _graphs=None):
+    """{"critical_path": segments per step (last segment of the step first
+    as walked, ``order`` 0 = the step's first), "critical_path_summary": per
+    category and detail (kernel identity, collective, rank waited for)
+    summed over steps, "critical_steps": per step its time and the ranks its
+    path passes through}."""
+    gs = graphs(tables) if _graphs is None else _graphs
+    rows, steps = [], []
+    for step, g in gs:
+        segs = g.path()[::-1]
+        total = g.step_time()
+        for k, (cat, detail, rank, s, e, waited) in enumerate(segs):
+            rows.append((step, k, cat, detail, int(rank), waited, (s - g.ref) / 1e3, (e - g.ref) / 1e3,
+                         (e - s) / 1e3, 100.0 * (e - s) / total if total else 0.0))
+        visited = []
+        for seg in segs:
+            if int(seg[2]) not in visited:
+                visited.append(int(seg[2]))
+        steps.append((step, total / 1e3, " ".join(map(str, visited)), len(segs)))
+    path = pd.DataFrame(rows, columns=PATH_COLUMNS)
+    path["waited_for"] = path["waited_for"].astype("Int64")
+    summary = _summary(path)
+    return {"critical_path": path, "critical_path_summary": summary,
+            "critical_steps": pd.DataFrame(steps, columns=["step", "step_us", "ranks_visited", "segments"])}
+
+
+def _summary(path):
+    if not len(path):
+        return pd.DataFrame(columns=["category", "detail", "dur_us", "segments", "steps", "share_pct", "ranks"])
+    total = path.groupby("step")["dur_us"].sum().sum()
+    g = path.groupby(["category", "detail"], sort=False)
+    out = g.agg(dur_us=("dur_us", "sum"), segments=("dur_us", "size"), steps=("step", "nunique"),
+                ranks=("rank", lambda r: " ".join(map(str, sorted(set(r.tolist())))))).reset_index()
+    out["share_pct"] = 100.0 * out["dur_us"] / total if total else 0.0
+    out = out.sort_values("dur_us", ascending=False, kind="stable").reset_index(drop=True)
+    return out[["category", "detail", "dur_us", "segments", "steps", "share_pct", "ranks"]]
+
+
+def whatif(tables, scenarios=None, percent=None):
+    """compute()'s DataFrames and "whatif": per step and scenario the
+    measured step time, the estimated one with the change and the saving.
+    ``scenarios``: names (scenarios.parse) or Scenario objects; None: the
+    candidates the run's critical paths suggest."""
+    from .scenarios import DEFAULT_PERCENT, RunFacts, candidates, parse
+
+    gs = graphs(tables)
+    out = compute(tables, gs)
+    run = RunFacts(tables[NODES])
+    run.add_links([g for _, g in gs])
+    if scenarios is None:
+        chosen = candidates(out["critical_path"], run, [g for _, g in gs], percent or DEFAULT_PERCENT)
+    else:
+        chosen = [parse(s) if isinstance(s, str) else s for s in scenarios]
+    rows = []
+    for sc in chosen:
+        for step, g in gs:
+            measured = g.step_time()
+            _, ends = g.replay(**sc.change(g, run))
+            estimated = float(ends.max() - g.ref) if g.n else 0.0
+            rows.append((step, sc.name, sc.words, measured / 1e3, estimated / 1e3, (measured - estimated) / 1e3))
+    w = pd.DataFrame(rows, columns=["step", "scenario", "description", "measured_step_us", "estimated_step_us",
+                                    "saving_us"])
+    w["saving_pct"] = 100.0 * w["saving_us"] / w["measured_step_us"].where(w["measured_step_us"] > 0)
+    out["whatif"] = w
+    return out
+
+
+def ranked(w):
+    """Scenarios by their mean saving per step, largest first:
+    DataFrame (scenario, description, measured_step_us, saving_us, saving_pct)."""
+    if not len(w):
+        return w.iloc[:0]
+    g = w.groupby(["scenario", "description"], sort=False).agg(
+        measured_step_us=("measured_step_us", "mean"), saving_us=("saving_us", "mean")).reset_index()
+    g["saving_pct"] = 100.0 * g["saving_us"] / g["measured_step_us"].where(g["measured_step_us"] > 0)
+    return g.sort_values("saving_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def line(row):
+    """One scenario in words: "rank 4's late arrivals ... cost 4.5 ms of the
+    75.7 ms step: 6 %"."""
+    verb = "would save" if row.description.endswith(":") else "cost"
+    words = row.description.rstrip(":")
+    return (f"{words} {verb} {_time(row.saving_us)} of the {_time(row.measured_step_us)} step: "
+            f"{row.saving_pct:.0f} %  [{row.scenario}]")
+
+
+def _time(us):
+    if abs(us) >= 1000:
+        return f"{us / 1000:.1f} ms"
+    return f"{us:.0f} us"

@@ -1,0 +1,255 @@
+"""One step's dependency graph, its replay with one change, and its
+critical path.
+
+The graph (``StepGraph``) is made from a step's node rows
+(graph.node_tables).  Each GPU item waits for its dependencies:
+
+* ``stream``: the item before it on its rank's stream (stream order);
+* ``wait``: a collective or send/recv kernel waits for the compute stream
+  (the latest compute kernel ending before it starts: the NCCL stream waits
+  on an event the compute stream recorded); a compute kernel that starts
+  right after a communication kernel's end, later than its own stream
+  allowed, waits for it (``work.wait()``);
+* ``launch``: a collective's host launch; a compute kernel that starts more
+  than ``GAP_NS`` after every item it could wait for was waiting for its
+  launch (its host release is its start: the summary keeps no compute
+  launches);
+* ``group``: a collective kernel (a send/recv kernel) ends when its last
+  member started plus its own transfer;
+* ``sync``: a host call that waited for the GPU (``cudaStreamSynchronize``)
+  ends when the item it waited for ends: the host's later releases move
+  with it.
+
+Every item keeps the latency it had after the dependency that bound it, so
+replaying with no change gives the measured times exactly; a change (a
+duration, a transfer, a host release) is carried through the same
+dependencies.
+"""
+import heapq
+import math
+
+import numpy as np
+
+from .graph import COMPUTE, P2P
+
+#: a compute kernel starting later than this after everything it could wait
+#: for was waiting for the host (its launch)
+GAP_NS = 2000
+
+
+class StepGraph:
+    def __init__(self, nodes, syncs, starts):
+        """``nodes``: one step's rows of critical.nodes (sorted by start);
+        ``syncs``: its rows of critical.syncs; ``starts``: {rank: its
+        ProfilerStep's start}."""
+        n = self.n = len(nodes)
+        self.rank = nodes["rank"].to_numpy(np.int64)
+        self.kind = nodes["kind"].to_numpy(np.int64)
+        self.stream = nodes["stream"].to_numpy(np.int64)
+        self.start = nodes["start"].to_numpy(np.int64)
+        self.end = nodes["end"].to_numpy(np.int64)
+        self.dur = self.end - self.start
+        self.identity = nodes["identity"].to_numpy(object)
+        self.instance = nodes["instance"].to_numpy(object)
+        self.label = nodes["label"].to_numpy(object)
+        self.release = nodes["release"].to_numpy(np.float64)
+        self.overlapped = nodes["overlapped"].to_numpy(bool)
+        self.nbytes = nodes["nbytes"].to_numpy(np.float64)
+        self.starts = {int(r): int(s) for r, s in starts.items()}
+        self.ranks = sorted(set(self.rank.tolist()) | set(self.starts))
+        self.ref = min(self.starts.values()) if self.starts else (int(self.start.min()) if n else 0)
+        # groups: the members of each collective / send-recv instance
+        self.group = {}
+        for i in np.flatnonzero(self.kind != COMPUTE).tolist():
+            self.group.setdefault(self.instance[i], []).append(i)
+        self.members = [None] * n
+        self.transfer = np.zeros(n, np.int64)
+        for inst, m in self.group.items():
+            last = max(self.start[k] for k in m)
+            for k in m:
+                self.members[k] = m
+                self.transfer[k] = max(0, self.end[k] - last)
+        self._dependencies()
+        self._syncs(syncs)
+
+    def _dependencies(self):
+        n = self.n
+        self.deps = [()] * n
+        self.lat = np.zeros(n, np.int64)
+        self.rel = [None] * n          # host release (host time), or None
+        self.pinned = np.zeros(n, bool)  # released by the host at its start
+        self.bind = [None] * n         # the dependency that bound its start: a node, "host" or None
+        self.prev = [-1] * n           # the item of its rank that ended last before it started
+        last_on_stream = {}
+        pending = {}                   # rank -> heap of (end, node) of items not ended yet
+        finished = {}                  # rank -> [latest ended item, compute item, communication item]
+        for i in range(n):
+            r, s = self.rank[i], self.start[i]
+            heap = pending.setdefault(r, [])
+            best = finished.setdefault(r, [None, None, None])
+            while heap and heap[0][0] <= s:   # starts ascend: an item ended before one ends before the next
+                e, k = heapq.heappop(heap)
+                for slot in (0, 1 if self.kind[k] == COMPUTE else 2):
+                    if best[slot] is None or (e, k) > (self.end[best[slot]], best[slot]):
+                        best[slot] = k
+            self.prev[i] = -1 if best[0] is None else best[0]
+            deps = []
+            p = last_on_stream.get((r, self.stream[i]))
+            if p is not None:
+                deps.append(p)
+            if self.kind[i] != COMPUTE:
+                if best[1] is not None and best[1] != p:
+                    deps.append(best[1])
+            elif best[2] is not None:
+                k = best[2]
+                if s - self.end[k] <= GAP_NS and (p is None or self.end[p] < self.end[k]):
+                    deps.append(k)
+            cands = [(self.end[k], k) for k in deps]
+            rel = self.release[i]
+            if not math.isnan(rel):
+                cands.append((rel, "host"))
+            best = max(cands, key=lambda c: c[0]) if cands else None
+            if best is None or s - best[0] > GAP_NS:
+                # waited for something the trace does not show: its launch
+                self.rel[i], self.pinned[i], self.lat[i] = float(s), True, 0
+                self.bind[i] = "host"
+            else:
+                self.rel[i] = None if math.isnan(rel) else rel
+                self.lat[i] = int(s - best[0])
+                self.bind[i] = best[1]
+            self.deps[i] = tuple(deps)
+            last_on_stream[(r, self.stream[i])] = i
+            heapq.heappush(heap, (self.end[i], i))
+
+    def _syncs(self, syncs):
+        """Per rank: [(call start, call end, the item it waited for or -1)]."""
+        self.sync = {}
+        for r, y0, y1 in zip(syncs["rank"].tolist(), syncs["start"].tolist(), syncs["end"].tolist()):
+            on = np.flatnonzero((self.rank == r) & (self.end <= y1))
+            w = int(on[np.argmax(self.end[on])]) if len(on) else -1
+            self.sync.setdefault(r, []).append((y0, y1, w))
+        for v in self.sync.values():
+            v.sort(key=lambda x: x[1])
+
+    # ------------------------------------------------------------------ replay
+
+    def replay(self, dur=None, transfer=None, warp=None, no_host=()):
+        """The step's end with the change: ``dur`` (new durations of the
+        compute items), ``transfer`` (new transfers of the group items),
+        ``warp`` ({rank: host time -> host time}), ``no_host`` (ranks whose
+        host launches are never late).  Returns (starts, ends) arrays."""
+        n = self.n
+        dur = self.dur if dur is None else dur
+        transfer = self.transfer if transfer is None else transfer
+        warp = warp or {}
+        start = np.zeros(n, np.float64)
+        end = np.full(n, np.nan)
+        done = np.zeros(n, bool)
+        shift = {r: [] for r in self.sync}    # (sync end measured, host shift after it)
+        pending = {r: list(v) for r, v in self.sync.items()}
+
+        def end_of(k):
+            if math.isnan(end[k]):
+                m = self.members[k]
+                if m is not None:
+                    last = max(start[j] if done[j] else self.start[j] for j in m)
+                    return last + transfer[k]
+                return (start[k] if done[k] else self.start[k]) + dur[k]
+            return end[k]
+
+        def host(r, t):
+            """host time t of rank r after the change: warped, then moved with
+            the syncs before it"""
+            w = warp.get(r)
+            t2 = w(t) if w is not None else t
+            todo = pending.get(r)
+            while todo and todo[0][1] <= t:
+                y0, y1, k = todo.pop(0)
+                h0 = (w(y0) if w is not None else y0) + _last(shift[r], y0)
+                gpu = end_of(k) + (y1 - self.end[k]) if k >= 0 else -math.inf
+                quick = min(y1 - y0, 1000) if k >= 0 and y1 - self.end[k] <= GAP_NS * 4 else y1 - y0
+                y1n = max(h0 + quick, gpu)
+                shift[r].append((y1, y1n - (w(y1) if w is not None else y1)))
+            return t2 + _last(shift.get(r, ()), t)
+
+        for i in range(n):
+            r = self.rank[i]
+            cands = [end_of(k) for k in self.deps[i]]
+            lat = self.lat[i]
+            rel = self.rel[i]
+            if r in no_host:
+                if self.pinned[i]:
+                    lat = 0
+                    rel = None if cands else self.starts.get(r, self.start[i])
+                elif rel is not None:
+                    rel, lat = None, min(max(lat, 0), GAP_NS)
+            if rel is not None:
+                cands.append(host(r, rel))
+            start[i] = (max(cands) + lat) if cands else self.start[i]
+            done[i] = True
+            if self.members[i] is None:
+                end[i] = start[i] + dur[i]
+        for i in range(n):
+            if math.isnan(end[i]):
+                end[i] = end_of(i)
+        return start, end
+
+    def step_time(self, ends=None):
+        ends = self.end if ends is None else ends
+        return float(ends.max() - self.ref) if self.n else 0.0
+
+    # ------------------------------------------------------------------ the path
+
+    def path(self):
+        """The critical path of the measured step, last segment first:
+        [(category, detail, rank, start, end, waited_for)]."""
+        if not self.n:
+            return []
+        segs = []
+        i = int(np.argmax(self.end))
+        t = self.end[i]
+        for _ in range(4 * self.n + 8):
+            m = self.members[i]
+            if m is not None and len(m) > 1:
+                last = max(m, key=lambda k: (self.start[k], k))
+                ms = self.start[last]
+                segs.append(("communication", self.label[i], self.rank[i], ms, t, None))
+                if last != i and ms > self.start[i]:
+                    cat = "p2p wait" if self.kind[i] == P2P else "late rank wait"
+                    segs.append((cat, f"rank {self.rank[last]}", self.rank[i], self.start[i], ms,
+                                 int(self.rank[last])))
+                i = last
+            elif self.kind[i] != COMPUTE:
+                segs.append(("communication", self.label[i], self.rank[i], self.start[i], t, None))
+            else:
+                segs.append(("compute", self.identity[i], self.rank[i], self.start[i], t, None))
+            s = self.start[i]
+            b = self.bind[i]
+            if isinstance(b, (int, np.integer)):
+                e = min(self.end[b], s)
+                if s > e:
+                    segs.append(("idle", "", self.rank[i], e, s, None))
+                i, t = int(b), e
+                continue
+            p = self.prev[i]
+            if p >= 0 and self.end[p] >= self.ref:
+                if s > self.end[p]:
+                    cat = "host launch gap" if s - self.end[p] > GAP_NS else "idle"
+                    segs.append((cat, "", self.rank[i], self.end[p], s, None))
+                i, t = p, min(self.end[p], s)
+                continue
+            if s > self.ref:
+                segs.append(("host launch gap", "step start", self.rank[i], self.ref, s, None))
+            break
+        return segs
+
+
+def _last(pairs, t):
+    """The shift of the last (time, shift) pair at or before t (0 before any)."""
+    out = 0.0
+    for y, d in pairs:
+        if y <= t:
+            out = d
+        else:
+            break
+    return out

@@ -1,0 +1,249 @@
+"""What-if scenarios: one change each, replayed through every step's graph
+(replay.StepGraph.replay), never a formula on the sheets.
+
+Names (``--scenario``):
+
+``rank:R``            rank R at the median rank's speed: its host late no
+                      more than the median rank (its step start and each
+                      collective launch), its compute kernels no slower than
+                      the median rank's of the same identity
+``host:R``            rank R's host launch gaps removed
+``kernel:P:IDENTITY`` every kernel of that identity P % faster
+``compute:P``         every compute kernel P % faster
+``contention:IDENTITY`` that kernel, where it overlapped communication, at
+                      the median duration of its instances that did not
+``link:A->B``         the send/recv transfers from A to B at the median
+                      link's bandwidth
+"""
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .graph import COMPUTE, P2P
+
+DEFAULT_PERCENT = 20
+
+
+class Scenario:
+    def __init__(self, name, words):
+        self.name, self.words = name, words
+
+    def change(self, g, run):
+        """replay() keyword arguments for step graph g (``run``: RunFacts)."""
+        raise NotImplementedError
+
+
+class RankSpeed(Scenario):
+    def __init__(self, rank):
+        super().__init__(f"rank:{rank}", f"rank {rank}'s late arrivals and slower kernels")
+        self.rank = rank
+
+    def change(self, g, run):
+        r = self.rank
+        dur = g.dur.astype(np.float64).copy()
+        on = np.flatnonzero((g.rank == r) & (g.kind == COMPUTE))
+        for i in on.tolist():
+            target, mine = run.median_dur.get(g.identity[i]), run.rank_dur.get((r, g.identity[i]))
+            if target is not None and mine and mine > target:
+                dur[i] = dur[i] * target / mine
+        return dict(dur=dur, warp={r: _warp(g, r)})
+
+
+class HostGaps(Scenario):
+    def __init__(self, rank):
+        super().__init__(f"host:{rank}", f"rank {rank}'s host launch gaps")
+        self.rank = rank
+
+    def change(self, g, run):
+        return dict(no_host=(self.rank,))
+
+
+class KernelFaster(Scenario):
+    def __init__(self, identity, percent):
+        super().__init__(f"kernel:{_num(percent)}:{identity}", f"{_short(identity)} {_num(percent)} % faster:")
+        self.identity, self.percent = identity, percent
+
+    def change(self, g, run):
+        dur = g.dur.astype(np.float64).copy()
+        on = (g.kind == COMPUTE) & (g.identity == self.identity)
+        dur[on] *= 1 - self.percent / 100
+        return dict(dur=dur)
+
+
+class ComputeFaster(Scenario):
+    def __init__(self, percent):
+        super().__init__(f"compute:{_num(percent)}", f"every compute kernel {_num(percent)} % faster:")
+        self.percent = percent
+
+    def change(self, g, run):
+        dur = g.dur.astype(np.float64).copy()
+        dur[g.kind == COMPUTE] *= 1 - self.percent / 100
+        return dict(dur=dur)
+
+
+class Contention(Scenario):
+    def __init__(self, identity):
+        super().__init__(f"contention:{identity}", f"{_short(identity)} slowed beside communication")
+        self.identity = identity
+
+    def change(self, g, run):
+        dur = g.dur.astype(np.float64).copy()
+        alone = run.isolated_dur.get(self.identity)
+        if alone is not None:
+            on = (g.kind == COMPUTE) & (g.identity == self.identity) & g.overlapped
+            dur[on] = np.minimum(dur[on], alone)
+        return dict(dur=dur)
+
+
+class LinkBandwidth(Scenario):
+    def __init__(self, sender, receiver):
+        super().__init__(f"link:{sender}->{receiver}", f"link {sender}->{receiver}'s slow transfers")
+        self.link = (sender, receiver)
+
+    def change(self, g, run):
+        transfer = g.transfer.astype(np.float64).copy()
+        bw = run.median_link_bw
+        if bw:
+            for i in np.flatnonzero(g.kind == P2P).tolist():
+                if run.link_of(g, i) == self.link and g.nbytes[i] == g.nbytes[i]:
+                    transfer[i] = min(transfer[i], g.nbytes[i] / bw)
+        return dict(transfer=transfer)
+
+
+def _warp(g, r):
+    """Rank r's host times mapped onto the median rank's: anchored at its
+    step start and its collective launches, each moved back by how much
+    later it was than the median rank's (never forward)."""
+    src, dst = [], []
+    if r in g.starts:
+        src.append(g.starts[r])
+        dst.append(float(np.median(list(g.starts.values()))))
+    for m in g.group.values():
+        if g.kind[m[0]] == P2P or len(m) < 2:
+            continue
+        mine = [k for k in m if g.rank[k] == r]
+        rel = [g.release[k] for k in m if g.release[k] == g.release[k]]
+        if not mine or len(rel) < 2 or g.release[mine[0]] != g.release[mine[0]]:
+            continue
+        src.append(g.release[mine[0]])
+        dst.append(float(np.median(rel)))
+    if not src:
+        return None
+    src = np.asarray(src, np.float64)
+    o = np.argsort(src, kind="stable")
+    src = src[o]
+    shift = np.maximum(0.0, src - np.asarray(dst)[o])
+    dst = np.maximum.accumulate(src - shift)
+
+    def warp(t):
+        if t <= src[0]:
+            return t - shift[0]
+        if t >= src[-1]:
+            return t - (src[-1] - dst[-1])
+        return float(np.interp(t, src, dst))
+    return warp
+
+
+class RunFacts:
+    """What the scenarios read of the whole run: kernel durations per
+    identity (per rank, median rank, alone), link bandwidths."""
+
+    def __init__(self, nodes):
+        comp = nodes[nodes["kind"] == COMPUTE]
+        dur = (comp["end"] - comp["start"]).astype(np.float64)
+        per = dur.groupby([comp["rank"], comp["identity"]]).median()
+        self.rank_dur = per.to_dict()
+        self.median_dur = per.groupby(level=1).median().to_dict()
+        alone = dur[~comp["overlapped"].to_numpy(bool)].groupby(comp["identity"][~comp["overlapped"].to_numpy(bool)])
+        self.isolated_dur = alone.median().to_dict()
+        over = dur[comp["overlapped"].to_numpy(bool)].groupby(comp["identity"][comp["overlapped"].to_numpy(bool)])
+        self.overlapped_dur = over.median().to_dict()
+        self.link_bw = {}
+        self.median_link_bw = None
+
+    def add_links(self, graphs):
+        per = {}
+        for g in graphs:
+            for m in g.group.values():
+                if g.kind[m[0]] != P2P or len(m) != 2:
+                    continue
+                k = m[0]
+                if g.transfer[k] > 0 and g.nbytes[k] == g.nbytes[k]:
+                    per.setdefault(self.link_of(g, k), []).append(g.nbytes[k] / g.transfer[k])
+        self.link_bw = {link: float(np.median(v)) for link, v in per.items()}
+        if self.link_bw:
+            self.median_link_bw = float(np.median(list(self.link_bw.values())))
+
+    @staticmethod
+    def link_of(g, i):
+        """(sender, receiver) of a send/recv item (its label: 'p2p A->B')."""
+        text = str(g.label[i]).split()[-1]
+        a, _, b = text.partition("->")
+        return (int(a), int(b)) if a.lstrip("-").isdigit() and b.lstrip("-").isdigit() else None
+
+
+def parse(name):
+    """The Scenario a ``--scenario`` name means."""
+    kind, _, rest = str(name).partition(":")
+    try:
+        if kind == "rank":
+            return RankSpeed(int(rest))
+        if kind == "host":
+            return HostGaps(int(rest))
+        if kind == "compute":
+            return ComputeFaster(_percent(rest or DEFAULT_PERCENT))
+        if kind == "kernel":
+            p, _, identity = rest.partition(":")
+            if not identity:
+                raise ValueError
+            return KernelFaster(identity, _percent(p))
+        if kind == "contention" and rest:
+            return Contention(rest)
+        if kind == "link":
+            a, _, b = rest.partition("->")
+            return LinkBandwidth(int(a), int(b))
+    except ValueError:
+        pass
+    raise InvalidArgumentError(f"--scenario {name!r}: not a scenario (rank:R, host:R, kernel:P:IDENTITY, "
+                               "compute:P, contention:IDENTITY, link:A->B)")
+
+
+def _percent(p):
+    p = float(p)
+    if not 0 < p < 100:
+        raise ValueError
+    return p
+
+
+def _num(x):
+    return f"{x:g}"
+
+
+def _short(name, width=60):
+    name = str(name)
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def candidates(paths, run, graphs, percent=DEFAULT_PERCENT, kernels=3):
+    """The scenarios worth replaying for this run, from its critical paths
+    (``paths``: the critical_path DataFrame)."""
+    out = []
+    ranks = sorted(set().union(*(set(g.ranks) for g in graphs))) if graphs else []
+    waited = set(paths.loc[paths["category"].isin(["late rank wait", "p2p wait"]), "waited_for"].dropna()
+                 .astype(int).tolist())
+    for r in ranks if len(ranks) <= 16 else sorted(waited):
+        out.append(RankSpeed(r))
+    gaps = paths[paths["category"] == "host launch gap"].groupby("rank")["dur_us"].sum()
+    for r in gaps[gaps > 0].index.tolist():
+        out.append(HostGaps(int(r)))
+    comp = paths[paths["category"] == "compute"].groupby("detail")["dur_us"].sum().sort_values(ascending=False)
+    for identity in comp.index[:kernels].tolist():
+        out.append(KernelFaster(identity, percent))
+    for identity in comp.index.tolist():
+        over, alone = run.overlapped_dur.get(identity), run.isolated_dur.get(identity)
+        if over is not None and alone is not None and over > 1.1 * alone:
+            out.append(Contention(identity))
+    if run.median_link_bw:
+        for link, bw in sorted(run.link_bw.items()):
+            if bw < 0.8 * run.median_link_bw:
+                out.append(LinkBandwidth(*link))
+    return out
