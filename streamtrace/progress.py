@@ -46,7 +46,7 @@ def line_seconds():
 
 def input_size(path):
     """A local file's size (compressed, as stored); None for stdin and URLs
-    (a URL's size comes with its first read, input_read/input_size)."""
+    (Progress asks for those apart, and the readers report them too)."""
     path = str(path)
     if path == "-" or is_url(path):
         return None
@@ -75,17 +75,54 @@ class Progress:
         self._last_line = time.monotonic()
         self._last_text = None
         self.lines = 0   # plain lines printed
+        self.sizing = None   # the thread asking for the URLs' sizes
 
     # ------------------------------------------------------------ reporting
 
     def ranks(self, inputs):
         """One reporter per input (a RankInput or a path), in input order."""
+        paths = [str(getattr(inp, "path", inp)) for inp in inputs]
         with self._lock:
-            self._sizes = [input_size(getattr(inp, "path", inp)) for inp in inputs]
-            self._read = [0] * len(self._sizes)
-            self._events = [0] * len(self._sizes)
+            self._sizes = [input_size(p) for p in paths]
+            self._read = [0] * len(paths)
+            self._events = [0] * len(paths)
             self._done = set()
-        return [functools.partial(self._report, i) for i in range(len(self._sizes))]
+        self._size_urls(paths)
+        return [functools.partial(self._report, i) for i in range(len(paths))]
+
+    def _size_urls(self, paths):
+        """Ask for the URLs' sizes (Content-Length, an object's size) in a
+        thread of its own, so the bar has its total before every rank is
+        opened and the run does not wait for the requests."""
+        from .remote import filesystem
+
+        urls = []
+        for i, p in enumerate(paths):
+            if is_url(p):
+                # made here, not in the thread: no module may be half imported
+                # when the command forks its worker processes
+                try:
+                    urls.append((i, *filesystem(p)))
+                except Exception:   # reading the URL says what is wrong with it
+                    pass
+        if urls:
+            self.sizing = threading.Thread(target=self._url_sizes, args=(urls,), daemon=True,
+                                           name="streamtrace-progress-sizes")
+            self.sizing.start()
+
+    def _url_sizes(self, urls):
+        from .remote import _call, net_timeouts
+
+        for i, fs, path in urls:
+            try:
+                size = _call(fs, "info", net_timeouts()[1], path).get("size")
+            except Exception:   # reading the URL says what is wrong with it
+                continue
+            except BaseException:   # a stop signal: the main thread ends the run
+                return
+            with self._lock:
+                if self._sizes[i] is None and isinstance(size, int):
+                    self._sizes[i] = size
 
     def _report(self, i, counts):
         with self._lock:
@@ -105,6 +142,7 @@ class Progress:
     def passes(self, paths, names):
         """For a run that reads ``paths`` once per pass (fuse: scanning, then
         writing): a callback taking the bytes read so far over all passes."""
+        paths = [str(p) for p in paths]
         with self._lock:
             self._sizes = [input_size(p) for p in paths]
             self._read = [0] * len(paths)
@@ -112,6 +150,7 @@ class Progress:
             self.phases = tuple(names)
             self.phase_name = names[0]
             self._passes = len(names)
+        self._size_urls(paths)
 
         def advance(done):
             with self._lock:

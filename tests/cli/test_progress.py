@@ -1,6 +1,9 @@
 """Progress that says how far (issue #41 item 8): a bar on a terminal (a real
 pseudo-terminal here), plain lines with the totals in a log, nothing with -q."""
 import fcntl
+import functools
+import http.server
+import io
 import os
 import pty
 import re
@@ -9,12 +12,14 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 
 import pytest
 from tqdm import tqdm
 
 import generate_fixture
+from streamtrace.progress import Progress
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
 RANKS = 4
@@ -165,3 +170,42 @@ def test_fuse_logs_each_pass_over_the_inputs(run_dir, tmp_path):
     total = _stored_mib(run_dir)
     assert any(line.startswith("scanning: ") for line in lines), proc.stderr
     assert lines[-1] == f"writing: {total} of {total} MiB read, {RANKS} ranks", proc.stderr
+
+
+@pytest.fixture
+def http_dir(run_dir):
+    """run_dir served over HTTP on 127.0.0.1 (Content-Length on HEAD and GET)
+    for the test's length: its base URL."""
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(run_dir))
+    handler.log_message = lambda *args: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_urls_have_their_total_before_they_are_read(run_dir, http_dir):
+    urls = [f"{http_dir}/rank{r}_trace.json.gz" for r in range(RANKS)]
+    progress = Progress(stream=io.StringIO(), tty=False)
+    progress.ranks(urls)
+    progress.sizing.join(30)
+    assert not progress.sizing.is_alive()
+    total = _stored_mib(run_dir)
+    assert progress.text() == f"reading: 0.0 of {total} MiB read, 0 of {RANKS} ranks, 0 events"
+
+
+def test_extract_from_urls_logs_the_bytes_fetched_of_their_size(run_dir, http_dir, tmp_path):
+    env = dict(os.environ, STREAMTRACE_PROGRESS_SECONDS="0")
+    urls = [f"{http_dir}/rank{r}_trace.json.gz" for r in range(RANKS)]
+    proc = subprocess.run([BIN, "extract", *urls, "-j", "1", "-o", str(tmp_path / "run.stev")], capture_output=True,
+                          text=True, env=env, timeout=DEADLINE)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.strip() for line in proc.stderr.splitlines() if " MiB read, " in line]
+    total = _stored_mib(run_dir)
+    assert lines and lines[-1].startswith(f"reading: {total} of {total} MiB read, {RANKS} of {RANKS} ranks"), \
+        proc.stderr
