@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .steps import STEPS_TABLE, rows_in_left_out_steps
+
 LEVELS = ("high", "medium", "low")
 
 # ---- the clock rule's numbers (docs/confidence.md)
@@ -100,7 +102,9 @@ class Confidence:
     matched_full: int = 0
     clocks: str = "clocks as recorded"
     no_gpu_collectives: bool = False
-    not_evidence: frozenset = frozenset()   # collective_ids whose members are mostly absent
+    # collective_ids that are no evidence of who arrived last: most of their
+    # members absent, or in a step not every rank's window holds
+    not_evidence: frozenset = frozenset()
 
     def ranks_words(self):
         return f"{self.ranks_present} of {self.world_size} ranks"
@@ -228,22 +232,32 @@ def assess(tables, clocks_used=None):
     every = tables.get("align.collectives")
     rows = _collective_rows(every)
     no_gpu = every is None or not len(every)   # point-to-point kernels are GPU communication too
-    n_inst = full = 0
+    n_inst = full = multi = left_out = 0
     not_evidence = frozenset()
     if no_gpu:
         reasons.append(Reason("collectives", "low", 0, "no GPU collectives in these traces: nothing to say about "
                                                        "waiting between ranks"))
     elif len(rows):
-        n_inst, full, multi, not_evidence = _matching(rows, present, world)
-        if full < n_inst:
-            level = "low" if full < FEW_MATCHED_SHARE * n_inst else "medium"
-            reasons.append(Reason("matched on all members", level, f"{full}/{n_inst}",
-                                  f"{n_inst - full} of {n_inst} collectives miss some of their members present"))
-        if not_evidence:
-            level = "low" if len(not_evidence) == n_inst else "medium"
-            reasons.append(Reason("mostly absent", level, len(not_evidence),
-                                  f"{len(not_evidence)} of {n_inst} collectives have most of their members absent: "
-                                  "they are not counted as evidence of who arrived last"))
+        # a collective of a step not every rank's window holds lacks members by
+        # construction: counted neither as matched nor as missing (the steps reason says so)
+        left = _in_left_out_steps(rows, tables.get(STEPS_TABLE))
+        if left.any():
+            left = rows["instance"].isin(rows.loc[left, "instance"].unique()).to_numpy(bool)
+            left_out = int(rows.loc[left, "instance"].nunique())
+        counted = rows[~left] if left_out else rows
+        if len(counted):
+            n_inst, full, multi, not_evidence = _matching(counted, present, world)
+            if full < n_inst:
+                level = "low" if full < FEW_MATCHED_SHARE * n_inst else "medium"
+                reasons.append(Reason("matched on all members", level, f"{full}/{n_inst}",
+                                      f"{n_inst - full} of {n_inst} collectives miss some of their members present"))
+            if not_evidence:
+                level = "low" if len(not_evidence) == n_inst else "medium"
+                reasons.append(Reason("mostly absent", level, len(not_evidence),
+                                      f"{len(not_evidence)} of {n_inst} collectives have most of their members "
+                                      "absent: they are not counted as evidence of who arrived last"))
+        if left_out:
+            not_evidence = not_evidence | frozenset(rows.loc[left, "collective_id"].astype(str).unique())
         if multi < FEW_COLLECTIVES:
             reasons.append(Reason("evidence", "medium", multi, f"the answer rests on {multi} collective(s) matched "
                                                                f"across ranks (fewer than {FEW_COLLECTIVES})"))
@@ -266,7 +280,7 @@ def assess(tables, clocks_used=None):
                               "read from these start times include the clocks' disagreement"))
     elif rule.state == "apply":
         words = f"clock offsets of up to {_us(rule.spread_ns)} applied"
-    steps = _step_reason(tables.get("steps"))
+    steps = _step_reason(tables.get(STEPS_TABLE), tables.get("steps"), left_out)
     if steps:
         reasons.append(steps)
     level = _worst(r.level for r in reasons)
@@ -323,20 +337,56 @@ def _matching(rows, present, world):
     return len(starts), full, multi, frozenset(rows["collective_id"].astype(str).to_numpy()[first[mostly_absent]])
 
 
-def _step_reason(steps):
-    """A Reason when the ranks' profiled windows cover different steps."""
-    if steps is None or not len(steps):
+def _in_left_out_steps(rows, coverage):
+    """Per row of align.collectives: whether it was launched (else started)
+    in a step of its rank that not every rank's window holds (``coverage``:
+    align.steps, or None)."""
+    if coverage is None or not len(coverage) or coverage["shared"].astype(bool).all():
+        return np.zeros(len(rows), dtype=bool)
+    ts = rows["ts_ns"].to_numpy(np.int64)
+    launch = pd.to_numeric(rows["launch_ts_ns"], errors="coerce").to_numpy(np.float64)
+    t = np.where(np.isnan(launch), ts, np.nan_to_num(launch)).astype(np.int64)
+    return rows_in_left_out_steps(rows["rank"].to_numpy(np.int64), t, coverage)
+
+
+def _step_reason(coverage, steps, left_out=0):
+    """A Reason when the ranks' profiled windows cover different steps:
+    from align.steps (``coverage``: which steps every rank with markers
+    holds), else from the report's ``steps`` table (how many ranks hold
+    each).  ``left_out``: the collectives in those steps, not counted."""
+    if coverage is not None and len(coverage):
+        shared_of = coverage.groupby("step")["shared"].all()
+        partial = sorted(int(n) for n, shared in shared_of.items() if not shared)
+        shared, most = int(shared_of.sum()), int(coverage["rank"].nunique())
+    elif steps is not None and len(steps):
+        counts = steps["ranks"].astype(int)
+        most = int(counts.max())
+        partial = steps[counts < most]["step"].astype(int).tolist()
+        shared = int((counts == most).sum())
+    else:
         return None
-    counts = steps["ranks"].astype(int)
-    most = int(counts.max())
-    partial = steps[counts < most]
-    if not len(partial):
+    if not partial:
         return None
-    shared = steps[counts == most]["step"].astype(int).tolist()
-    return Reason("profiled windows", "medium", len(partial),
-                  f"the ranks' profiled windows cover different steps: {len(partial)} step(s) "
-                  f"(#{', #'.join(map(str, partial['step'].astype(int).tolist()[:8]))}) are held by only some "
-                  f"ranks, {len(shared)} by all {most}")
+    text = (f"{_step_words(partial)} left out: not in every rank's window (the ranks' profiled windows cover "
+            f"different steps; {shared} step(s) held by all {most})")
+    if left_out:
+        text += (f"; their {left_out} collectives are counted neither as matched nor as missing, nor as evidence "
+                 "of who arrived last")
+    return Reason("profiled windows", "medium", len(partial), text)
+
+
+def _step_words(numbers, shown=8):
+    """"step #7", "steps #12, #14" or "steps #3..#5, #9": runs as ranges."""
+    numbers = sorted(set(int(n) for n in numbers))
+    parts, i = [], 0
+    while i < len(numbers):
+        j = i
+        while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
+            j += 1
+        parts.append(f"#{numbers[i]}" if i == j else f"#{numbers[i]}..#{numbers[j]}")
+        i = j + 1
+    more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
+    return ("step " if len(numbers) == 1 else "steps ") + ", ".join(parts[:shown]) + more
 
 
 def _applied(clocks):

@@ -236,6 +236,27 @@ def left_out_steps(coverage):
     return dict(sorted(out.items()))
 
 
+def rows_in_left_out_steps(rank, t, coverage):
+    """Per row (``rank``, ``t``: the kernel's launch, else its start, in ns
+    of its rank's trace from its base time, as ``align.steps``' times):
+    whether it lies in a step of its rank that ``coverage`` (``align.steps``)
+    says not every rank holds."""
+    out = np.zeros(len(rank), dtype=bool)
+    if coverage is None or not len(coverage):
+        return out
+    left = coverage[~coverage["shared"].astype(bool)]
+    for r, steps in left.groupby("rank"):
+        mine = np.flatnonzero(rank == int(r))
+        if not len(mine):
+            continue
+        starts, ends = steps["start_ns"].to_numpy(np.int64), steps["end_ns"].to_numpy(np.int64)
+        order = np.argsort(starts, kind="stable")
+        starts, ends = starts[order], ends[order]
+        k = np.searchsorted(starts, t[mine], "right") - 1
+        out[mine] = (k >= 0) & (t[mine] <= ends[np.maximum(k, 0)])
+    return out
+
+
 def coverage_findings(coverage):
     """align.quality rows (finding dicts) for ``align.steps``: one warning
     ``steps_not_shared`` when the ranks' windows cover different steps."""

@@ -121,14 +121,21 @@ def test_ranks_without_collectives_and_windows_over_different_steps(clean):
     tables = correlated_tables([clean[0]])
     col = tables["align.collectives"]
     tables["align.collectives"] = col[col["rank"] != 3]
+    # the last step held by ranks 0 and 1 only (align.steps; without it, the report's steps table)
+    coverage = tables["align.steps"]
+    last = coverage["step"].max()
+    coverage = coverage[(coverage["step"] != last) | (coverage["rank"] < 2)].copy()
+    coverage.loc[coverage["step"] == last, "shared"] = False
     steps = tables["steps"].copy()
     steps.loc[steps.index[-1], "ranks"] = 2
-    tables["steps"] = steps
-    c = conf.assess(tables)
-    checks = {r.check: r for r in c.reasons}
-    assert checks["ranks without collectives"].text.startswith("1 of 4 ranks present hold no collective kernels (3)")
-    assert checks["profiled windows"].value == 1 and "#14" in checks["profiled windows"].text
-    assert c.level == "medium"
+    for given in ({"align.steps": coverage}, {"align.steps": None, "steps": steps}):
+        c = conf.assess(dict(tables, **given))
+        checks = {r.check: r for r in c.reasons}
+        assert checks["ranks without collectives"].text.startswith("1 of 4 ranks present hold no collective "
+                                                                   "kernels (3)")
+        assert checks["profiled windows"].value == 1
+        assert checks["profiled windows"].text.startswith(f"step #{last} left out: not in every rank's window")
+        assert c.level == "medium"
 
 
 def test_the_python_api_carries_the_confidence(clean):
@@ -192,3 +199,28 @@ def test_blockers_says_a_tie_as_one():
     text = blockers_text({"collective_blockers": pd.DataFrame(rows)}, confidence=c)
     assert ("Straggler: a tie: ranks 4, 5 and 7 were each last to arrive at 1 of 3 collectives, among the 8 of 8 "
             "ranks present; others waited 100.0 us for each") in text.splitlines()
+
+
+def test_collectives_of_steps_left_out_are_not_counted_as_missing_members(tmp_path_factory):
+    """Windows shifted by a step (ranks 1 and 3 one step later): the 12 collectives of steps #12
+    and #14 are held by half the ranks by construction, not for lack of matching: the matched
+    share is over the shared step's 6, and the steps left out are said as such."""
+    d, truth = _run(tmp_path_factory, "shifted", ranks=4, steps=2, layout="old", fill_ops=12, seed=11,
+                    window_shift_steps=[0, 1, 0, 1])
+    assert truth["messy"]["left_out_steps"] == [12, 14]
+    text = blockers([d])
+    c = text.confidence
+    assert text.splitlines()[0] == ("Confidence: medium (4 of 4 ranks; 6 of 6 collectives matched on all their "
+                                    "members; clocks as recorded)")
+    checks = {r.check: r for r in c.reasons}
+    assert "matched on all members" not in checks, c.reasons
+    assert checks["profiled windows"].text.startswith("steps #12, #14 left out: not in every rank's window")
+    assert "their 12 collectives are counted neither as matched nor as missing" in checks["profiled windows"].text
+    assert c.level == "medium"
+    straggler = [line for line in text.splitlines() if line.startswith("Straggler:")]
+    assert len(straggler) == 1 and "last to arrive at 6 of 6 collectives" in straggler[0], text
+
+
+def test_step_words_say_runs_as_ranges():
+    assert conf._step_words([3, 4, 5, 9]) == "steps #3..#5, #9"
+    assert conf._step_words([12, 14]) == "steps #12, #14" and conf._step_words([7]) == "step #7"
