@@ -31,6 +31,7 @@ LAYERS = [
     "critical",
     "plots", "html_report",
     "chain",
+    "diff",
     "dump", "fuse",
     "tracelens",
     "cli",
