@@ -117,8 +117,10 @@ def line(row):
     75.7 ms step: 6 %"."""
     verb = "would save" if row.description.endswith(":") else "cost"
     words = row.description.rstrip(":")
-    return (f"{words} {verb} {_time(row.saving_us)} of the {_time(row.measured_step_us)} step: "
-            f"{row.saving_pct:.0f} %  [{row.scenario}]")
+    saving = max(0.0, row.saving_us)   # a replay a hair slower than measured saves nothing
+    pct = 100.0 * saving / row.measured_step_us if row.measured_step_us > 0 else 0.0
+    name = f"  [--scenario {row.scenario}]" if len(row.scenario) <= 40 else ""
+    return f"{words} {verb} {_time(saving)} of the {_time(row.measured_step_us)} step: {pct:.0f} %{name}"
 
 
 def _time(us):

@@ -82,14 +82,15 @@ class StepGraph:
         self.prev = [-1] * n           # the item of its rank that ended last before it started
         last_on_stream = {}
         pending = {}                   # rank -> heap of (end, node) of items not ended yet
-        finished = {}                  # rank -> [latest ended item, compute item, communication item]
+        finished = {}                  # rank -> latest ended [item, compute item, communication item, receive]
+        receive = [self.kind[i] == P2P and _receiver(self.label[i]) == self.rank[i] for i in range(n)]
         for i in range(n):
             r, s = self.rank[i], self.start[i]
             heap = pending.setdefault(r, [])
-            best = finished.setdefault(r, [None, None, None])
+            best = finished.setdefault(r, [None, None, None, None])
             while heap and heap[0][0] <= s:   # starts ascend: an item ended before one ends before the next
                 e, k = heapq.heappop(heap)
-                for slot in (0, 1 if self.kind[k] == COMPUTE else 2):
+                for slot in (0, 1 if self.kind[k] == COMPUTE else 2) + ((3,) if receive[k] else ()):
                     if best[slot] is None or (e, k) > (self.end[best[slot]], best[slot]):
                         best[slot] = k
             self.prev[i] = -1 if best[0] is None else best[0]
@@ -100,9 +101,12 @@ class StepGraph:
             if self.kind[i] != COMPUTE:
                 if best[1] is not None and best[1] != p:
                     deps.append(best[1])
-            elif best[2] is not None:
+            else:
                 k = best[2]
-                if s - self.end[k] <= GAP_NS and (p is None or self.end[p] < self.end[k]):
+                if k is not None and s - self.end[k] <= GAP_NS and (p is None or self.end[p] < self.end[k]):
+                    deps.append(k)
+                k = best[3]   # a pipeline stage's work waits for what it received, bound or not
+                if k is not None and k not in deps:
                     deps.append(k)
             cands = [(self.end[k], k) for k in deps]
             rel = self.release[i]
@@ -242,6 +246,12 @@ class StepGraph:
                 segs.append(("host launch gap", "step start", self.rank[i], self.ref, s, None))
             break
         return segs
+
+
+def _receiver(label):
+    """The receiving rank of a send/recv item's label ('p2p A->B'), or None."""
+    a, _, b = str(label).split()[-1].partition("->")
+    return int(b) if b.lstrip("-").isdigit() else None
 
 
 def _last(pairs, t):

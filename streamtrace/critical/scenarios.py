@@ -12,8 +12,8 @@ Names (``--scenario``):
 ``compute:P``         every compute kernel P % faster
 ``contention:IDENTITY`` that kernel, where it overlapped communication, at
                       the median duration of its instances that did not
-``link:A->B``         the send/recv transfers from A to B at the median
-                      link's bandwidth
+``link:A-B``          the send/recv transfers between ranks A and B (both
+                      ways) at the median link's bandwidth
 """
 import numpy as np
 
@@ -95,16 +95,20 @@ class Contention(Scenario):
 
 
 class LinkBandwidth(Scenario):
-    def __init__(self, sender, receiver):
-        super().__init__(f"link:{sender}->{receiver}", f"link {sender}->{receiver}'s slow transfers")
-        self.link = (sender, receiver)
+    """Both directions of the link between two ranks."""
+
+    def __init__(self, a, b):
+        a, b = sorted((a, b))
+        super().__init__(f"link:{a}-{b}", f"the slow transfers between ranks {a} and {b}")
+        self.link = (a, b)
 
     def change(self, g, run):
         transfer = g.transfer.astype(np.float64).copy()
         bw = run.median_link_bw
         if bw:
             for i in np.flatnonzero(g.kind == P2P).tolist():
-                if run.link_of(g, i) == self.link and g.nbytes[i] == g.nbytes[i]:
+                link = run.link_of(g, i)
+                if link is not None and tuple(sorted(link)) == self.link and g.nbytes[i] == g.nbytes[i]:
                     transfer[i] = min(transfer[i], g.nbytes[i] / bw)
         return dict(transfer=transfer)
 
@@ -167,8 +171,9 @@ class RunFacts:
                 if g.kind[m[0]] != P2P or len(m) != 2:
                     continue
                 k = m[0]
-                if g.transfer[k] > 0 and g.nbytes[k] == g.nbytes[k]:
-                    per.setdefault(self.link_of(g, k), []).append(g.nbytes[k] / g.transfer[k])
+                link = self.link_of(g, k)
+                if link is not None and g.transfer[k] > 0 and g.nbytes[k] == g.nbytes[k]:
+                    per.setdefault(tuple(sorted(link)), []).append(g.nbytes[k] / g.transfer[k])
         self.link_bw = {link: float(np.median(v)) for link, v in per.items()}
         if self.link_bw:
             self.median_link_bw = float(np.median(list(self.link_bw.values())))
@@ -199,12 +204,12 @@ def parse(name):
         if kind == "contention" and rest:
             return Contention(rest)
         if kind == "link":
-            a, _, b = rest.partition("->")
+            a, _, b = rest.replace("->", "-").partition("-")
             return LinkBandwidth(int(a), int(b))
     except ValueError:
         pass
     raise InvalidArgumentError(f"--scenario {name!r}: not a scenario (rank:R, host:R, kernel:P:IDENTITY, "
-                               "compute:P, contention:IDENTITY, link:A->B)")
+                               "compute:P, contention:IDENTITY, link:A-B)")
 
 
 def _percent(p):
