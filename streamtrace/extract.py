@@ -24,7 +24,8 @@ from .parallel.executor import Serial, local_executor
 from .parallel.threads import prefetched
 from .progress import rank_done, rank_reporters
 from .remote import local_path, redact, source_label
-from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, record_frame, strings_frame
+from .stream.format import MAX_RANK, Frame, Kind, StreamWriter, json_frame, record_frame, strings_frames
+from .stream.limits import writer_frame_bytes
 
 log = logging.getLogger("streamtrace")
 
@@ -155,7 +156,7 @@ class _RankExtraction:
             strings = [decode_raw_string(r) for r in raw]
             if self.tally is not None:
                 self.tally.strings(first, strings)
-            yield strings_frame(rank, first, strings)
+            yield from strings_frames(rank, first, strings)   # several when they are over a frame's limit
         events, kernels, comms = tok.take_records()
         for kind, payload in ((Kind.EVENTS, events), (Kind.KERNELS, kernels), (Kind.COMMS, comms)):
             if payload:
@@ -435,10 +436,17 @@ def _rank_frames(inp, world_size, keep_pyfunc, strict, summarized, progress=None
     or more).  The tokenizer (no GIL) then runs in a thread of its own,
     ahead of the summaries' collecting."""
     frames = extract_rank(inp.path, inp.rank, world_size, keep_pyfunc, inp.position, progress=progress,
-                          strict=strict)
+                          strict=strict, batch_events=stream_batch_events())
     if summarized is not None and _worth_summarizing(inp.path):
         frames = summarized(prefetched(frames, depth=SUMMARY_PREFETCH_FRAMES, name="streamtrace-extract"))
     return packed_ahead(frames)
+
+
+def stream_batch_events():
+    """Records per frame of a stream: ``BATCH_EVENTS``, fewer when the
+    frame limit is set lower than its 1.5 MiB (an event record, the
+    largest, is 96 bytes), so that the stream is read with that setting."""
+    return max(1, min(BATCH_EVENTS, writer_frame_bytes() // Kind.RECORDS[Kind.EVENTS].itemsize))
 
 
 def _extract_to_file(args):

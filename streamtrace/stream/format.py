@@ -31,8 +31,9 @@ from .._native import COMM_DTYPE, EVENT_DTYPE, FLAGS, FORMAT_VERSION, KERNEL_DTY
 from ..errors import StreamFormatError, TraceError, os_reason
 from ..parallel.threads import prefetched
 from ..remote import is_url, local_path
-from .limits import FRAME_ENV, LimitError, max_frame_bytes, max_summary_bytes, over
-from .packing import PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
+from .limits import (FRAME_ENV, LimitError, max_frame_bytes, max_summary_bytes, max_unpack_ratio, over,
+                     single_limit, writer_frame_bytes)
+from .packing import ENVELOPE, PackError, envelope, pack_bytes, pack_records, unpack_bytes, unpack_records
 from .summaries import ANNOUNCE, SummaryError, decode_summary, encode_summary, summary_header
 
 MAGIC = b"\x89STEV\r\n\x1a"
@@ -283,10 +284,33 @@ class SummaryFrame(_MadeHere):
 
 def strings_frame(rank, first_id, strings):
     """A STRINGS frame for ids first_id.. (strings are str)."""
-    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+    return _strings_frame(rank, first_id, [s.encode("utf-8", "surrogatepass") for s in strings])
+
+
+def _strings_frame(rank, first_id, encoded):
     lengths = np.fromiter((len(b) for b in encoded), dtype="<u4", count=len(encoded))
     raw = struct.pack("<II", first_id, len(encoded)) + lengths.tobytes() + b"".join(encoded)
     return Frame(Kind.STRINGS, rank, pack_bytes(len(encoded), raw))
+
+
+def strings_frames(rank, first_id, strings):
+    """STRINGS frames for ids first_id.. (strings are str), as many as it
+    takes for each to unpack to at most what readers admit
+    (``limits.writer_frame_bytes``); a string longer than that has a frame
+    of its own (readers admit one item by its compression ratio)."""
+    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+    limit = writer_frame_bytes()
+    sizes = [4 + len(b) for b in encoded]   # its length, then its bytes
+    if 8 + sum(sizes) <= limit:   # the usual case: one frame
+        return [_strings_frame(rank, first_id, encoded)]
+    frames, start, size = [], 0, 8
+    for i, n in enumerate(sizes):
+        if i > start and size + n > limit:
+            frames.append(_strings_frame(rank, first_id + start, encoded[start:i]))
+            start, size = i, 8
+        size += n
+    frames.append(_strings_frame(rank, first_id + start, encoded[start:]))
+    return frames
 
 
 def record_frame(kind, rank, records):
@@ -641,7 +665,9 @@ def iter_frames(source, name=None):
             raise StreamFormatError(name, f"truncated stream (frame of {length} bytes runs past the end "
                                           f"of the file at byte {size}; or its length is corrupt)", pos)
         limit, env = limits.get(kind, (None, None))
-        if limit is not None and length > limit:   # before it is read: a pipe's length is not known
+        if limit is not None and length > limit and kind not in _SINGLE:   # before it is read: a pipe's
+            # length is not known.  A META or one-string frame may be stored uncompressed: as TABLE frames,
+            # it costs what the input holds (read in pieces)
             raise StreamFormatError(name, f"{KIND_NAMES[kind].upper()} frame {over('of', length, limit, env)}", pos)
         try:
             payload = _read_payload(f, length)
@@ -663,9 +689,12 @@ def iter_frames(source, name=None):
                 count, _, unpacked = envelope(payload, Kind.RECORDS.get(kind))
             except PackError as exc:
                 raise StreamFormatError(name, f"corrupt {KIND_NAMES[kind].upper()} frame: {exc}", pos) from None
-            if unpacked > limit:   # what it would take once decompressed: refused before anything is
+            most = limit
+            if kind == Kind.META or kind == Kind.STRINGS and count == 1:   # an item that cannot be split
+                most = single_limit(limit, len(payload) - ENVELOPE.size)
+            if unpacked > most:   # what it would take once decompressed: refused before anything is
                 raise StreamFormatError(
-                    name, f"{KIND_NAMES[kind].upper()} frame {over('unpacks to', unpacked, limit, env)}", pos)
+                    name, f"{KIND_NAMES[kind].upper()} frame {over('unpacks to', unpacked, most, env)}", pos)
             if kind != Kind.META:   # the ids its records may hold: those of the frames before it
                 tally = tallies.setdefault(rank, [0, 0])
                 bounds = tuple(tally)
@@ -713,6 +742,10 @@ def _unpacked(frames, kinds):
         yield frame
 
 
+#: kinds whose frame holds one item when its count is 1 (a META frame: always)
+_SINGLE = (Kind.META, Kind.STRINGS)
+
+
 def _limits():
     """{kind: (the most bytes a frame of it may hold, packed or unpacked;
     the variable that sets it)}.  Not TABLE frames, which are not packed
@@ -720,7 +753,7 @@ def _limits():
     frames (their limit is on what their zstd part unpacks to: checked when
     one is decoded), nor unknown kinds: the input's own size bounds those."""
     frame = (max_frame_bytes(), FRAME_ENV)
-    max_summary_bytes()   # a bad setting is one line at once, not at the first summary
+    max_summary_bytes(), max_unpack_ratio()   # a bad setting is one line at once, not at the first summary
     return {kind: frame for kind in (*Kind.RECORDS, Kind.STRINGS, Kind.META, Kind.END)}
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import zstandard
 
 from .._native import COMM_DTYPE, EVENT_DTYPE, KERNEL_DTYPE
+from .limits import admitted
 
 ENVELOPE = struct.Struct("<IIQ")   # count, codec, bytes before compression
 CODEC_ZSTD = 1
@@ -144,8 +145,32 @@ def unpack_records(payload, dtype, out=None):
 
 
 def pack_bytes(count, raw):
-    """Packed payload of opaque bytes (a STRINGS frame's v2 layout)."""
-    return ENVELOPE.pack(count, CODEC_ZSTD, len(raw)) + _zstd()[0].compress(raw)
+    """Packed payload of opaque bytes (a STRINGS frame's v2 layout, a META
+    frame's JSON), stored uncompressed when readers would refuse its
+    compression ratio (``limits.admitted``: one item longer than a frame's
+    limit that compresses better than the ratio readers admit)."""
+    body = _zstd()[0].compress(raw)
+    if not admitted(len(raw), len(body)):
+        body = stored_frame(raw)
+    return ENVELOPE.pack(count, CODEC_ZSTD, len(raw)) + body
+
+
+_BLOCK = 128 << 10   # the most a zstd block may hold
+
+
+def stored_frame(data):
+    """A zstd frame holding ``data`` uncompressed (raw blocks; its content
+    size in its header), which every zstd decoder reads: for an item a
+    reader would refuse for compressing too well."""
+    data = memoryview(data).cast("B")
+    # frame header: 8-byte content size, a 128 KiB window (exponent 7: 2^17)
+    out = [struct.pack("<IBBQ", 0xFD2FB528, 0xC0, 7 << 3, len(data))]
+    starts = range(0, len(data), _BLOCK) or [0]   # an empty item: one empty last block
+    for start in starts:
+        block = data[start:start + _BLOCK]
+        last = start + _BLOCK >= len(data)
+        out += [(last | len(block) << 3).to_bytes(3, "little"), block]   # block type 0: raw
+    return b"".join(out)
 
 
 def unpack_bytes(payload):

@@ -23,7 +23,8 @@ import struct
 import numpy as np
 import zstandard
 
-from .limits import SUMMARY_ENV, LimitError, max_summary_bytes, over
+from .limits import SUMMARY_ENV, LimitError, admitted, max_summary_bytes, over, single_limit
+from .packing import stored_frame
 
 ANNOUNCE = "summaries"   # the name of a rank's first SUMMARY frame
 _LENGTH = struct.Struct("<I")
@@ -101,6 +102,8 @@ def encode_summary(name, version, value):
         at += a.nbytes
     z = zstandard.ZstdCompressor(level=LEVEL).compressobj(size=at)
     packed = b"".join([z.compress(part) for part in parts] + [z.flush()])
+    if not admitted(at, len(packed), summary=True):   # compresses better than readers admit: stored
+        packed = stored_frame(b"".join(parts))
     header = json.dumps({"name": name, "version": version, "value_bytes": len(tree), "arrays": layout,
                          "packed": len(packed), "blobs": [len(b) for b in enc.blobs]},
                         separators=(",", ":")).encode()
@@ -149,7 +152,7 @@ def decode_summary(payload):
         total += -total % _ALIGN
         offsets.append(total)
         total += dtype.itemsize * math.prod(shape)
-    limit = max_summary_bytes()
+    limit = single_limit(max_summary_bytes(), packed)
     if total > limit:   # before anything is allocated: a few KB of zstd can declare gigabytes
         raise SummaryLimitError(*over("unpacks to", total, limit, SUMMARY_ENV).args)
     body = memoryview(payload)[at:at + packed]

@@ -377,3 +377,153 @@ def test_frames_right_at_the_limits_stay_within_the_bound(bases, tmp_path, comma
     assert code == 0, stderr[-2000:]
     assert peak <= PEAK_MB, f"{command}: peak RSS {peak} MB"
     assert seconds <= SECONDS, f"{command}: {seconds:.1f} s"
+
+
+# ------------------------------------------------------------------ honest streams past the fixed limits
+#
+# extract never writes a stream its readers refuse with the default
+# settings (or with its own): it splits STRINGS frames at the frame limit,
+# and a single item (a summary, META, one string) past its limit is read
+# when it compresses at most 64 times (real summaries: 3 to 39 times), or
+# is stored uncompressed by extract when it compresses better than that.
+
+def _summary_sizes(path):
+    """(name, bytes its zstd part unpacks to, bytes of that part) of every
+    summary (not the announcements) in a stream."""
+    import math
+
+    from streamtrace.stream.summaries import ANNOUNCE, summary_header
+
+    out = []
+    for f in iter_frames(path):
+        if f.kind == Kind.SUMMARY:
+            header, _ = summary_header(f.payload)
+            if header["name"] == ANNOUNCE:
+                continue
+            total = header["value_bytes"]
+            for dtype, shape, *_ in header["arrays"]:
+                total += -total % 8 + np.dtype(dtype).itemsize * math.prod(shape)
+            out.append((header["name"], total, header["packed"]))
+    return out
+
+
+def _csvs(directory):
+    return {name: (directory / name).read_bytes() for name in sorted(os.listdir(directory))}
+
+
+def _run(argv, env, check=True):
+    proc = subprocess.run([BIN, *argv], capture_output=True, text=True, env=env, timeout=300)
+    assert not check or proc.returncode == 0, (argv, proc.stderr[-2000:])
+    return proc
+
+
+@pytest.mark.parametrize("ratio", [None, "2"])
+def test_summaries_past_the_summary_limit_are_read(bases, tmp_path, ratio):
+    """A rank's summary past STREAMTRACE_MAX_SUMMARY_BYTES (8K here: the
+    fixture's correlate summaries are 16 KB; a 5 GB rank's pass 48 MiB) is read by align and
+    report with that setting: it compresses ~3 times, within the ratio.
+    With a ratio of 2 extract stores the summaries that compress better,
+    and they read back too.  The same report as from the rank's events."""
+    traces = os.path.join(os.path.dirname(base(bases, "align")), "traces")
+    env = dict(os.environ, STREAMTRACE_SUMMARIES_MIN_BYTES="0", STREAMTRACE_MAX_SUMMARY_BYTES="8K")
+    if ratio:
+        env["STREAMTRACE_MAX_UNPACK_RATIO"] = ratio
+    stream, aligned = tmp_path / "run.stev", tmp_path / "aligned.stev"
+    _run(["extract", "--trace_dir", traces, "--world_size", "2", "-o", str(stream), "-q"], env)
+    sizes = _summary_sizes(str(stream))
+    past = [(unpacked, packed) for _, unpacked, packed in sizes if unpacked > 8 << 10]
+    assert len(past) >= 2, sizes
+    if ratio:
+        assert any(packed > unpacked for unpacked, packed in past), sizes   # stored
+        assert all(unpacked <= 2 * packed for unpacked, packed in past), sizes
+    else:
+        assert all(packed * 2 < unpacked for unpacked, packed in past), sizes   # compressed
+    events = tmp_path / "events.stev"
+    _run(["extract", "--trace_dir", traces, "--world_size", "2", "-o", str(events), "-q", "--no_summaries"], env)
+    for name, source in (("staged", stream), ("want", events)):   # align and correlate read a summary each
+        _run(["align", str(source), "-o", str(aligned), "-q"], env)
+        _run(["correlate", str(aligned), "-o", str(tmp_path / "correlated.stev"), "-q"], env)
+        _run(["report", str(tmp_path / "correlated.stev"), "--output_csvs_dir", str(tmp_path / name), "-q"], env)
+    _run(["report", str(stream), "--output_csvs_dir", str(tmp_path / "report"), "-q"], env)
+    _run(["report", str(events), "--output_csvs_dir", str(tmp_path / "report_want"), "-q"], env)
+    want = _csvs(tmp_path / "want")
+    assert len(want) > 5
+    assert _csvs(tmp_path / "staged") == want
+    assert _csvs(tmp_path / "report") == _csvs(tmp_path / "report_want")
+    # a reader with the defaults reads what this setting wrote
+    _run(["align", str(stream), "-o", str(tmp_path / "default.stev"), "-q"], dict(os.environ))
+
+
+def test_real_summaries_are_read_by_their_compression_ratio(real_dir, tmp_path):
+    """Real ranks' summaries with the summary limit out of the way (1K):
+    each is admitted by the ratio alone, compressed (none stored), and
+    align reads them."""
+    env = dict(os.environ, STREAMTRACE_SUMMARIES_MIN_BYTES="0", STREAMTRACE_MAX_SUMMARY_BYTES="1K")
+    sets = [os.path.join(real_dir, "param-dlrm"), os.path.join(real_dir, "hta", "df_index_resolver")]
+    for i, d in enumerate(sets):
+        stream = tmp_path / f"{i}.stev"
+        files = sorted(os.path.join(d, f) for f in os.listdir(d) if ".json" in f)
+        _run(["extract", *files, "-o", str(stream), "-q"], env)
+        sizes = _summary_sizes(str(stream))
+        assert len(sizes) == 2 * len(files)
+        for name, unpacked, packed in sizes:
+            assert 1 << 10 < unpacked <= 64 * packed and packed < unpacked, (d, name, unpacked, packed)
+        _run(["align", str(stream), "-o", str(tmp_path / f"{i}.aligned.stev"), "-q"], env)
+
+
+def _long_kernel_names(src, dst, count, length):
+    """Trace ``src`` with its first ``count`` compute kernels renamed to
+    distinct names of ``length`` characters (templated C++ names run to
+    hundreds of KB); the names, in order."""
+    import json
+
+    with open(src) as f:
+        trace = json.load(f)
+    rng = np.random.default_rng(7)
+    names = []
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "kernel" and "nccl" not in e["name"].lower() and len(names) < count:
+            args = ", ".join(f"T{int(x)}" for x in rng.integers(0, 10**6, length // 8))
+            e["name"] = f"void k{len(names)}<{args}>"[:length]
+            names.append(e["name"])
+    assert len(names) == count
+    with open(dst, "w") as f:
+        json.dump(trace, f)
+    return names
+
+
+def test_extract_splits_strings_past_the_frame_limit(bases, tmp_path):
+    """90 kernel names of 200 KB (18 MB of new strings in one batch, over
+    the 16 MiB frame limit): extract writes them in several STRINGS
+    frames, each within the limit, and every reader takes the stream."""
+    import shutil
+
+    from streamtrace import read_stream
+
+    traces = os.path.join(os.path.dirname(base(bases, "align")), "traces")
+    shutil.copytree(traces, tmp_path / "traces")
+    names = _long_kernel_names(os.path.join(traces, "rank0_trace.json"), tmp_path / "traces" / "rank0_trace.json",
+                               90, 200_000)
+    stream = tmp_path / "run.stev"
+    env = dict(os.environ)
+    _run(["extract", "--trace_dir", str(tmp_path / "traces"), "--world_size", "2", "-o", str(stream), "-q"], env)
+    sizes = [packing.envelope(f.payload)[2] for f in iter_frames(str(stream)) if f.kind == Kind.STRINGS and f.rank == 0]
+    assert len(sizes) >= 2 and max(sizes) <= 16 << 20 and sum(sizes) > 18_000_000, sizes
+    strings = read_stream(str(stream))[0].strings
+    assert all(name in strings for name in names)
+    _run(["align", str(stream), "-o", str(tmp_path / "aligned.stev"), "-q"], env)
+    _run(["report", str(stream), "--output_csvs_dir", str(tmp_path / "csvs"), "-q"], env)
+    events = _run(["dump", str(stream), "--what", "events"], env).stdout
+    assert all(events.count(name) == 1 for name in (names[0], names[45], names[89]))
+
+
+def test_extract_keeps_its_frames_within_a_lower_frame_limit(bases, tmp_path):
+    """STREAMTRACE_MAX_FRAME_BYTES below a frame of 16,384 records (1.5
+    MiB): extract writes smaller record frames, read with that setting."""
+    traces = os.path.join(os.path.dirname(base(bases, "align")), "traces")
+    env = dict(os.environ, STREAMTRACE_MAX_FRAME_BYTES="64K", STREAMTRACE_SUMMARIES_MIN_BYTES="0")
+    stream = tmp_path / "run.stev"
+    _run(["extract", "--trace_dir", traces, "--world_size", "2", "-o", str(stream), "-q"], env)
+    records = [f for f in iter_frames(str(stream)) if f.kind in Kind.RECORDS]
+    assert len(records) > 6 and all(packing.envelope(f.payload)[2] <= 64 << 10 for f in records)
+    _run(["report", str(stream), "--output_csvs_dir", str(tmp_path / "csvs"), "-q"], env)

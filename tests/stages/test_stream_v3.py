@@ -444,3 +444,132 @@ def test_a_strings_frame_must_hold_the_count_of_its_envelope(run):
     with pytest.raises(StreamFormatError, match=r"corrupt STRINGS frame \(it holds (\d+) strings, its envelope "
                                                 r"says \d+\)"):
         read_stream(data)
+
+
+# ------------------------------------------------------------------ limits that admit every honest stream
+
+def _stream_of(*frames):
+    from streamtrace.stream.format import encode_frame, header_bytes, json_frame
+
+    end = json_frame(Kind.END, 0, {})
+    return header_bytes() + b"".join(encode_frame(f.kind, f.rank, bytes(f.payload)) for f in (*frames, end))
+
+
+@pytest.mark.parametrize("n", [0, 1, (128 << 10) - 1, 128 << 10, (128 << 10) + 1, 1 << 20])
+def test_a_stored_zstd_frame_is_its_bytes_for_any_zstd_reader(n):
+    import zstandard
+
+    data = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
+    frame = packing.stored_frame(data)
+    assert zstandard.frame_content_size(frame) == n
+    assert len(frame) == 14 + 3 * max(1, -(-n // (128 << 10))) + n
+    assert zstandard.ZstdDecompressor().stream_reader(frame).read() == data
+    if n:
+        assert zstandard.ZstdDecompressor().decompress(frame, max_output_size=n) == data
+
+
+def test_one_item_over_the_frame_limit_is_read_within_the_ratio(monkeypatch):
+    """A META frame or a frame of one string may unpack past the frame
+    limit up to 64 times its zstd bytes; a frame of two strings may not,
+    and an item compressing better than that is refused."""
+    from streamtrace import StreamFormatError
+    from streamtrace.stream.format import Frame, json_frame, strings_frame
+
+    monkeypatch.setenv("STREAMTRACE_MAX_FRAME_BYTES", "64K")
+    rng = np.random.default_rng(3)
+    text = "".join(rng.choice(list("abcdefgh"), 200_000))   # ~3 bits a byte: compresses ~2.5 times
+    meta = json_frame(Kind.META, 0, {"x": text})
+    assert len(list(iter_frames(io.BytesIO(_stream_of(meta))))) == 2
+    one = strings_frame(0, 0, [text])
+    assert len(read_stream(_stream_of(one))[0].strings[0]) == 200_000
+    two = strings_frame(0, 0, [text[:100_000], text[100_000:]])
+    with pytest.raises(StreamFormatError, match=r"STRINGS frame unpacks to 200016 bytes, over the limit of 65536 "
+                                                r"bytes \(raise it with STREAMTRACE_MAX_FRAME_BYTES\)"):
+        read_stream(_stream_of(two))
+    # 10 MB of one letter: zstd's ratio is in the thousands, a bomb's
+    import zstandard
+
+    bomb = b'{"x":"' + b"a" * 10_000_000 + b'"}'
+    payload = packing.ENVELOPE.pack(1, packing.CODEC_ZSTD, len(bomb)) + zstandard.ZstdCompressor().compress(bomb)
+    with pytest.raises(StreamFormatError, match=r"META frame unpacks to 10000008 bytes, over the limit of \d+ bytes"):
+        list(iter_frames(io.BytesIO(_stream_of(Frame(Kind.META, 0, payload)))))
+    monkeypatch.setenv("STREAMTRACE_MAX_UNPACK_RATIO", "100000")
+    assert len(list(iter_frames(io.BytesIO(_stream_of(Frame(Kind.META, 0, payload)))))) == 2
+
+
+def test_an_item_compressing_better_than_the_ratio_is_stored(monkeypatch):
+    """pack_bytes and encode_summary store (uncompressed) what readers would
+    refuse for its ratio, and only that: the stream then reads back."""
+    from streamtrace.stream.format import json_frame, strings_frame, summary_frame
+    from streamtrace.stream.summaries import decode_summary
+
+    monkeypatch.setenv("STREAMTRACE_MAX_FRAME_BYTES", "64K")
+    monkeypatch.setenv("STREAMTRACE_MAX_SUMMARY_BYTES", "64K")
+    name = "void k<" + "float, " * 100_000 + ">"   # a 700 KB kernel name: zstd makes it a few hundred bytes
+    frame = strings_frame(0, 0, [name])
+    assert len(frame.payload) > len(name)   # stored
+    meta = json_frame(Kind.META, 0, {"name": name})
+    assert len(meta.payload) > len(name)
+    zeros = np.zeros(200_000, np.int64)
+    summary = summary_frame(0, "x", 1, {"a": zeros})
+    assert len(summary.payload) > zeros.nbytes
+    data = read_stream(_stream_of(frame, meta, summary))[0]
+    assert data.strings == [name] and data.meta == {"name": name}
+    np.testing.assert_array_equal(decode_summary(data.extra[0].payload)[2]["a"], zeros)
+    # below the limits, or compressing less than the ratio: compressed as before
+    small = strings_frame(0, 0, [name[:50_000]])
+    assert len(small.payload) < 1000
+    noise = np.random.default_rng(1).integers(0, 1 << 40, 200_000)
+    assert len(summary_frame(0, "x", 1, {"a": noise}).payload) < noise.nbytes
+
+
+def test_a_summary_past_its_limit_is_read_within_the_ratio(monkeypatch):
+    from streamtrace.stream.summaries import SummaryLimitError, decode_summary, encode_summary
+
+    monkeypatch.setenv("STREAMTRACE_MAX_SUMMARY_BYTES", "64K")
+    rng = np.random.default_rng(2)
+    value = {"t": np.cumsum(rng.integers(0, 1000, 100_000)), "names": [f"op{i % 50}" for i in range(20_000)]}
+    payload = encode_summary("x", 1, value)
+    back = decode_summary(payload)[2]
+    np.testing.assert_array_equal(back["t"], value["t"])
+    assert back["names"] == value["names"]
+    monkeypatch.setenv("STREAMTRACE_MAX_UNPACK_RATIO", "1")
+    with pytest.raises(SummaryLimitError, match=r"unpacks to \d+ bytes, over the limit of \d+ bytes "
+                                                r"\(raise it with STREAMTRACE_MAX_SUMMARY_BYTES\)"):
+        decode_summary(payload)
+
+
+def test_strings_over_the_frame_limit_are_split(monkeypatch):
+    """Every frame within the limit; a string longer than it alone in its
+    frame; ids consecutive; read back as they were."""
+    from streamtrace.stream.format import strings_frames
+
+    monkeypatch.setenv("STREAMTRACE_MAX_FRAME_BYTES", "64K")
+    rng = np.random.default_rng(4)
+    strings = ["k" + "".join(rng.choice(list("abcdef<>,"), n)) for n in rng.integers(0, 20_000, 40)]
+    strings[7] = "x" * 100_000
+    strings[8] = "é" * 40_000   # 80,000 bytes of UTF-8
+    frames = strings_frames(3, 10, strings)
+    assert len(frames) > 4
+    first, got = 10, []
+    for f in frames:
+        count, _, size = packing.envelope(f.payload)
+        at, held = f.strings()
+        assert at == first and len(held) == count
+        assert size <= 64 << 10 or count == 1
+        first += count
+        got += held
+    assert got == strings
+    alone = [f.strings()[1] for f in frames if f.count() == 1]
+    assert [strings[7]] in alone and [strings[8]] in alone
+    monkeypatch.delenv("STREAMTRACE_MAX_FRAME_BYTES")
+    assert len(strings_frames(3, 10, strings)) == 1
+
+
+def test_a_bad_ratio_setting_is_one_line(run):
+    d, _ = run
+    bad = subprocess.run([BIN, "dump", str(d / "run.stev"), "--what", "meta"], capture_output=True, text=True,
+                         env=dict(os.environ, STREAMTRACE_MAX_UNPACK_RATIO="0"), timeout=120)
+    assert bad.returncode == 1
+    assert bad.stderr.strip() == ("Error: STREAMTRACE_MAX_UNPACK_RATIO='0': expected a whole number of 1 or more, "
+                                  "such as 64")
