@@ -267,6 +267,9 @@ def assess(tables, clocks_used=None):
             reasons.append(Reason("ranks without collectives", "medium", len(with_none),
                                   f"{len(with_none)} of {len(present)} ranks present hold no collective kernels "
                                   f"({_rank_words(with_none)})"))
+    p2p = _p2p_reason(tables.get("align.p2p"), tables.get("align.p2p_unmatched"))
+    if p2p:
+        reasons.append(p2p)
     rule = clock_rule(tables, rows)
     applied = _applied(tables.get("align.clocks"))
     words = "clock offsets applied" if applied else "clocks as recorded"
@@ -335,6 +338,24 @@ def _matching(rows, present, world):
     mostly_absent = members < MOSTLY_ABSENT_SHARE * expected
     multi = int((members > 1).sum())
     return len(starts), full, multi, frozenset(rows["collective_id"].astype(str).to_numpy()[first[mostly_absent]])
+
+
+def _p2p_reason(pairs, unmatched):
+    """A Reason when send/recv halves (align.p2p: one row per matched pair;
+    align.p2p_unmatched: one per half without a partner) went unpaired."""
+    left = 0 if unmatched is None else len(unmatched)
+    if not left:
+        return None
+    paired = 2 * (0 if pairs is None else len(pairs))
+    halves = paired + left
+    if not paired:
+        return Reason("point-to-point", "low", f"0/{halves}",
+                      f"none of the {halves} send/recv halves was paired with its peer's ({left} listed in "
+                      "p2p_unmatched): the point-to-point figures rest on no matched transfer")
+    level = "low" if paired < FEW_MATCHED_SHARE * halves else "medium"
+    return Reason("point-to-point", level, f"{paired}/{halves}",
+                  f"{paired} of {halves} send/recv halves paired with their peer's; {left} without a partner "
+                  "(listed in p2p_unmatched)")
 
 
 def _in_left_out_steps(rows, coverage):

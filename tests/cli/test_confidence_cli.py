@@ -151,3 +151,56 @@ def test_a_stream_aligned_already_keeps_its_clocks_and_says_so(offsets, tmp_path
     first, reason = res.stdout.splitlines()[:2]
     assert first.startswith("Confidence: medium (") and first.endswith("clocks as recorded)")
     assert "are well determined" in reason and "but not applied" in reason
+
+
+# ---------------------------------------------------------------------- point-to-point evidence
+
+
+def _pipeline(tmp_path_factory, name, **options):
+    from pipeline import generate_pipeline
+
+    d = tmp_path_factory.mktemp(name)
+    generate_pipeline(str(d), stages=2, steps=2, **options)
+    return d
+
+
+def _without_p2p(trace):
+    """A trace without its send/recv ops, annotations and kernels (its other events kept)."""
+    import json
+
+    doc = json.loads(trace.read_text())
+
+    def p2p(e):
+        name, args = str(e.get("name", "")), e.get("args") or {}
+        return ("SendRecv" in name or name.startswith(("c10d::send", "c10d::recv", "nccl:send", "nccl:recv"))
+                or args.get("Collective name") in ("send", "recv"))
+
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not p2p(e)]
+    trace.write_text(json.dumps(doc))
+
+
+def test_send_recv_ops_none_of_which_pair_make_the_answer_low(tmp_path_factory):
+    """Both stages present, but rank 1's send/recv ops are not in its trace: rank 0's 32 halves
+    have no partner. The answer must not be 'high'."""
+    d = _pipeline(tmp_path_factory, "unpaired")
+    _without_p2p(d / "rank1_trace.json")
+    res = run("blockers", d)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("Confidence: low (2 of 2 ranks; "), lines[:4]
+    assert ("  - low: none of the 32 send/recv halves was paired with its peer's (32 listed in p2p_unmatched): "
+            "the point-to-point figures rest on no matched transfer") in lines
+
+
+def test_send_recv_halves_without_a_partner_are_counted(tmp_path_factory):
+    """Rank 1's window starts 4 ops into the pipeline: 2 of 62 halves have no partner."""
+    d = _pipeline(tmp_path_factory, "late", late_start_rank=1, late_start_ops=4)
+    res = run("blockers", d)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert lines[0].startswith("Confidence: medium (2 of 2 ranks; point-to-point transfers only"), lines[:4]
+    assert ("  - medium: 60 of 62 send/recv halves paired with their peer's; 2 without a partner (listed in "
+            "p2p_unmatched)") in lines
+    clean = run("blockers", _pipeline(tmp_path_factory, "clean_pipe"))
+    assert clean.stdout.splitlines()[0] == ("Confidence: high (2 of 2 ranks; point-to-point transfers only; "
+                                            "clocks as recorded)")
