@@ -322,6 +322,171 @@ def blockers(inputs, top, html_path, align_clocks, jobs, scheduler, quiet):
         click.echo(redact_text(f"wrote {html_path}"), err=True)
 
 
+@main.command()
+@trace_input_options
+@click.option("--scenario", "scenarios", multiple=True,
+              help="Replay this scenario only (repeatable): rank:R, host:R, kernel:P:IDENTITY, compute:P, "
+                   "contention:IDENTITY, link:A-B (docs/critical-path.md).")
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Scenarios listed.")
+@click.option("--percent", type=click.FloatRange(min=0, max=100, min_open=True, max_open=True), default=20,
+              show_default=True, help="How much faster the suggested kernel scenarios make a kernel.")
+@click.option("--output_xlsx_path", "--output-xlsx-path", "output_xlsx_path", type=click.Path(dir_okay=False),
+              help="Write the sheets whatif, critical_path and critical_path_summary to this workbook.")
+@click.option("--output_csvs_dir", "--output-csvs-dir", "output_csvs_dir", type=click.Path(file_okay=False),
+              help="Write the same sheets as CSVs into this directory.")
+@align_clocks_option("the clock rule: applied when well determined and large against the skew, else kept "
+                     "(docs/confidence.md); a stream aligned already keeps its clocks")
+@jobs_option
+@scheduler_option
+@quiet_option
+@handle_errors
+def whatif(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks, scenarios,
+           top, percent, output_xlsx_path, output_csvs_dir, align_clocks, jobs, scheduler, quiet):
+    """What bounds each step, and what each fix would save.
+
+    Builds every profiler step's dependency graph across ranks, walks its
+    critical path and replays it with one change per scenario (a late rank
+    at the median rank's speed, a kernel faster, a link at the median
+    bandwidth, host launch gaps removed).  PATHS as blockers takes them
+    (streams at any stage, trace files, one directory; none: stdin), or the
+    traces the discovery flags find.  Prints the answer's confidence first,
+    then the top scenarios by step time saved.
+
+    \b
+      streamtrace whatif run/
+      streamtrace whatif --trace_dir run/ --world_size 8 --output_csvs_dir whatif/
+      streamtrace whatif run/ --scenario rank:4 --scenario link:0-1
+    """
+    from .chain import whatif as whatif_api
+
+    _setup_logging(quiet)
+    with cluster_executor(scheduler, jobs) as executor:
+        sheets = whatif_api(list(paths), scenario=list(scenarios) or None, top=top, percent=percent, jobs=jobs,
+                            world_size=world_size, executor=executor, align_clocks=align_clocks,
+                            trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
+                            rank_regex=rank_regex, allow_missing_ranks=allow_missing_ranks,
+                            output_xlsx_path=output_xlsx_path, output_csvs_dir=output_csvs_dir)
+    click.echo(sheets.text)
+    if not quiet:
+        for p in getattr(sheets, "written", []):
+            click.echo(redact_text(f"wrote {p}"), err=True)
+
+
+# ------------------------------------------------------------------ diff (issue #43)
+
+def _side_options(side):
+    """--<side>_dir, --<side>_pattern, --<side>_glob, --<side>_world_size: one run's trace discovery."""
+    def add(fn):
+        opts = [
+            click.option(f"--{side}_dir", f"--{side}-dir", f"{side}_dir", type=click.Path(),
+                         help=f"The {side}: a directory of traces (as --trace_dir)."),
+            click.option(f"--{side}_pattern", f"--{side}-pattern", f"{side}_pattern",
+                         help=f"The {side}: a path with one '*' replaced by the rank (as --trace_pattern)."),
+            click.option(f"--{side}_glob", f"--{side}-glob", f"{side}_glob",
+                         help=f"The {side}: a glob, the rank from --rank_regex (as --trace_glob)."),
+            click.option(f"--{side}_world_size", f"--{side}-world-size", f"{side}_world_size",
+                         type=click.IntRange(min=1, max=MAX_WORLD_SIZE), help=f"The {side}'s number of ranks."),
+        ]
+        for opt in reversed(opts):
+            fn = opt(fn)
+        return fn
+    return add
+
+
+def _fail_if(ctx, param, values):
+    """--fail_if conditions, each checked before any work: a malformed one is a usage error naming it."""
+    from .diff.gate import parse_condition
+
+    out = []
+    for v in values:
+        try:
+            out.append(parse_condition(v))
+        except StreamtraceError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return out
+
+
+@main.command()
+@click.argument("runs", nargs=-1, type=click.Path(), metavar="[BASELINE] [CANDIDATE]")
+@_side_options("baseline")
+@_side_options("candidate")
+@click.option("--rank_regex", "--rank-regex", "rank_regex", default=DEFAULT_RANK_REGEX, show_default=True,
+              help="Regex with a 'rank' group, for --baseline_glob / --candidate_glob.")
+@click.option("--allow_missing_ranks", "--allow-missing-ranks", "allow_missing_ranks", is_flag=True,
+              help="Analyse the ranks present when some rank files of a run are missing.")
+@click.option("--fail_if", "--fail-if", "fail_if", multiple=True, callback=_fail_if, metavar="METRIC[:+-N%|us|ms]",
+              help="CI gate (repeatable): exit 3 when the candidate breaks this condition beyond the run-to-run "
+                   "spread, e.g. step_time:+5%, busbw:-10% (any size bucket), transfer:+200us, new_straggler "
+                   "(docs/diff.md lists the metrics).")
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Changes explained in words.")
+@click.option("--output_xlsx_path", "--output-xlsx-path", "output_xlsx_path", type=click.Path(dir_okay=False),
+              help="Write the diff's sheets to this workbook.")
+@click.option("--output_csvs_dir", "--output-csvs-dir", "output_csvs_dir", type=click.Path(file_okay=False),
+              help="Write one <sheet>.csv per diff sheet here.")
+@click.option("--output_html_path", "--output-html-path", "output_html_path", type=click.Path(dir_okay=False),
+              help="Self-contained HTML page: the changes charted, each run's report charts side by side "
+                   "(needs plotly).")
+@click.option("--critical_path/--no-critical_path", "--critical-path/--no_critical_path", "critical_path",
+              default=True, show_default=True,
+              help="Compare the runs' critical paths (the summary's first explanation of the step time).")
+@align_clocks_option("the clock rule (docs/confidence.md); a stream aligned already keeps its clocks")
+@jobs_option
+@quiet_option
+@handle_errors
+def diff(runs, baseline_dir, baseline_pattern, baseline_glob, baseline_world_size, candidate_dir, candidate_pattern,
+         candidate_glob, candidate_world_size, rank_regex, allow_missing_ranks, fail_if, top, output_xlsx_path,
+         output_csvs_dir, output_html_path, critical_path, align_clocks, jobs, quiet):
+    """Compare two runs rank by rank; with --fail_if, a gate for CI.
+
+    Each run is an event stream (at any stage) or a directory of traces,
+    given as BASELINE and CANDIDATE, or found with the --baseline_* and
+    --candidate_* flags (then that run's positional argument is left out);
+    whatever stages are missing run in-process.  Prints each run's
+    confidence, the step time, the biggest changes beyond the run-to-run
+    spread in words, and the straggler.  Exit status: 0, or 3 when a
+    --fail_if condition is broken (the broken conditions are printed).
+
+    \b
+      streamtrace diff baseline.stev run/
+      streamtrace diff --baseline_dir old/ --candidate_pattern 'new/rank*.json.gz' --candidate_world_size 8
+      streamtrace diff baseline.stev run/ --fail_if step_time:+5% --fail_if busbw:-10% --fail_if new_straggler
+    """
+    from .diff import check_outputs, diff as diff_api, write_outputs
+
+    _setup_logging(quiet)
+    runs = list(runs)
+    sides = []
+    for side, d, p, g, w in (("baseline", baseline_dir, baseline_pattern, baseline_glob, baseline_world_size),
+                             ("candidate", candidate_dir, candidate_pattern, candidate_glob, candidate_world_size)):
+        flags = {k: v for k, v in (("trace_dir", d), ("trace_pattern", p), ("trace_glob", g)) if v}
+        if len(flags) > 1:
+            raise click.UsageError(f"the {side}: give one of --{side}_dir, --{side}_pattern, --{side}_glob")
+        if flags:
+            flags.update(world_size=w, rank_regex=rank_regex, allow_missing_ranks=allow_missing_ranks)
+            sides.append(flags)
+        elif runs:
+            if w is not None:
+                raise click.UsageError(f"--{side}_world_size goes with --{side}_pattern or --{side}_glob")
+            sides.append(runs.pop(0))
+        else:
+            raise click.UsageError(f"no {side}: give it as an argument or with --{side}_dir/_pattern/_glob")
+    if runs:
+        raise click.UsageError(f"unexpected extra argument(s): {' '.join(runs)}")
+    inputs = [s for s in sides if isinstance(s, str)]
+    check_outputs(output_xlsx_path, output_csvs_dir, output_html_path, inputs)   # before any work
+    result = diff_api(sides[0], sides[1], fail_if=fail_if, jobs=jobs, align_clocks=align_clocks,
+                      critical=critical_path, top=top)
+    if output_xlsx_path or output_csvs_dir or output_html_path:
+        sources = [s if isinstance(s, str) else next(v for k, v in s.items() if k.startswith("trace_"))
+                   for s in sides]
+        for path in write_outputs(result, output_xlsx_path, output_csvs_dir, output_html_path, sources=sources):
+            if not quiet:
+                click.echo(redact_text(f"wrote {path}"), err=True)
+    click.echo(redact_text(result.text))
+    if result.violations:
+        sys.exit(3)
+
+
 # ------------------------------------------------------------------ collective report (issue #3)
 
 class _GreedyOption(click.Option):

@@ -67,10 +67,12 @@ def diff(baseline, candidate, fail_if=(), jobs=None, executor=None, align_clocks
     out.tables = (base, cand)
     out.confidence = (report_confidence(base), report_confidence(cand))
     out.notes = list(sheets["diff_notes"]["note"])
+    import pandas as pd
+
+    out["diff_confidence"] = pd.concat([c.table().assign(run=label) for label, c in
+                                        zip(("baseline", "candidate"), out.confidence)], ignore_index=True)
     out.violations = evaluate(conditions, out, comparison)
     if conditions:
-        import pandas as pd
-
         failed = {v.condition.text for v in out.violations}
         out["diff_gate"] = pd.DataFrame(
             [dict(condition=c.text, passed=c.text not in failed,
@@ -78,3 +80,54 @@ def diff(baseline, candidate, fail_if=(), jobs=None, executor=None, align_clocks
              for c in conditions], columns=["condition", "passed", "detail"])
     out.text = summary_text(out, comparison, top=top)
     return out
+
+
+def check_outputs(output_xlsx_path=None, output_csvs_dir=None, output_html_path=None, inputs=()):
+    """Before any work: each output can be written and is none of the inputs."""
+    from ..io.outputs import check_suffix, refuse_input_as_output
+
+    inputs = [str(i) for i in inputs if i is not None]
+    if output_xlsx_path:
+        check_suffix(output_xlsx_path)
+        refuse_input_as_output(output_xlsx_path, inputs, what="workbook")
+    if output_csvs_dir:
+        import os
+
+        for name in SHEETS:
+            refuse_input_as_output(os.path.join(output_csvs_dir, f"{name}.csv"), inputs, what="sheet file")
+    if output_html_path:
+        from ..html_report import check_output
+
+        check_output(output_html_path)
+
+
+#: every sheet a diff may hold, in order
+SHEETS = ("diff_changes", "diff_steps", "diff_collectives", "diff_stragglers", "diff_blocking_kernels",
+          "diff_blocking_host_ops", "diff_gpu_time", "diff_pipeline", "diff_critical_path", "diff_notes",
+          "diff_confidence", "diff_gate")
+
+
+def write_outputs(d, output_xlsx_path=None, output_csvs_dir=None, output_html_path=None, sources=("", "")):
+    """The diff's sheets as a workbook and/or CSVs, and its HTML page, as one
+    set (all appear, or none); returns the paths written."""
+    from ..io.outputs import OutputSet
+    from ..report.writers import CsvDir, write_xlsx
+
+    sheets = {name: d[name] for name in SHEETS if name in d}
+    written = []
+    with OutputSet() as outputs:
+        if output_csvs_dir:
+            csvs = CsvDir(output_csvs_dir).stage(outputs, sheets)
+            csvs.write(sheets)
+            written.append(csvs.path)
+        if output_xlsx_path:
+            written.append(write_xlsx(sheets, output_xlsx_path, outputs=outputs))
+        if output_html_path:
+            from ..report.sheets import build_report
+            from ..steps import TABLE as STEPS
+            from .page import write
+
+            base, cand = d.tables
+            written.append(write(d, output_html_path, build_report(base), build_report(cand), outputs=outputs,
+                                 steps=(base.get(STEPS), cand.get(STEPS)), sources=sources))
+    return written
