@@ -734,7 +734,8 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
         from .html_report import check_output
 
         check_output(html_path)   # before the work, not after it
-    tables = correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor, align_clocks=align_clocks)
+    tables = correlated_tables(paths, jobs=jobs, world_size=world_size, executor=executor, align_clocks=align_clocks,
+                               critical=True)
     sheets = sheets_from_tables(tables)
     confidence = report_confidence(tables)
     text = blockers_text(sheets, top=top, confidence=confidence)
@@ -744,6 +745,9 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
         head = confidence.lines()
         rest = text.splitlines()[len(head):]
         text = "\n".join(head + pipeline.splitlines() + ([] if blocked is None or not len(blocked) else rest))
+    win = biggest_win(tables)
+    if win:   # what fixing it is worth (streamtrace whatif lists the others)
+        text += "\n" + win
     if html_path:
         from .html_report import write_html
         from .report.sheets import build_report
@@ -753,6 +757,97 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
         write_html(build_report(tables), html_path, title="streamtrace blockers", sources=sources,
                    steps=tables.get(STEPS), confidence=confidence)
     return Answer(text, confidence)
+
+
+def whatif(paths=(), scenario=None, top=5, percent=None, jobs=None, world_size=None, executor=None,
+           align_clocks=None, trace_dir=None, trace_pattern=None, trace_glob=None, rank_regex=None,
+           allow_missing_ranks=False, output_xlsx_path=None, output_csvs_dir=None):
+    """The critical path of every profiler step and what each fix is worth
+    (docs/critical-path.md): ``Sheets`` {"whatif", "critical_path",
+    "critical_path_summary"} with its ``confidence`` and ``text`` (the
+    confidence first, then the top scenarios by step time saved, a line
+    each).  ``paths`` as ``correlated_tables`` takes them, or the traces the
+    discovery options find; ``scenario``: one or more names
+    (critical.scenarios.parse) run instead of the ones the paths suggest;
+    ``percent``: how much faster the suggested kernel scenarios make a
+    kernel.  Writes the three sheets to ``output_xlsx_path`` /
+    ``output_csvs_dir`` when given (all or none)."""
+    from . import critical
+    from .confidence import report_confidence
+
+    scenarios = None if scenario is None else ([scenario] if isinstance(scenario, str) else list(scenario))
+    if scenarios:
+        from .critical.scenarios import parse
+
+        for name in scenarios:
+            parse(name)   # a bad name is refused before any work
+    if output_xlsx_path or output_csvs_dir:
+        from .report.files import check_report_outputs
+
+        check_report_outputs(output_xlsx_path, output_csvs_dir, list(paths))
+    if trace_dir or trace_pattern or trace_glob:
+        from .io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
+
+        if paths:
+            raise InvalidArgumentError("give traces either as paths or through --trace_dir/--trace_pattern/"
+                                       "--trace_glob, not both")
+        inputs = resolve_inputs(trace_dir=trace_dir, trace_pattern=trace_pattern, trace_glob=trace_glob,
+                                rank_regex=rank_regex or DEFAULT_RANK_REGEX, world_size=world_size,
+                                allow_missing_ranks=allow_missing_ranks)
+        tables = _correlated_tables(inputs, world_size, jobs, align_clocks, None, False, None,
+                                    executor=as_executor(executor), blocking_clocks=align_clocks, critical=True)
+    else:
+        tables = correlated_tables(list(paths) or ["-"], jobs=jobs, world_size=world_size, executor=executor,
+                                   align_clocks=align_clocks, critical=True)
+    confidence = report_confidence(tables)
+    out = critical.whatif(tables, scenarios=scenarios, percent=percent)
+    sheets = Sheets({name: out[name] for name in ("whatif", "critical_path", "critical_path_summary")})
+    sheets.confidence = confidence
+    sheets.text = whatif_text(out, confidence, top=top if scenarios is None else None)
+    if output_xlsx_path or output_csvs_dir:
+        from .report.writers import write_report
+
+        sheets.written = write_report(dict(sheets), output_xlsx_path, output_csvs_dir)
+    return sheets
+
+
+def whatif_text(out, confidence=None, top=5):
+    """``whatif``'s text: the confidence, the steps' critical paths in one
+    line, then a line per scenario by step time saved (``top`` of them;
+    None: all)."""
+    from . import critical
+
+    lines = confidence.lines() if confidence is not None else []
+    steps = out["critical_steps"]
+    if not len(steps):
+        lines.append("No GPU work in any profiler step: no critical path to replay.")
+        return "\n".join(lines)
+    summary = out["critical_path_summary"]
+    by_cat = summary.groupby("category", sort=False)["dur_us"].sum().sort_values(ascending=False)
+    total = by_cat.sum()
+    parts = ", ".join(f"{c} {100.0 * v / total:.0f} %" for c, v in by_cat.items() if total and v > 0)
+    lines.append(f"Critical path of {len(steps)} step{'s' if len(steps) != 1 else ''} "
+                 f"(mean {critical._time(steps['step_us'].mean())}): {parts}")
+    ranked = critical.ranked(out["whatif"])
+    if top is not None:
+        ranked = ranked.head(top)
+    lines.append("What if (step time saved, mean over steps):" if len(ranked) else "No scenario to replay.")
+    for row in ranked.itertuples():
+        lines.append("  " + critical.line(row))
+    return "\n".join(lines)
+
+
+def biggest_win(tables):
+    """``blockers``' what-if line (the scenario the replays say saves most),
+    or None without the critical tables or a win."""
+    from . import critical
+
+    if critical.NODES not in tables:
+        return None
+    ranked = critical.ranked(critical.whatif(tables)["whatif"])
+    if not len(ranked) or ranked.iloc[0]["saving_us"] <= 0:
+        return None
+    return "Biggest what-if win: " + critical.line(next(ranked.head(1).itertuples()))
 
 
 class Answer(str):

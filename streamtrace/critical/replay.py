@@ -43,21 +43,25 @@ class StepGraph:
         ``syncs``: its rows of critical.syncs; ``starts``: {rank: its
         ProfilerStep's start}."""
         n = self.n = len(nodes)
+        start = nodes["start"].to_numpy(np.int64)
+        # every time from the step's reference (its earliest rank's start):
+        # epoch ns are beyond float64's exact integers, the replay's floats are not
+        self.origin = min(int(v) for v in starts.values()) if len(starts) else (int(start.min()) if n else 0)
+        self.ref = 0
         self.rank = nodes["rank"].to_numpy(np.int64)
         self.kind = nodes["kind"].to_numpy(np.int64)
         self.stream = nodes["stream"].to_numpy(np.int64)
-        self.start = nodes["start"].to_numpy(np.int64)
-        self.end = nodes["end"].to_numpy(np.int64)
+        self.start = start - self.origin
+        self.end = nodes["end"].to_numpy(np.int64) - self.origin
         self.dur = self.end - self.start
         self.identity = nodes["identity"].to_numpy(object)
         self.instance = nodes["instance"].to_numpy(object)
         self.label = nodes["label"].to_numpy(object)
-        self.release = nodes["release"].to_numpy(np.float64)
+        self.release = nodes["release"].to_numpy(np.float64) - self.origin
         self.overlapped = nodes["overlapped"].to_numpy(bool)
         self.nbytes = nodes["nbytes"].to_numpy(np.float64)
-        self.starts = {int(r): int(s) for r, s in starts.items()}
+        self.starts = {int(r): int(s) - self.origin for r, s in starts.items()}
         self.ranks = sorted(set(self.rank.tolist()) | set(self.starts))
-        self.ref = min(self.starts.values()) if self.starts else (int(self.start.min()) if n else 0)
         # groups: the members of each collective / send-recv instance
         self.group = {}
         for i in np.flatnonzero(self.kind != COMPUTE).tolist():
@@ -129,6 +133,7 @@ class StepGraph:
         """Per rank: [(call start, call end, the item it waited for or -1)]."""
         self.sync = {}
         for r, y0, y1 in zip(syncs["rank"].tolist(), syncs["start"].tolist(), syncs["end"].tolist()):
+            y0, y1 = y0 - self.origin, y1 - self.origin
             on = np.flatnonzero((self.rank == r) & (self.end <= y1))
             w = int(on[np.argmax(self.end[on])]) if len(on) else -1
             self.sync.setdefault(r, []).append((y0, y1, w))
@@ -204,6 +209,17 @@ class StepGraph:
 
     # ------------------------------------------------------------------ the path
 
+    def _ended_before(self, r, t):
+        """The item of rank r that ended last at or before t, or -1."""
+        if not hasattr(self, "_by_end"):
+            self._by_end = {}
+            for rank in set(self.rank.tolist()):
+                on = np.flatnonzero(self.rank == rank)
+                o = on[np.argsort(self.end[on], kind="stable")]
+                self._by_end[rank] = (self.end[o], o)
+        ends, order = self._by_end.get(r, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+        return _ended_before_impl(ends, order, t)
+
     def path(self):
         """The critical path of the measured step, last segment first:
         [(category, detail, rank, start, end, waited_for)]."""
@@ -217,12 +233,25 @@ class StepGraph:
             if m is not None and len(m) > 1:
                 last = max(m, key=lambda k: (self.start[k], k))
                 ms = self.start[last]
+                others = max(self.start[k] for k in m if k != last)
                 segs.append(("communication", self.label[i], self.rank[i], ms, t, None))
-                if last != i and ms > self.start[i]:
-                    cat = "p2p wait" if self.kind[i] == P2P else "late rank wait"
-                    segs.append((cat, f"rank {self.rank[last]}", self.rank[i], self.start[i], ms,
-                                 int(self.rank[last])))
                 i = last
+                if ms > others:
+                    # the others were there at ``others``: the rest is the late rank's lateness,
+                    # and the path goes on along that rank from then
+                    late = int(self.rank[last])
+                    cat = "p2p wait" if self.kind[last] == P2P else "late rank wait"
+                    segs.append((cat, f"rank {late}", late, others, ms, late))
+                    p = self._ended_before(late, others)
+                    if p < 0:
+                        if others > self.ref:
+                            segs.append(("host launch gap", "step start", late, self.ref, others, None))
+                        break
+                    if others > self.end[p]:
+                        cat = "host launch gap" if others - self.end[p] > GAP_NS else "idle"
+                        segs.append((cat, "", late, self.end[p], others, None))
+                    i, t = p, self.end[p]
+                    continue
             elif self.kind[i] != COMPUTE:
                 segs.append(("communication", self.label[i], self.rank[i], self.start[i], t, None))
             else:
@@ -246,6 +275,12 @@ class StepGraph:
                 segs.append(("host launch gap", "step start", self.rank[i], self.ref, s, None))
             break
         return segs
+
+
+def _ended_before_impl(ends, order, t):
+    """The index (into ``order``) of the latest end <= t, or -1."""
+    j = int(np.searchsorted(ends, t, side="right")) - 1
+    return int(order[j]) if j >= 0 else -1
 
 
 def _receiver(label):
