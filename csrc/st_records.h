@@ -5,7 +5,7 @@
  *
  * Change any struct here => bump ST_FORMAT_VERSION (readers refuse versions
  * they do not know) and update docs/stream-format.md.  On the wire (version
- * 3) record frames hold these fields as compressed columns, padding left
+ * 3 on) record frames hold these fields as compressed columns, padding left
  * out (streamtrace/stream/packing.py); in memory they are these structs.
  *
  * Everything between CDEF BEGIN and CDEF END is fed to cffi's cdef(): keep it
@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 /* CDEF BEGIN */
-#define ST_FORMAT_VERSION 3
+#define ST_FORMAT_VERSION 4
 
 /* Absent integer fields hold ST_NONE; absent string ids hold ST_NOSTR. */
 #define ST_NOSTR 4294967295
@@ -95,6 +95,8 @@ typedef struct st_comm {
     int64_t pg_id;            /* "Process Group ID" (older traces) */
     int64_t seq;              /* "Seq" */
     int64_t rank;             /* "Rank" */
+    int32_t dst_rank;         /* "Dst Rank" (c10d send: the peer's global rank), -1 when absent */
+    int32_t src_rank;         /* "Src Rank" (c10d recv: the peer's global rank), -1 when absent */
 } st_comm;
 /* CDEF END */
 

@@ -668,7 +668,7 @@ typedef struct {
  * these parts are initialised only when a first such key is seen. */
 typedef struct {
     span coll, dtype, pg_name, pg_desc, pg_ranks, in_split, out_split, comms_id;
-    int64_t in_nelems, out_nelems, group_size, pg_id, seq, rank;
+    int64_t in_nelems, out_nelems, group_size, pg_id, seq, rank, dst_rank, src_rank;
 } comm_fields;
 
 typedef struct {
@@ -702,7 +702,7 @@ static const event_fields FIELDS_INIT = {
 };
 static const comm_fields COMM_INIT = {
     .in_nelems = ST_NONE, .out_nelems = ST_NONE, .group_size = ST_NONE,
-    .pg_id = ST_NONE, .seq = ST_NONE, .rank = ST_NONE,
+    .pg_id = ST_NONE, .seq = ST_NONE, .rank = ST_NONE, .dst_rank = ST_NONE, .src_rank = ST_NONE,
 };
 static const kernel_fields KERNEL_INIT = {
     .grid = {-1, -1, -1}, .block = {-1, -1, -1},
@@ -949,6 +949,10 @@ static int parse_arg(st_tok *t, const char *base, const char *k, size_t kn, cons
             return read_string_value(t, base, p, end, &f->label, next);
         break;
     case 8:
+        if (KEY_IS(k, kn, "Dst Rank"))
+            return read_arg_int(t, base, p, end, &comm_of(f)->dst_rank, next);
+        if (KEY_IS(k, kn, "Src Rank"))
+            return read_arg_int(t, base, p, end, &comm_of(f)->src_rank, next);
         if (KEY_IS(k, kn, "Comms Id")) /* a uint64 written as a bare number: kept as its text */
             return read_raw_value(t, base, p, end, &comm_of(f)->comms_id, next);
         break;
@@ -1306,6 +1310,8 @@ static int commit_event(st_tok *t, const char *base, event_fields *f, st_tok_out
         c->pg_id = m->pg_id;
         c->seq = m->seq;
         c->rank = m->rank;
+        c->dst_rank = to_int32(m->dst_rank);
+        c->src_rank = to_int32(m->src_rank);
     }
     if (!ok)
         return P_ERR;

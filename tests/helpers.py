@@ -90,6 +90,9 @@ def assert_matches_reference(path, rank_data=None, keep_pyfunc=False):
             got = getattr(row, "rank_arg" if f == "rank" else f)
             want = exp.get(f, NONE)
             assert (got is pd.NA and want == NONE) or got == want, (i, f, got, want)
+    for f in ("dst_rank", "src_rank"):   # int32, -1 when absent (not in comms_df: dump's columns)
+        got = data.comms[f].astype(np.int64).tolist()
+        assert got == [exp.get(f, -1) for _, exp in ref_c], f
     return data
 
 

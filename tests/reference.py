@@ -16,6 +16,8 @@ NONE = INT64_MIN
 
 COMM_INT_KEYS = {"In msg nelems": "in_nelems", "Out msg nelems": "out_nelems", "Group size": "group_size",
                  "Process Group ID": "pg_id", "Seq": "seq", "Rank": "rank"}
+#: int32 fields, -1 when absent or out of range (as st_kernel's)
+COMM_INT32_KEYS = {"Dst Rank": "dst_rank", "Src Rank": "src_rank"}
 COMM_STR_KEYS = {"Collective name": "collective_name", "dtype": "dtype", "Process Group Name": "pg_name",
                  "Process Group Description": "pg_desc", "Process Group Ranks": "pg_ranks",
                  "In split size": "in_split", "Out split size": "out_split", "Comms Id": "comms_id"}
@@ -137,6 +139,8 @@ def event_record(ev):
                 kernel[field] = as_float32(v)
         elif key in COMM_INT_KEYS:
             comm[COMM_INT_KEYS[key]] = _last_number(comm.get(COMM_INT_KEYS[key], NONE), v)
+        elif key in COMM_INT32_KEYS:
+            comm[COMM_INT32_KEYS[key]] = _last_int32(comm.get(COMM_INT32_KEYS[key], -1), v)
         elif key in COMM_STR_KEYS:
             comm[COMM_STR_KEYS[key]] = raw_or_string(v)
         elif key in ("Input Dims", "Input type"):

@@ -93,6 +93,7 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     peer = np.array([_global_peer(int(r_u[k // len(p_u)]), s(p_u[k % len(p_u):k % len(p_u) + 1])[0], me)
                      for k in pair_u.tolist()], dtype=np.int64)[inv.reshape(-1)]
     del inv
+    disagree = _rank_disagreement(kind, peer, comms["dst_rank"][ci], comms["src_rank"][ci], c["seq"])
     d_u, d_inv = np.unique(c.pop("dtype"), return_inverse=True)
     elem = np.array([coll.DTYPE_BYTES.get(d, np.nan) if d is not None else np.nan for d in s(d_u).tolist()],
                     dtype=np.float64)[d_inv.reshape(-1)]
@@ -126,7 +127,24 @@ def rank_p2p(ops, comms, rows, kernel_parts, launch_parts, step_parts, strings, 
     steps = _steps(step_parts, strings)
     halves["step"] = _step_of(steps, halves["post_ts"])
     work = _stage_work(kernel_parts, launch_parts, rows, steps)
-    return {"halves": halves, "steps": steps, "work": work}
+    out = {"halves": halves, "steps": steps, "work": work}
+    if disagree is not None:
+        out["rank_disagrees"] = disagree
+    return out
+
+
+def _rank_disagreement(kind, peer, dst_rank, src_rank, seq):
+    """The halves whose peer, from the ``Rank`` arg through the group's
+    ranks, is not the global rank their ``Dst Rank`` (send) or ``Src Rank``
+    (recv) names, where both are known: ``{"count", "peer", "named",
+    "seq"}`` (the last three of the first such half), or None.  The halves
+    stay paired by ``Rank``; the finding says the trace contradicts itself."""
+    named = np.where(kind == "send", dst_rank, src_rank).astype(np.int64)
+    bad = np.flatnonzero((named >= 0) & (peer >= 0) & (named != peer))
+    if not len(bad):
+        return None
+    first = int(bad[0])
+    return {"count": len(bad), "peer": int(peer[first]), "named": int(named[first]), "seq": int(seq[first])}
 
 
 def world_of(results):

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from .._native import NONE
 from .p2p import odd_peers
 
 #: a rank whose median clock residual exceeds this is reported (ns)
@@ -63,6 +64,7 @@ def _rank_findings(results):
                                 "and left empty", rank=res.rank, count=bad))
         if getattr(res, "p2p", None) is not None:
             out += _p2p_findings(res.rank, res.p2p["halves"]["peer"], p2p_world)
+            out += _rank_disagrees_findings(res.rank, res.p2p.get("rank_disagrees"))
     return out
 
 
@@ -84,6 +86,19 @@ def _p2p_findings(rank, peer, world):
                             f"{', ...' if len(shown) == 5 else ''}; not paired (listed in p2p_unmatched)",
                             rank=rank, count=n))
     return out
+
+
+def _rank_disagrees_findings(rank, disagree):
+    """A rank's send/recv ops whose ``Rank`` arg and ``Dst Rank``/``Src
+    Rank`` name different peers (``p2p.rank_p2p``'s ``rank_disagrees``)."""
+    if not disagree:
+        return []
+    n = int(disagree["count"])
+    seq = f"Seq {disagree['seq']}, " if disagree["seq"] != NONE else ""
+    return [_finding("warning", "p2p_rank_disagrees", f"rank {rank}: {n} send/recv op(s) name another peer by their "
+                     f"Rank arg (through the process group's ranks) than by their Dst Rank/Src Rank (first: {seq}"
+                     f"Rank gives rank {disagree['peer']}, Dst/Src Rank {disagree['named']}); paired by the Rank arg",
+                     rank=rank, count=n)]
 
 
 def _last_arrivers(inst, rank, ts):

@@ -791,7 +791,7 @@ def _check_header(data, name, pos):
             hint = " (this looks like a trace: run 'streamtrace extract' on it first)"
         raise StreamFormatError(name, "not a streamtrace event stream" + hint, pos)
     _, version, size = _HEADER.unpack(data[:_HEADER.size])
-    if version in (1, 2):
+    if version in (1, 2, 3):
         raise StreamFormatError(name, f"stream format version {version} was written by an older streamtrace; "
                                       "extract the traces again", pos)
     if version != FORMAT_VERSION:

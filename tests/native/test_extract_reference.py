@@ -85,3 +85,25 @@ def test_fixture_nccl_kernels_have_truth_times(fixture_sets):
         want = sorted((int(Decimal(p["ts_us"]) * 1000), int(Decimal(p["dur_us"]) * 1000))
                       for c in truth["collectives"] for r, p in c["per_rank"].items() if r == rank)
         assert got == want
+
+
+def test_peer_rank_args_match_reference(tmp_path, reading_backend):
+    """``Dst Rank`` / ``Src Rank`` (c10d send/recv record_param_comms) are
+    kept as int32, -1 when absent, out of int32 or not a number; a record
+    with only one of them has the other at -1."""
+    import json
+
+    def rpc(i, **args):
+        return {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 10 * i,
+                "dur": 5, "args": {"Collective name": "send", "Rank": 1, **args}}
+
+    events = [rpc(0, **{"Dst Rank": 3}), rpc(1, **{"Src Rank": 0}), rpc(2), rpc(3, **{"Dst Rank": 2**40}),
+              rpc(4, **{"Dst Rank": "5"}), rpc(5, **{"Dst Rank": -7, "Src Rank": 2**31 - 1}),
+              rpc(6, **{"Src Rank": 1.0}), rpc(7, **{"Dst Rank": None}),
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 90, "dur": 1,
+               "args": {"Dst Rank": 4}}]
+    path = tmp_path / "rank0_trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    data = assert_matches_reference(str(path))
+    assert data.comms["dst_rank"].tolist() == [3, -1, -1, -1, -1, -7, -1, -1, 4]
+    assert data.comms["src_rank"].tolist() == [-1, 0, -1, -1, -1, 2**31 - 1, 1, -1, -1]

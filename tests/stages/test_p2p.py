@@ -333,6 +333,51 @@ def test_peer_outside_the_world_is_a_data_quality_row(tmp_path, peer):
     assert sheets["pipeline"]["stage"].max() == 1
 
 
+def test_rank_arg_disagreeing_with_dst_or_src_rank_is_a_data_quality_row(tmp_path):
+    """PyTorch writes the peer twice on c10d send/recv: ``Rank`` (its rank in
+    the group) and ``Dst Rank``/``Src Rank`` (global).  Ops where the two
+    disagree are one data_quality row per rank, through a real process and
+    through a stream (extract, report); the pairing by Rank is unchanged."""
+    import pandas as pd
+
+    # group [4, 6] of a world of 8: Rank 1 is global rank 6, Rank 0 is 4
+    _write_p2p_rank(tmp_path / "rank4_trace.json", 4, 8,
+                    [{"kind": "send", "peer": 1, "global": 6}, {"kind": "send", "peer": 1, "global": 5},
+                     {"kind": "send", "peer": 1, "global": 1}], pg_ranks=[4, 6])
+    _write_p2p_rank(tmp_path / "rank6_trace.json", 6, 8,
+                    [{"kind": "recv", "peer": 0, "global": 4}, {"kind": "recv", "peer": 0, "global": 4},
+                     {"kind": "recv", "peer": 0, "global": 0}], pg_ranks=[4, 6])
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    out = tmp_path / "out"
+    r = subprocess.run([exe, "collective-report", "--trace_dir", str(tmp_path), "--world_size", "8",
+                        "--allow_missing_ranks", "--output_csvs_dir", str(out), "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert len(pd.read_csv(out / "p2p.csv")) == 3   # paired by Rank, as before
+    stream = tmp_path / "run.stev"
+    r = subprocess.run([exe, "extract", str(tmp_path / "rank4_trace.json"), str(tmp_path / "rank6_trace.json"),
+                        "--world_size", "8", "-o", str(stream), "-q"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([exe, "report", str(stream), "--output_csvs_dir", str(tmp_path / "via_stream"), "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for where in (out, tmp_path / "via_stream"):
+        dq = pd.read_csv(where / "data_quality.csv")
+        rows = dq[dq["category"] == "p2p_rank_disagrees"].set_index("rank")
+        assert sorted(rows.index) == [4, 6], dq
+        assert int(rows.loc[4, "count"]) == 2 and int(rows.loc[6, "count"]) == 1
+        assert "Seq 2, Rank gives rank 6, Dst/Src Rank 5" in rows.loc[4, "message"], rows.loc[4, "message"]
+        assert "Seq 3, Rank gives rank 4, Dst/Src Rank 0" in rows.loc[6, "message"]
+        assert (rows["severity"] == "warning").all()
+
+
+def test_rank_args_that_agree_give_no_row(tmp_path):
+    _write_p2p_rank(tmp_path / "rank0_trace.json", 0, 2, [{"kind": "send", "peer": 1}] * 2)
+    _write_p2p_rank(tmp_path / "rank1_trace.json", 1, 2, [{"kind": "recv", "peer": 0}] * 2)
+    sheets = _report(tmp_path, ranks=2)
+    assert len(sheets["p2p"]) == 2 and _quality(sheets, "p2p_rank_disagrees").empty
+
+
 def test_no_pair_matched_names_no_bounding_stage(tmp_path):
     """Two ranks that only send (no receive anywhere): nothing bounds
     anything on this evidence, and blockers says so instead of naming a stage."""

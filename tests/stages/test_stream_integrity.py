@@ -152,9 +152,9 @@ def test_error_offset_is_the_frame_start(crafted):
     assert err.value.offset == 16 and "100 column bytes is not 2 records of 96 bytes" in str(err.value)
 
 
-def test_format_version_is_3():
-    assert FORMAT_VERSION == 3   # 3: packed columns; st_comm.comms_id ("Comms Id")
-    assert struct.unpack_from("<I", header_bytes(), 8)[0] == 3
+def test_format_version_is_4():
+    assert FORMAT_VERSION == 4   # 3: packed columns; st_comm.comms_id ("Comms Id"); 4: st_comm.dst_rank, src_rank
+    assert struct.unpack_from("<I", header_bytes(), 8)[0] == 4
     assert len(encode_frame(Kind.END, 0, b"{}")) == 24 + 2
 
 

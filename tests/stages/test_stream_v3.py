@@ -254,14 +254,16 @@ def test_dump_events_holds_one_frame_at_a_time(run, tmp_path, monkeypatch):
     assert sizes == frames and len(frames) > 2
 
 
-def test_a_version_2_stream_is_refused_with_extract_again(run, tmp_path):
+@pytest.mark.parametrize("version", [2, 3])
+def test_an_older_stream_is_refused_with_extract_again(run, tmp_path, version):
+    """Version 3's comm records lack dst_rank/src_rank (version 4)."""
     data = bytearray((run[0] / "run.stev").read_bytes())
-    data[8:12] = struct.pack("<I", 2)
+    data[8:12] = struct.pack("<I", version)
     (tmp_path / "old.stev").write_bytes(bytes(data))
     res = CliRunner().invoke(main, ["align", str(tmp_path / "old.stev"), "-q", "-o", str(tmp_path / "a.stev")])
     assert res.exit_code == 1
-    assert res.output.strip() == (f"Error: {tmp_path / 'old.stev'} at byte 0: stream format version 2 was written "
-                                  "by an older streamtrace; extract the traces again")
+    assert res.output.strip() == (f"Error: {tmp_path / 'old.stev'} at byte 0: stream format version {version} was "
+                                  "written by an older streamtrace; extract the traces again")
 
 
 def test_read_stream_joins_many_frames_of_a_rank(run, tmp_path):
