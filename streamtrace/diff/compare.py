@@ -200,7 +200,8 @@ class Comparison:
                     r["words"] = f"GPU {metric} time on rank {rank}: {mb:.1f} -> {mc:.1f} us per step"
                 rows.append(r)
         bk, ck = self.base.kernel_time(), self.cand.kernel_time()
-        for key in sorted(set(bk) | set(ck)):
+        both = set(self.base.ranks) & set(self.cand.ranks)
+        for key in sorted(k for k in set(bk) | set(ck) if k[1] in both):
             vb, vc = bk.get(key, [0.0]), ck.get(key, [0.0])
             mb, mc = float(np.median(vb)), float(np.median(vc))
             r = self.row("kernels", f"{key[0]} rank {key[1]}", "gpu_time", "us/step", mb, step_spread(vb), mc,
@@ -261,12 +262,20 @@ class Comparison:
         nb, nc = max(pb["step"].nunique(), 1), max(pc["step"].nunique(), 1)
         sb = pb.groupby(["category", "rank"])["dur_us"].sum() / nb
         sc = pc.groupby(["category", "rank"])["dur_us"].sum() / nc
-        for key in sorted(set(sb.index) | set(sc.index), key=str):
+        waited = {}
+        for path in (pb, pc):   # the rank most waited for, per category and rank (the candidate's wins)
+            w = path.dropna(subset=["waited_for"])
+            if len(w):
+                top = w.groupby(["category", "rank", "waited_for"])["dur_us"].sum().sort_values()
+                waited.update({(c, r): int(f) for (c, r, f) in top.index})
+        both = set(self.base.ranks) & set(self.cand.ranks)
+        for key in sorted((k for k in set(sb.index) | set(sc.index) if k[1] in both), key=str):
             vb, vc = float(sb.get(key, 0.0)), float(sc.get(key, 0.0))
             r = self.row("critical_path", f"{key[0]} on rank {key[1]}", key[0], "us/step", vb, 0.0, vc, 0.0,
                          vc - vb)
             r["_weight"] = 0.0   # explains the step line, not ranked beside the causes
             r["category"], r["rank"] = key
+            r["waited_for"] = waited.get(key)
             rows.append(r)
         return rows
 
@@ -332,7 +341,7 @@ def compare(base_tables, cand_tables):
                 ranked.append((abs(r["impact_us_per_step"]) * weight, r))
         if not rows and name in ("diff_pipeline", "diff_critical_path"):
             continue
-        extra = [k for k in (rows[0] if rows else {}) if k not in ROW_COLUMNS]
+        extra = list(dict.fromkeys(k for r in rows for k in r if k not in ROW_COLUMNS))
         out[name] = pd.DataFrame(rows, columns=ROW_COLUMNS + extra)
     ranked.sort(key=lambda x: -x[0])
     changes = pd.DataFrame([dict(rank=i + 1, score_us_per_step=s, **{k: r[k] for k in ROW_COLUMNS})

@@ -49,15 +49,25 @@ def summary_text(d, comparison, top=3):
 
 def _critical_line(d, step_row):
     """"step +4.1 ms: 3.2 ms more late rank wait on rank 4": the critical-path
-    category and rank whose time per step changed most."""
+    category whose time per step moved most with the step, and in it the
+    rank that moved most."""
     cp = d.get("diff_critical_path")
     if cp is None or not len(cp) or not step_row["beyond_spread"]:
         return None
-    i = cp["change"].abs().idxmax()
-    top = cp.loc[i]
+    sign = 1.0 if step_row["change"] >= 0 else -1.0
+    net = cp.groupby("category")["change"].sum() * sign
+    category = net.idxmax()
+    rows = cp[cp["category"] == category]
+    top = rows.loc[(rows["change"] * sign).idxmax()]
     more = "more" if top["change"] >= 0 else "less"
-    return (f"  step {_signed(step_row['change'])}: {_ms(abs(top['change']))} {more} {top['category']} on rank "
-            f"{top['rank']} on the critical path")
+    waited = top.get("waited_for")
+    if waited is not None and waited == waited and int(waited) == int(top["rank"]):
+        where = f"for rank {top['rank']}"   # a wait's segment is on the rank waited for
+    elif waited is not None and waited == waited:
+        where = f"on rank {top['rank']} (waiting for rank {int(waited)})"
+    else:
+        where = f"on rank {top['rank']}"
+    return f"  step {_signed(step_row['change'])}: {_ms(abs(top['change']))} {more} {category} {where} on the critical path"
 
 
 def _straggler_line(d, comparison):
