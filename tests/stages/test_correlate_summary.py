@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import generate_fixture
 from streamtrace import _native, chain
-from streamtrace.align.stage import align_frames
+from streamtrace.align.stage import CLOCK_RULE, align_frames
 from streamtrace.correlate import summary
 from streamtrace.correlate.stage import TABLE_PREFIX, correlate_frames, sheets_from_tables
 from streamtrace.extract import extract_rank
@@ -33,7 +33,7 @@ def _streamed(directory, truth):
     paths = {int(r): str(directory / f) for r, f in truth["files"].items()}
     frames = itertools.chain.from_iterable(extract_rank(p, r) for r, p in sorted(paths.items()))
     out = {}
-    for f in correlate_frames(align_frames(frames)):
+    for f in correlate_frames(align_frames(frames, align_clocks=CLOCK_RULE)):
         if f.kind == Kind.TABLE and f.table_name().startswith(TABLE_PREFIX):
             name, df = f.table()
             out[name[len(TABLE_PREFIX):]] = df
