@@ -93,7 +93,8 @@ def node_tables(timelines, instances):
             parts.append(pd.DataFrame({
                 "step": step, "rank": r, "kind": COMPUTE, "stream": tl.compute_column("stream", j).astype(np.int64),
                 "start": s, "end": e, "identity": texts[index[j]] if len(j) else np.zeros(0, object),
-                "instance": None, "release": np.nan, "overlapped": over > 0, "nbytes": np.nan, "label": None}))
+                "instance": None, "release": np.nan, "overlapped": over > 0, "nbytes": np.nan, "label": None,
+                "event": -1}))
             if inst is not None:
                 k = inst[(inst["start"] >= lo) & (inst["start"] < hi)]
                 parts.append(pd.DataFrame({
@@ -102,13 +103,14 @@ def node_tables(timelines, instances):
                     "start": k["start"].to_numpy(np.int64), "end": k["end"].to_numpy(np.int64),
                     "identity": k["kernel_name"].to_numpy(object), "instance": k["instance"].to_numpy(object),
                     "release": k["launch_end"].to_numpy(np.float64), "overlapped": False,
-                    "nbytes": k["nbytes"].to_numpy(np.float64), "label": k["label"].to_numpy(object)}))
+                    "nbytes": k["nbytes"].to_numpy(np.float64), "label": k["label"].to_numpy(object),
+                    "event": k["event"].to_numpy(np.int64)}))
             if len(ops[0]):
                 x, y = np.searchsorted(ops[0], [lo, hi])
                 syncs.append(pd.DataFrame({"step": step, "rank": r, "start": ops[0][x:y], "end": ops[1][x:y]}))
     nodes = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["step", "rank", "kind", "stream", "start", "end", "identity", "instance", "release",
-                 "overlapped", "nbytes", "label"])
+                 "overlapped", "nbytes", "label", "event"])
     # an instance belongs to the step of its first member's rank: the others follow it there
     coll = nodes["kind"] != COMPUTE
     if coll.any():
@@ -159,6 +161,10 @@ def instance_rows(coll, pairs=None):
     if pairs is not None and len(pairs):
         p = instances_from_p2p(pairs, coll)
         p["kind"] = P2P
+        # a pair's bytes are its send's (a batch_isend_irecv kernel's row has none of its own)
+        sent = dict(zip([f"p2p_{x}" for x in pairs["pair"].tolist()],
+                        pd.to_numeric(pairs["send_bytes"], errors="coerce").tolist()))
+        p["nbytes"] = p["instance"].map(sent).astype(np.float64)
         p["label"] = p["collective_name"]
         frames.append(p)
     return pd.concat(frames, ignore_index=True)

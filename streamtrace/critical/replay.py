@@ -42,6 +42,22 @@ class StepGraph:
         """``nodes``: one step's rows of critical.nodes (sorted by start);
         ``syncs``: its rows of critical.syncs; ``starts``: {rank: its
         ProfilerStep's start}."""
+        # a batched send/recv kernel is a member of several pairs: one item, in each pair's group
+        inst_rows = list(zip(nodes["kind"].tolist(), nodes["rank"].tolist(),
+                             nodes["event"].tolist() if "event" in nodes else [-1] * len(nodes),
+                             nodes["instance"].tolist(), nodes["label"].tolist(), nodes["nbytes"].tolist()))
+        keep, at, memberships = [], {}, []
+        self.glabel, self.gbytes = {}, {}   # each group's label and bytes (a pair's: 'p2p A->B')
+        for row, (kind, rank, event, inst, label, nbytes) in enumerate(inst_rows):
+            key = (rank, event) if kind != COMPUTE and event >= 0 else ("row", row)
+            if key not in at:
+                at[key] = len(keep)
+                keep.append(row)
+            if kind != COMPUTE:
+                memberships.append((inst, at[key]))
+                self.glabel.setdefault(inst, label)
+                self.gbytes.setdefault(inst, nbytes)
+        nodes = nodes.iloc[keep]
         n = self.n = len(nodes)
         start = nodes["start"].to_numpy(np.int64)
         # every time from the step's reference (its earliest rank's start):
@@ -62,19 +78,38 @@ class StepGraph:
         self.nbytes = nodes["nbytes"].to_numpy(np.float64)
         self.starts = {int(r): int(s) - self.origin for r, s in starts.items()}
         self.ranks = sorted(set(self.rank.tolist()) | set(self.starts))
-        # groups: the members of each collective / send-recv instance
+        # groups: the members of each collective / send-recv pair; a group's
+        # transfer runs from its last member's start to its first member's end
         self.group = {}
-        for i in np.flatnonzero(self.kind != COMPUTE).tolist():
-            self.group.setdefault(self.instance[i], []).append(i)
-        self.members = [None] * n
-        self.transfer = np.zeros(n, np.int64)
+        for inst, k in memberships:
+            m = self.group.setdefault(inst, [])
+            if k not in m:
+                m.append(k)
+        self.groups_of = [[] for _ in range(n)]
+        self.gtransfer = {}
         for inst, m in self.group.items():
             last = max(self.start[k] for k in m)
+            self.gtransfer[inst] = max(0, min(self.end[k] for k in m) - last)
             for k in m:
-                self.members[k] = m
-                self.transfer[k] = max(0, self.end[k] - last)
+                self.groups_of[k].append(inst)
+        self.members = [None] * n
+        self.resid = np.zeros(n, np.int64)   # a member's end after its groups' ends (its own tail)
+        for k in range(n):
+            if self.groups_of[k]:
+                self.members[k] = sorted({j for g in self.groups_of[k] for j in self.group[g]})
+                self.resid[k] = max(0, self.end[k] - self._group_end(k, self.start, self.gtransfer))
+        self.transfer = np.array([self.end[k] - max(self.start[j] for j in self.members[k])
+                                  if self.members[k] else 0 for k in range(n)], dtype=np.int64)
         self._dependencies()
         self._syncs(syncs)
+
+    def _group_end(self, k, start, transfer):
+        """When item k's groups are through: the latest of each group's last
+        member start plus its transfer."""
+        return max(max(start[j] for j in self.group[g]) + transfer[g] for g in self.groups_of[k])
+
+    def _binding_group(self, k):
+        return max(self.groups_of[k], key=lambda g: max(self.start[j] for j in self.group[g]) + self.gtransfer[g])
 
     def _dependencies(self):
         n = self.n
@@ -144,12 +179,12 @@ class StepGraph:
 
     def replay(self, dur=None, transfer=None, warp=None, no_host=()):
         """The step's end with the change: ``dur`` (new durations of the
-        compute items), ``transfer`` (new transfers of the group items),
+        compute items), ``transfer`` ({group: new transfer}),
         ``warp`` ({rank: host time -> host time}), ``no_host`` (ranks whose
         host launches are never late).  Returns (starts, ends) arrays."""
         n = self.n
         dur = self.dur if dur is None else dur
-        transfer = self.transfer if transfer is None else transfer
+        transfer = self.gtransfer if transfer is None else {**self.gtransfer, **transfer}
         warp = warp or {}
         start = np.zeros(n, np.float64)
         end = np.full(n, np.nan)
@@ -159,10 +194,8 @@ class StepGraph:
 
         def end_of(k):
             if math.isnan(end[k]):
-                m = self.members[k]
-                if m is not None:
-                    last = max(start[j] if done[j] else self.start[j] for j in m)
-                    return last + transfer[k]
+                if self.members[k] is not None:
+                    return self._group_end(k, _Starts(start, done, self.start), transfer) + self.resid[k]
                 return (start[k] if done[k] else self.start[k]) + dur[k]
             return end[k]
 
@@ -229,7 +262,7 @@ class StepGraph:
         i = int(np.argmax(self.end))
         t = self.end[i]
         for _ in range(4 * self.n + 8):
-            m = self.members[i]
+            m = self.group[self._binding_group(i)] if self.members[i] is not None else None
             if m is not None and len(m) > 1:
                 last = max(m, key=lambda k: (self.start[k], k))
                 ms = self.start[last]
@@ -275,6 +308,16 @@ class StepGraph:
                 segs.append(("host launch gap", "step start", self.rank[i], self.ref, s, None))
             break
         return segs
+
+
+class _Starts:
+    """A replay's starts, the measured ones for items not replayed yet."""
+
+    def __init__(self, start, done, measured):
+        self.start, self.done, self.measured = start, done, measured
+
+    def __getitem__(self, j):
+        return self.start[j] if self.done[j] else self.measured[j]
 
 
 def _ended_before_impl(ends, order, t):

@@ -103,13 +103,13 @@ class LinkBandwidth(Scenario):
         self.link = (a, b)
 
     def change(self, g, run):
-        transfer = g.transfer.astype(np.float64).copy()
+        transfer = {}
         bw = run.median_link_bw
         if bw:
-            for i in np.flatnonzero(g.kind == P2P).tolist():
-                link = run.link_of(g, i)
-                if link is not None and tuple(sorted(link)) == self.link and g.nbytes[i] == g.nbytes[i]:
-                    transfer[i] = min(transfer[i], g.nbytes[i] / bw)
+            for inst, t in g.gtransfer.items():
+                link, nbytes = _link(g.glabel.get(inst)), g.gbytes.get(inst)
+                if link is not None and tuple(sorted(link)) == self.link and nbytes == nbytes:
+                    transfer[inst] = min(t, nbytes / bw)
         return dict(transfer=transfer)
 
 
@@ -167,23 +167,19 @@ class RunFacts:
     def add_links(self, graphs):
         per = {}
         for g in graphs:
-            for m in g.group.values():
-                if g.kind[m[0]] != P2P or len(m) != 2:
-                    continue
-                k = m[0]
-                link = self.link_of(g, k)
-                if link is not None and g.transfer[k] > 0 and g.nbytes[k] == g.nbytes[k]:
-                    per.setdefault(tuple(sorted(link)), []).append(g.nbytes[k] / g.transfer[k])
+            for inst, t in g.gtransfer.items():
+                link, nbytes = _link(g.glabel.get(inst)), g.gbytes.get(inst)
+                if link is not None and g.kind[g.group[inst][0]] == P2P and t > 0 and nbytes == nbytes:
+                    per.setdefault(tuple(sorted(link)), []).append(nbytes / t)
         self.link_bw = {link: float(np.median(v)) for link, v in per.items()}
         if self.link_bw:
             self.median_link_bw = float(np.median(list(self.link_bw.values())))
 
-    @staticmethod
-    def link_of(g, i):
-        """(sender, receiver) of a send/recv item (its label: 'p2p A->B')."""
-        text = str(g.label[i]).split()[-1]
-        a, _, b = text.partition("->")
-        return (int(a), int(b)) if a.lstrip("-").isdigit() and b.lstrip("-").isdigit() else None
+
+def _link(label):
+    """(sender, receiver) of a send/recv pair's label ('p2p A->B'), or None."""
+    a, _, b = str(label).split()[-1].partition("->")
+    return (int(a), int(b)) if a.lstrip("-").isdigit() and b.lstrip("-").isdigit() else None
 
 
 def parse(name):
