@@ -28,6 +28,8 @@ MIN_RELATIVE = 0.05
 MIN_STEP_SHARE = 0.005
 #: blocking kernels and host ops have no per-step spread: a change needs this fraction
 MIN_RELATIVE_BLOCKERS = 0.25
+#: a run has a straggler when the others wait for it at least this fraction of its step time (less is noise)
+STRAGGLER_MIN_STEP_SHARE = 0.02
 #: symptoms (waiting, waited-for, a rank's total compute) rank at this weight
 SYMPTOM_WEIGHT = 0.5
 
@@ -134,6 +136,11 @@ class Comparison:
         c_wait, c_causes = self.cand.waiting_by_rank()
         rows = []
         b_str, c_str = self.base.straggler(), self.cand.straggler()
+        # the baseline's straggler counts only when the others waited for it more than noise
+        b_real = b_str is not None and np.mean(b_wait[b_str][0]) >= STRAGGLER_MIN_STEP_SHARE * self.step_us
+        self.baseline_straggler = b_str if b_real else None
+        c_real = c_str is not None and np.mean(c_wait[c_str][0]) >= STRAGGLER_MIN_STEP_SHARE * self.step_us
+        self.candidate_straggler = c_str if c_real else None
         for rank in sorted(set(b_wait) | set(c_wait)):
             if rank not in self.base.ranks or rank not in self.cand.ranks:
                 continue
@@ -145,11 +152,11 @@ class Comparison:
             r["_weight"] = SYMPTOM_WEIGHT
             r["baseline_straggler"], r["candidate_straggler"] = rank == b_str, rank == c_str
             r["baseline_blame"], r["candidate_blame"] = float(np.mean(bb)), float(np.mean(cb))
-            if rank == c_str and rank != b_str and r["beyond_spread"] and r["change"] > 0:
+            if rank == c_str and r["beyond_spread"] and r["change"] > 0 and (rank != b_str or not b_real):
                 r["status"] = "new straggler"
                 r["words"] = (f"rank {rank} is the new straggler: the others wait {vc:.1f} us per step for it "
                               f"(was {vb:.1f} us; baseline straggler: "
-                              f"{'none' if b_str is None else f'rank {b_str}'})")
+                              f"{f'rank {b_str}' if b_real else 'none'})")
             elif r["beyond_spread"]:
                 r["words"] = f"waiting for rank {rank}: {vb:.1f} -> {vc:.1f} us per step"
             rows.append(r)

@@ -71,7 +71,8 @@ def _critical_line(d, step_row):
 
 
 def _straggler_line(d, comparison):
-    b, c = comparison.base.straggler(), comparison.cand.straggler()
+    # a straggler the others waited for less than STRAGGLER_MIN_STEP_SHARE of the step is noise: none
+    b, c = getattr(comparison, "baseline_straggler", None), getattr(comparison, "candidate_straggler", None)
     bd, cd = getattr(comparison, "dominant", (None, None))
     words = lambda r: "none" if r is None else f"rank {r}"   # noqa: E731
     same = "unchanged" if b == c else "changed"
