@@ -131,3 +131,31 @@ def test_sheets_and_page(runs, tmp_path):
         assert 'class="main-svg"' in inner, f"chart {key} has no plot"
     png = browser.screenshot(str(page), os.path.join(browser.artifacts_dir(), "diff.png"))
     browser.assert_not_blank(png)
+
+
+def test_the_documented_ci_job(runs, tmp_path):
+    """docs/diff.md's CI script as written: the first run becomes the baseline,
+    a regression exits 3 and keeps the baseline, a clean run passes and is promoted."""
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "diff.md")).read()
+    start = doc.index("#!/bin/sh")
+    script = doc[start:doc.index("\nexit $status\n", start) + len("\nexit $status")]
+    script = script.replace("/ci/streamtrace", str(tmp_path / "kept"))
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "gate.sh").write_text(script + "\n")
+    env = dict(os.environ, PATH=os.path.dirname(BIN) + os.pathsep + os.environ["PATH"])
+
+    def job(run_dir, ident):
+        return subprocess.run(["sh", str(tmp_path / "gate.sh"), str(run_dir)], capture_output=True, text=True,
+                              env=dict(env, CI_PIPELINE_ID=ident), cwd=tmp_path, timeout=300)
+
+    baseline = tmp_path / "kept" / "baseline.stev"
+    first = job(runs["base"], "1")
+    assert first.returncode == 0 and "no baseline yet" in first.stdout, first.stdout + first.stderr
+    kept = baseline.read_bytes()
+    slow = job(runs["straggler"], "2")
+    assert slow.returncode == 3, slow.stdout + slow.stderr
+    assert "new_straggler: rank 2" in slow.stdout and "performance regression: see diff-2.html" in slow.stdout
+    assert (tmp_path / "diff-2.html").exists() and baseline.read_bytes() == kept
+    clean = job(runs["base"], "3")
+    assert clean.returncode == 0 and "Gate: passed (3 conditions)" in clean.stdout, clean.stdout + clean.stderr
+    assert baseline.read_bytes() == (tmp_path / "kept" / "run-3.stev").read_bytes()
