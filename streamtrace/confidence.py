@@ -152,21 +152,48 @@ def clock_rule(tables, rows=None):
     """The clock rule (docs/confidence.md) over a run's ``align.clocks`` and
     ``align.collectives``, applied or not: a ``ClockRule``.  ``rows``:
     align.collectives without its point-to-point rows, when known."""
-    clocks = tables.get("align.clocks")
-    if clocks is None or not len(clocks):
+    est = _estimated(tables.get("align.clocks"))
+    if est is None:
         return ClockRule("none")
-    est = clocks[clocks["method"].astype(str) != "none"]
-    if len(est) < 2:
-        return ClockRule("none")
-    offsets = est["offset_ns"].astype(np.int64)
-    spread = int(offsets.max() - offsets.min())
-    skew = _median_skew(_collective_rows(tables.get("align.collectives")) if rows is None else rows)
+    return _rule(est, _median_skew(_collective_rows(tables.get("align.collectives")) if rows is None else rows))
+
+
+def rule_of(clocks, skew_ns):
+    """The clock rule over ``clocks`` (align.clocks) given the median skew
+    in start time (ns) it would otherwise be read as: what align's own
+    findings use, before the tables exist."""
+    est = _estimated(clocks)
+    return ClockRule("none") if est is None else _rule(est, skew_ns)
+
+
+def well_determined(clocks):
+    """(whether the offsets are well determined, the fewest collectives a
+    rank's offset rests on, the largest median residual in ns), or None
+    when no offsets were estimated."""
+    est = _estimated(clocks)
+    if est is None:
+        return None
     collectives = int(est["collectives"].min())
     residual = float(pd.to_numeric(est["residual_ns"], errors="coerce").max())
-    rule = ClockRule("small", spread, skew, collectives, residual)
+    well = collectives >= CLOCK_MIN_COLLECTIVES and residual == residual and residual <= CLOCK_MAX_RESIDUAL_NS
+    return well, collectives, residual
+
+
+def _estimated(clocks):
+    """The rows of align.clocks with an estimate, None when fewer than two."""
+    if clocks is None or not len(clocks):
+        return None
+    est = clocks[clocks["method"].astype(str) != "none"]
+    return est if len(est) >= 2 else None
+
+
+def _rule(est, skew):
+    offsets = est["offset_ns"].astype(np.int64)
+    spread = int(offsets.max() - offsets.min())
+    well, collectives, residual = well_determined(est)
+    rule = ClockRule("small", spread, float(skew), collectives, residual)
     if spread <= max(CLOCK_LARGE_NS, CLOCK_LARGE_SHARE * skew):
         return rule
-    well = collectives >= CLOCK_MIN_COLLECTIVES and residual == residual and residual <= CLOCK_MAX_RESIDUAL_NS
     rule.state = "apply" if well else "unreliable"
     return rule
 

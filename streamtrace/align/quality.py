@@ -135,6 +135,18 @@ def _story_findings(clocks, inst, rank, ts):
     if not n or changed < max(1, STORY_CHANGE_SHARE * n):
         return []
     spread = (max(offs.values()) - min(offs.values())) / 1000
+    from ..confidence import rule_of   # pandas, which match_ranks has loaded
+
+    rule = rule_of(clocks, float(np.median(skew)))
+    if rule.state == "unreliable":   # applying offsets this thin could make the answers worse: no advice to
+        return [_finding("warning", "clock_offsets_unreliable",
+                         f"CLOCK OFFSETS UNRELIABLE: the per-rank clock offsets estimated from collective ends (up "
+                         f"to {spread:.1f} us apart, clock_alignment sheet) {_thin_words(rule)}: they are not "
+                         f"applied, yet applying them would change the last-arriving rank of {changed} of {n} "
+                         f"collectives and the median skew in start time from {np.median(skew) / 1000:.1f} to "
+                         f"{np.median(skew_al) / 1000:.1f} us, so the waiting figures are not reliable either way: "
+                         "the skew, wait, earliest arrival and straggler columns use the clocks as recorded (as "
+                         "TraceLens does)", count=changed)]
     return [_finding("warning", "clock_offsets_change_results",
                      f"CLOCKS DISAGREE: the per-rank clock offsets estimated from collective ends (up to {spread:.1f} "
                      f"us apart, clock_alignment sheet) are not applied, and applying them changes the last-arriving "
@@ -144,8 +156,24 @@ def _story_findings(clocks, inst, rank, ts):
                      "--align_clocks for the aligned view", count=changed)]
 
 
+def _thin_words(rule):
+    """Why offsets are not well determined (``rule``: a confidence.ClockRule or
+    the ``well_determined`` triple's last two), in words."""
+    from ..confidence import CLOCK_MAX_RESIDUAL_NS, CLOCK_MIN_COLLECTIVES
+
+    return (f"rest on as few as {rule.collectives} collectives (median residual up to "
+            f"{rule.residual_ns / 1000:.1f} us; the clock rule trusts offsets resting on >= {CLOCK_MIN_COLLECTIVES} "
+            f"with <= {CLOCK_MAX_RESIDUAL_NS / 1000:g} us)")
+
+
 def _clock_findings(clocks, applied, multi_node, G):
+    from ..confidence import ClockRule, well_determined
+
     out = []
+    judged = None if applied else well_determined(clocks)
+    # offsets not well determined (confidence.clock_rule) get no advice to apply them
+    thin = None if judged is None or judged[0] else _thin_words(ClockRule("unreliable", collectives=judged[1],
+                                                                          residual_ns=judged[2]))
     for row in clocks.itertuples(index=False):
         if row.method == "none":
             continue
@@ -157,12 +185,15 @@ def _clock_findings(clocks, applied, multi_node, G):
             out.append(_finding("error", "clock_offset", f"rank {row.rank}: its clock is offset by "
                                 f"{row.offset_ns / 1e9:.3f} s from rank {row.reference_rank}'s (estimated from "
                                 f"collective ends), beyond any real clock skew (> {CLOCK_OFFSET_ERROR_NS / 1e9:g} s): "
-                                "skews, waits and xfer_latency in the other sheets are wrong by that much; "
-                                "rerun with --align_clocks to apply the offsets", rank=row.rank))
+                                + ("skews, waits and xfer_latency in the other sheets are wrong by that much; "
+                                   "rerun with --align_clocks to apply the offsets" if thin is None else
+                                   f"the offsets {thin}, too few to apply them: skews, waits and xfer_latency in "
+                                   "the other sheets are not reliable"), rank=row.rank))
         elif not applied and abs(row.offset_ns) > CLOCK_OFFSET_NOTE_NS:
             out.append(_finding("info", "clock_offset", f"rank {row.rank}: its clock appears offset by "
                                 f"{row.offset_ns / 1000:.1f} us from rank {row.reference_rank}'s (estimated from "
-                                "collective ends, not applied; use --align_clocks)", rank=row.rank))
+                                + ("collective ends, not applied; use --align_clocks)" if thin is None else
+                                   f"collective ends, not applied: the offsets {thin})"), rank=row.rank))
     if applied:
         out.append(_finding("info", "clocks_aligned", "per-rank clock offsets (clock_alignment sheet) were applied "
                             "before computing skews and waits" + (" (ranks span more than one node)" if multi_node

@@ -240,7 +240,7 @@ def _clock_alignment(clocks, findings):
     """The clock_alignment sheet; when the offsets change the answers, the
     command line says so too, not only the sheet."""
     applied = bool(clocks["applied"].any()) if len(clocks) else False
-    story = [f for f in findings if f["category"] == "clock_offsets_change_results"]
+    story = [f for f in findings if f["category"] in ("clock_offsets_change_results", "clock_offsets_unreliable")]
     sheet = _clock_sheet(clocks, applied, story)
     for f in story:
         log.warning(f["message"])

@@ -100,6 +100,10 @@ def _clock_sheet(clocks, applied, story=()):
     if story:   # the offsets change the answers: say so on every row
         note = ("estimated only, not applied, and LARGE ENOUGH TO CHANGE THE ANSWERS (see data_quality): skew, "
                 "wait and straggler columns use the clocks as recorded; use --align_clocks for the aligned view")
+    if any(f["category"] == "clock_offsets_unreliable" for f in story):   # the clock rule: no advice to apply them
+        note = ("estimated only, not applied: they rest on too few collectives to be trusted, yet would change the "
+                "answers (see data_quality): skew, wait and straggler columns use the clocks as recorded and are "
+                "not reliable")
     return pd.DataFrame({
         "rank": clocks["rank"].to_numpy(dtype=np.int64),
         "offset_us": clocks["offset_ns"].to_numpy(dtype=np.int64) / 1000.0,

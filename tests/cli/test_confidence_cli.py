@@ -204,3 +204,34 @@ def test_send_recv_halves_without_a_partner_are_counted(tmp_path_factory):
     clean = run("blockers", _pipeline(tmp_path_factory, "clean_pipe"))
     assert clean.stdout.splitlines()[0] == ("Confidence: high (2 of 2 ranks; point-to-point transfers only; "
                                             "clocks as recorded)")
+
+
+# ---------------------------------------------------------------------- the clock advice follows the rule
+
+
+def test_offsets_resting_on_too_few_collectives_get_no_align_clocks_advice(tmp_path_factory, tmp_path):
+    """One step: the offsets (3.5 ms apart) rest on 5 collectives, fewer than the rule's 8: the
+    warning says so and that the waiting figures are not reliable, and nowhere advises
+    --align_clocks. TraceLens's sheets keep the clocks as recorded."""
+    d = _fixture(tmp_path_factory, "thin", steps=1, seed=1, clock_offsets_us=OFFSETS_US)
+    out = tmp_path / "csvs"
+    res = run("collective-report", "--trace_dir", d, "--world_size", 4, "--output_csvs_dir", out)
+    assert res.returncode == 0, res.stderr
+    assert "--align_clocks" not in res.stderr, res.stderr
+    warning = [line for line in res.stderr.splitlines() if "CLOCK OFFSETS UNRELIABLE" in line]
+    assert len(warning) == 1, res.stderr
+    assert "rest on as few as 5 collectives" in warning[0] and "waiting figures are not reliable" in warning[0]
+    assert "CLOCKS DISAGREE" not in res.stderr
+    for sheet in ("data_quality.csv", "clock_alignment.csv"):
+        text = (out / sheet).read_text()
+        assert "--align_clocks" not in text, (sheet, text)
+    assert "too few collectives" in (out / "clock_alignment.csv").read_text()
+    rows = list(csv.DictReader(open(out / "clock_alignment.csv")))
+    assert {r["applied"] for r in rows} == {"False"}   # TraceLens's sheets: clocks as recorded
+
+
+def test_well_determined_offsets_keep_the_align_clocks_advice(offsets, tmp_path):
+    res = run("collective-report", "--trace_dir", offsets, "--world_size", 4, "--output_csvs_dir", tmp_path / "c")
+    assert res.returncode == 0, res.stderr
+    line = next(line for line in res.stderr.splitlines() if "CLOCKS DISAGREE" in line)
+    assert "rerun with --align_clocks for the aligned view" in line

@@ -61,6 +61,7 @@ def test_collective_report_answers_without_made_up_clock_disagreement(runs, mode
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "CLOCKS DISAGREE" not in proc.stderr or mode == "offset_1s"   # 1 s is a real offset, not applied there
+    assert "CLOCK OFFSETS UNRELIABLE" not in proc.stderr
     quality = (out / "data_quality.csv").read_text()
     assert "clock_offset_steps_disagree" not in quality
     if mode == "shifted_windows":
