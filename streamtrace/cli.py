@@ -760,7 +760,11 @@ def _parse_ranks(ctx, param, value):
 
 @main.command("fuse")
 @trace_input_options
-@output_option(required=True, help="merged.json, merged.json.gz (one gzip member), merged.json.zst, or - for stdout.")
+@output_option(required=True, help="merged.json, merged.json.gz (one gzip member), merged.json.zst, merged.pftrace or "
+              "merged.pftrace.gz (Perfetto's protobuf format), or - for stdout.")
+@click.option("--format", "fmt", type=click.Choice(["json", "pftrace"]),
+              help="Output format (default: from the suffix, .pftrace* is Perfetto's protobuf trace, else JSON); "
+                   "for stdout.")
 @click.option("--ranks", callback=_parse_ranks, help="Only these ranks: 0,8,16 or ranges such as 0-7.")
 @click.option("--include_pyfunc", "--include-pyfunc", "include_pyfunc", is_flag=True,
         help="Keep python_function events (dropped by default, as TraceFuse does).")
@@ -780,9 +784,9 @@ def _parse_ranks(ctx, param, value):
 @quiet_option
 @handle_errors
 def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
-                 output, ranks, include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks,
+                 output, fmt, ranks, include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks,
                  time_base, jobs, scheduler, quiet):
-    """Per-rank traces -> one Perfetto / chrome://tracing JSON file, streamed.
+    """Per-rank traces -> one Perfetto / chrome://tracing JSON file (or Perfetto's protobuf .pftrace), streamed.
 
     Every rank gets its own pid, flow-id, correlation and External id range,
     its processes are named RANK r - CPU / RANK r - GPU (as TraceLens does), X events that
@@ -793,6 +797,7 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
       streamtrace fuse --trace_dir run/ --world_size 8 -o merged.json.gz -j 2
       streamtrace fuse run/rank*_trace.json.gz --ranks 0,8 --nccl_only -o nccl.json.gz
       streamtrace fuse --trace_dir run/ --window 5000000000:5000050000 --cat kernel -o -
+      streamtrace fuse --trace_dir run/ -o run.pftrace.gz
     """
     from .fuse import fuse as fuse_api
 
@@ -806,7 +811,7 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
         result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
                           name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
                           time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=progress,
-                          executor=executor)
+                          executor=executor, format=fmt)
     if not quiet and output != "-":
         click.echo(redact_text(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)"),
                    err=True)

@@ -66,6 +66,7 @@ class _Rank:
     mask: tuple = None                          # (bits, n_events) from a filter_fn
     spilled_runs: int = 0
     id_offset: int = 0
+    encoded: dict = None                        # what the .pftrace encoder wrote (pftrace.RankEncoder.stats)
 
 
 @dataclass

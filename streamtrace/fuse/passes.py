@@ -224,12 +224,16 @@ def _base_of(trace):
     return int(base) if math.isfinite(base) else 0
 
 
-def _write_rank(rk, opts, f, compression, progress=None):
-    """The rank's kept events, rewritten, as one segment into ``f``."""
+def _write_rank(rk, opts, f, compression, progress=None, writer=None):
+    """The rank's kept events, rewritten, as one segment into ``f`` (in the
+    writer's format; None: JSON as the rewriter makes it)."""
     seg = _Segment(f, compression)
+    feed, finish = writer.rank_sink(rk, seg.write) if writer is not None else (seg.write, None)
     fz = rk.fz
     fz.begin(fz.WRITE)
-    _feed_file(fz, rk.path, fz.WRITE, on_output=seg.write, progress=progress)
+    _feed_file(fz, rk.path, fz.WRITE, on_output=feed, progress=progress)
+    if finish is not None:
+        finish()
     seg.close()
     rk.write_stats = fz.stats()
     rk.fz = None  # free the C context (tracks, lanes, names) as soon as the rank is done
@@ -247,7 +251,7 @@ def _run_parallel(fn, items, jobs):
         return list(pool.map(fn, items))
 
 
-def _write_parallel(ranks_, opts, f, compression, jobs, output, prog):
+def _write_parallel(ranks_, opts, f, compression, jobs, output, prog, writer=None):
     """Each rank written by a worker thread into its own part file (next to
     the output), then copied into place in rank order."""
     # beside the output's target; $TMPDIR for stdout, a device or a pipe (never /dev)
@@ -259,7 +263,7 @@ def _write_parallel(ranks_, opts, f, compression, jobs, output, prog):
             fd, path = tempfile.mkstemp(prefix=f".streamtrace-fuse-rank{rk.rank}-", dir=directory)
             parts[rk.rank] = path
             with os.fdopen(fd, "wb") as pf:
-                return _write_rank(rk, opts, pf, compression, prog)
+                return _write_rank(rk, opts, pf, compression, prog, writer)
 
         segs = _run_parallel(work, ranks_, jobs)
         for rk in ranks_:

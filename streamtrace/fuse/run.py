@@ -1,11 +1,11 @@
 """``fuse()``: one run, in order: options and inputs checked, clocks placed,
 every rank scanned, the layout decided from all scans, then the output written
 (labels, each rank's rewritten events, the trailer)."""
-import json
 import logging
 import time
 from dataclasses import dataclass
 
+from ..errors import StreamtraceError
 from ..io.outputs import check_suffix, refuse_input_as_output
 from ..parallel.dask import as_executor
 from ..parallel.executor import worker_count
@@ -19,7 +19,8 @@ from .remote import scan_ranks, write_ranks
 from .passes import _base_prepass, _Progress, _run_parallel, _scan, _write_parallel, _write_rank
 from .segments import _atomic, _check_target_room, _GzipJoin, _Segment
 from .spill import _SpillBudget
-from .trailer import _rank_summary, _rank_warnings, _trailer
+from .trailer import _rank_summary, _rank_warnings
+from .writers import format_for, writer_for
 
 log = logging.getLogger("streamtrace")
 
@@ -38,11 +39,13 @@ class _Plan:
     pid_stride: int = 0
     dense: bool = False           # pids numbered rank * K + ordinal (they would not fit 31 bits)
     labels: list = None
+    writer: object = None         # writers.JsonWriter / PftraceWriter
+    extra: dict = None            # members the trailer adds (the focus window)
 
 
 def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex=None, window=None,
          nccl_only=False, align_clocks=False, time_base=False, jobs=None, *, keep_spans=False,
-         compression=None, progress=None, _masks=None, executor=None):
+         compression=None, progress=None, _masks=None, executor=None, format=None):
     """Merge per-rank traces into one Chrome-trace JSON for Perfetto, streamed.
 
     ``inputs``: RankInputs or paths (list; rank from the RankInput, else
@@ -58,10 +61,13 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     ``jobs``: ranks processed at once (None: the CPUs available; never more
     than there are ranks).  ``executor``: a cluster's executor (``--scheduler``;
     or a ``distributed.Client``) runs both per-rank passes on its workers
-    (``fuse.remote``).  Returns a FuseResult.
+    (``fuse.remote``).  ``format``: ``"json"`` or ``"pftrace"`` (Perfetto's
+    protobuf trace); None: from the output's suffix (``.pftrace``,
+    ``.pftrace.gz``), else JSON.  Returns a FuseResult.
     """
     t_start = time.time()
     opts = _options(include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks, time_base)
+    fmt = format_for(output, format)
     if compression is None and output != "-":
         check_suffix(output, allowed=(".gz", ".zst", ".zstd"))
     compression = compression or compression_for(output)
@@ -70,7 +76,10 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     executor = as_executor(executor)
     if executor is not None and not getattr(executor, "remote", False):
         executor = None   # a local executor: fuse runs its own threads (-j)
-    plan = _Plan(opts, compression, worker_count(jobs, len(rank_inputs) or 1), executor)
+    plan = _Plan(opts, compression, worker_count(jobs, len(rank_inputs) or 1), executor, writer=writer_for(fmt))
+    if fmt == "pftrace" and executor is not None:
+        raise StreamtraceError(f"{output}: a .pftrace is written on this machine only; leave out --scheduler "
+                               "(or write .json.gz on the cluster)")
     refuse_input_as_output(output, [i.path for i in rank_inputs])
     ranks_ = _resolve_ranks(rank_inputs, ranks)
     if _masks is not None:
@@ -86,7 +95,7 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     if (time_base or align_clocks) and plan.common_base is None:
         _place_after_scan(ranks_, plan)
     _lay_out(ranks_, plan)
-    if output != "-" and compression == "none":
+    if output != "-" and compression == "none" and fmt == "json":
         _check_target_room(output, sum(rk.stats["events_kept"] for rk in ranks_))
     warnings = _write_output(output, ranks_, plan, prog, t_start)
     return FuseResult(output=str(output), ranks={rk.rank: _rank_summary(rk) for rk in ranks_},
@@ -160,24 +169,22 @@ def _write_output(output, ranks_, plan, prog, t_start):
         if joiner:
             f.write(joiner.header())
         head = _Segment(f, compression)
-        head.write(b'{"traceEvents":[' + b",".join(
-            json.dumps(e, separators=(",", ":")).encode() for e in plan.labels))
+        head.write(plan.writer.head(plan))
         head.close()
         segments = [head]
         if plan.executor is not None:
             segments += write_ranks(ranks_, plan.opts, f, compression, plan.executor)
         elif plan.jobs <= 1 or len(ranks_) <= 1:
             for rk in ranks_:
-                segments.append(_write_rank(rk, plan.opts, f, compression, prog))
+                segments.append(_write_rank(rk, plan.opts, f, compression, prog, plan.writer))
         else:
-            segments += _write_parallel(ranks_, plan.opts, f, compression, plan.jobs, output, prog)
+            segments += _write_parallel(ranks_, plan.opts, f, compression, plan.jobs, output, prog, plan.writer)
         warnings = []
         for rk in ranks_:
             warnings += rk.warnings + _rank_warnings(rk)
         for w in warnings:
             log.warning(w)
-        trailer = _trailer(ranks_, plan.opts, warnings, plan.id_stride, plan.pid_stride, plan.dense,
-                           plan.common_base, plan.clocks, time.time() - t_start)
+        trailer = plan.writer.tail(ranks_, plan, warnings, time.time() - t_start, plan.extra)
         tail = _Segment(f, compression)
         tail.write(trailer)
         tail.close(last=True)

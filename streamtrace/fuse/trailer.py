@@ -49,8 +49,20 @@ def _rank_summary(rk):
     }
 
 
-def _trailer(ranks_, opts, warnings, id_stride, pid_stride, dense, common_base, clocks, seconds):
+def _trailer(ranks_, opts, warnings, id_stride, pid_stride, dense, common_base, clocks, seconds, extra=None):
     units = {rk.trace.get("displayTimeUnit") for rk in ranks_}
+    meta = _meta(ranks_, opts, warnings, id_stride, pid_stride, dense, common_base, clocks, seconds, extra)
+    tail = b"]"
+    if len(units) == 1 and isinstance(next(iter(units)), str):
+        tail += b',"displayTimeUnit":' + json.dumps(next(iter(units))).encode()
+    tail += b',"streamtrace":' + json.dumps(meta, separators=(",", ":"), allow_nan=False,
+                                            default=_json_default).encode() + b"}"
+    return tail
+
+
+def _meta(ranks_, opts, warnings, id_stride, pid_stride, dense, common_base, clocks, seconds, extra=None):
+    """The ``streamtrace`` member: every rank's metadata, per-rank facts, the
+    options, the warnings (``extra``: members a format or an option adds)."""
     inputs = {}
     for rk in ranks_:
         inputs[str(rk.rank)] = _rank_summary(rk)
@@ -74,12 +86,8 @@ def _trailer(ranks_, opts, warnings, id_stride, pid_stride, dense, common_base, 
         meta["clock_alignment"] = [
             {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
             for row in json.loads(clocks.to_json(orient="records"))]
-    tail = b"]"
-    if len(units) == 1 and isinstance(next(iter(units)), str):
-        tail += b',"displayTimeUnit":' + json.dumps(next(iter(units))).encode()
-    tail += b',"streamtrace":' + json.dumps(meta, separators=(",", ":"), allow_nan=False,
-                                            default=_json_default).encode() + b"}"
-    return tail
+    meta.update(extra or {})
+    return meta
 
 
 def _json_default(o):

@@ -1,0 +1,164 @@
+"""Decode a .pftrace with Perfetto's own descriptors (the ``perfetto``
+package's perfetto_trace_pb2) and rebuild what a viewer would show: tracks
+(with their parents), slices (begin/end paired per track), instants,
+counters and flows; every reference checked on the way (interned ids defined
+in their sequence since its last clear, every track used declared, every
+parent declared).  And the same view from a fused JSON, to compare."""
+import gzip
+import json
+from collections import defaultdict
+from decimal import Decimal
+
+from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+TE = pb.TrackEvent
+
+
+def _value(a):
+    kind = a.WhichOneof("value")
+    if kind == "legacy_json_value":
+        return json.loads(a.legacy_json_value)
+    if kind == "double_value":
+        return a.double_value
+    return getattr(a, kind)
+
+
+def read_trace(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    trace = pb.Trace()
+    trace.ParseFromString(raw)
+    return trace
+
+
+def decode(path):
+    """-> dict(tracks={uuid: desc}, slices=[...], instants=[...], counters=[...], meta=..., focus=...)."""
+    trace = read_trace(path)
+    tracks, tables, used = {}, {}, set()
+    events = []
+    for order, p in enumerate(trace.packet):
+        seq = p.trusted_packet_sequence_id
+        assert seq, "every packet names its sequence"
+        if p.HasField("track_descriptor"):
+            d = p.track_descriptor
+            assert d.uuid not in tracks or tracks[d.uuid] == d, f"track {d.uuid} declared twice, differently"
+            tracks[d.uuid] = d
+            continue
+        if not p.HasField("track_event"):
+            continue
+        if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            tables[seq] = {"cat": {}, "name": {}, "arg": {}}
+        assert seq in tables, f"sequence {seq}: an event before any packet clearing the incremental state"
+        assert p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        t = tables[seq]
+        i = p.interned_data
+        for kind, entries in (("cat", i.event_categories), ("name", i.event_names),
+                              ("arg", i.debug_annotation_names)):
+            for e in entries:
+                assert e.iid not in t[kind], f"sequence {seq}: {kind} iid {e.iid} defined twice"
+                t[kind][e.iid] = e.name
+        ev = p.track_event
+        used.add(ev.track_uuid)
+        name = t["name"][ev.name_iid] if ev.name_iid else (ev.name if ev.HasField("name") else None)
+        cats = [t["cat"][c] for c in ev.category_iids]
+        args = {}
+        for a in ev.debug_annotations:
+            key = t["arg"][a.name_iid] if a.name_iid else a.name
+            args[key] = _value(a)
+        events.append(dict(order=order, ts=p.timestamp, seq=seq, type=ev.type, track=ev.track_uuid, name=name,
+                           cat=cats[0] if cats else None, args=args, flow_ids=list(ev.flow_ids),
+                           terminating=list(ev.terminating_flow_ids),
+                           value=ev.double_counter_value if ev.HasField("double_counter_value") else None))
+    missing = used - set(tracks)
+    assert not missing, f"events on tracks without a descriptor: {sorted(missing)[:5]}"
+    for d in tracks.values():
+        assert not d.HasField("parent_uuid") or d.parent_uuid in tracks, f"track {d.uuid}: parent not declared"
+    # what the trace processor does: packets in time order (stable), slices paired on a stack per track
+    events.sort(key=lambda e: (e["ts"], e["order"]))
+    stacks = defaultdict(list)
+    slices, instants, counters = [], [], []
+    for e in events:
+        if e["type"] == TE.TYPE_SLICE_BEGIN:
+            stacks[e["track"]].append(e)
+        elif e["type"] == TE.TYPE_SLICE_END:
+            assert stacks[e["track"]], f"an end with no open slice on track {e['track']}"
+            b = stacks[e["track"]].pop()
+            slices.append(dict(b, dur=e["ts"] - b["ts"]))
+        elif e["type"] == TE.TYPE_INSTANT:
+            instants.append(e)
+        elif e["type"] == TE.TYPE_COUNTER:
+            counters.append(e)
+    assert not any(stacks.values()), "slices left open"
+    meta = [e for e in instants if e["name"] == "streamtrace fuse"]
+    assert len(meta) == 1
+    focus = [s for s in slices if s["name"] and s["name"].startswith("focus: ")]
+    return dict(tracks=tracks, slices=[s for s in slices if s not in focus],
+                instants=[e for e in instants if e not in meta], counters=counters,
+                meta=meta[0]["args"]["streamtrace"], focus=focus[0] if focus else None)
+
+
+def track_path(tracks, uuid):
+    """(process key, track name): the process's pid (or a string pid's name) and the thread's or lane's name."""
+    d = tracks[uuid]
+    name = d.name
+    while d.HasField("parent_uuid"):
+        d = tracks[d.parent_uuid]
+    proc = d.process.pid if d.HasField("process") else d.name
+    return proc, name
+
+
+def process_names(tracks):
+    out = {}
+    for d in tracks.values():
+        if d.HasField("process"):
+            out[d.process.pid] = (d.process.process_name, tuple(d.process.process_labels),
+                                  d.process.legacy_sort_index)
+    return out
+
+
+def _ns(v):
+    return int(Decimal(str(v)) * 1000)
+
+
+def json_view(doc):
+    """The same view from a fused JSON document: slices keyed like track_path."""
+    threads, procs = {}, {}
+    labels = defaultdict(tuple)
+    for e in doc["traceEvents"]:
+        if e.get("ph") != "M":
+            continue
+        if e["name"] == "thread_name":
+            threads[(e["pid"], e["tid"])] = e["args"]["name"]
+        elif e["name"] == "process_name":
+            procs.setdefault(e["pid"], [None, (), None])[0] = e["args"]["name"]
+        elif e["name"] == "process_labels":
+            procs.setdefault(e["pid"], [None, (), None])[1] += (e["args"]["labels"],)
+        elif e["name"] == "process_sort_index":
+            procs.setdefault(e["pid"], [None, (), None])[2] = e["args"]["sort_index"]
+
+    def track(e):
+        tid = e.get("tid")
+        name = threads.get((e["pid"], tid))
+        if name is None:
+            name = f"thread {tid}" if isinstance(tid, int) else (tid if tid not in (None, "") else "(no tid)")
+        return e["pid"], name.strip()
+
+    slices = [dict(track=track(e), name=e.get("name"), cat=e.get("cat"), ts=_ns(e["ts"]),
+                   dur=_ns(e.get("dur", 0)), args=e.get("args", {}))
+              for e in doc["traceEvents"] if e.get("ph") == "X"]
+    instants = [dict(track=track(e), name=e.get("name"), ts=_ns(e["ts"]))
+                for e in doc["traceEvents"] if e.get("ph") in ("i", "I")]
+    return dict(slices=slices, instants=instants,
+                processes={p: (v[0], v[1], v[2]) for p, v in procs.items() if isinstance(p, int)})
+
+
+def slice_key(s):
+    return (s["track"], s["name"], s["cat"], s["ts"], s["dur"], json.dumps(s["args"], sort_keys=True, default=str))
+
+
+def pftrace_slices(view):
+    return [dict(track=track_path(view["tracks"], s["track"]), name=s["name"], cat=s["cat"], ts=s["ts"],
+                 dur=s["dur"], args=s["args"], flow_ids=s["flow_ids"], terminating=s["terminating"])
+            for s in view["slices"]]

@@ -1,0 +1,165 @@
+"""fuse to Perfetto's protobuf trace (.pftrace): every written file decoded
+with Perfetto's own descriptors (the perfetto package) and checked against the
+JSON fuse of the same inputs: slices per track, names, categories, durations,
+args, instants, flows, process and thread names, interning, descriptors."""
+import json
+import os
+from collections import Counter
+
+import pytest
+
+import generate_fixture as gen
+from pftrace_reference import decode, json_view, pftrace_slices, process_names, slice_key
+from streamtrace import fuse
+from streamtrace.errors import StreamtraceError
+from streamtrace.fuse import pftrace
+
+LAUNCH = {"cuda_runtime", "cuda_driver", "Runtime"}
+GPU = {"kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"}
+
+
+@pytest.fixture(scope="module")
+def run_new(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pft_new")
+    truth = gen.generate(str(d), ranks=4, format="json.gz", clock_offsets_us=[0, 150, -80.5, 40], seed=1)
+    return [os.path.join(str(d), truth["files"][str(r)]) for r in range(4)]
+
+
+@pytest.fixture(scope="module")
+def run_old(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pft_old")
+    truth = gen.generate(str(d), ranks=3, format="json", layout="old", seed=2)
+    return [os.path.join(str(d), truth["files"][str(r)]) for r in range(3)]
+
+
+def both(tmp_path, inputs, suffix=".pftrace", **kw):
+    """The JSON fuse and the .pftrace fuse of the same inputs, decoded."""
+    js, pf = str(tmp_path / "m.json"), str(tmp_path / ("m" + suffix))
+    fuse(inputs, js, **kw)
+    res = fuse(inputs, pf, **kw)
+    with open(js) as f:
+        doc = json.load(f)
+    return doc, decode(pf), res
+
+
+def assert_same_as_json(doc, view):
+    jv = json_view(doc)
+    got = Counter(slice_key(s) for s in pftrace_slices(view))
+    want = Counter(slice_key(s) for s in jv["slices"])
+    assert got == want, (list((got - want).items())[:3], list((want - got).items())[:3])
+    inst = Counter((s["name"], s["ts"]) for s in view["instants"])
+    assert inst == Counter((s["name"], s["ts"]) for s in jv["instants"])
+    assert process_names(view["tracks"]) == jv["processes"]
+
+
+@pytest.mark.parametrize("suffix", [".pftrace", ".pftrace.gz"])
+def test_slices_names_args_as_the_json_fuse(tmp_path, run_new, suffix):
+    doc, view, res = both(tmp_path, run_new, suffix=suffix, align_clocks=True, jobs=2)
+    assert len(view["slices"]) > 1000
+    assert_same_as_json(doc, view)
+    if suffix.endswith(".gz"):
+        with open(tmp_path / ("m" + suffix), "rb") as f:
+            assert f.read(2) == b"\x1f\x8b"
+    assert view["meta"]["format"] == "pftrace"
+    assert view["meta"]["inputs"] == json.loads(json.dumps(doc["streamtrace"]["inputs"]))
+
+
+def test_old_layout_and_one_job(tmp_path, run_old):
+    doc, view, _ = both(tmp_path, run_old, jobs=1)
+    assert_same_as_json(doc, view)
+
+
+def test_tracks_one_process_per_rank_and_kind(tmp_path, run_new):
+    _, view, _ = both(tmp_path, run_new)
+    names = sorted(v[0] for v in process_names(view["tracks"]).values())
+    assert names == sorted([f"RANK {r} - CPU" for r in range(4)] + [f"RANK {r} - GPU" for r in range(4)])
+    # threads and streams are named children of their process, ordered explicitly
+    tracks = view["tracks"]
+    streams = [d for d in tracks.values() if d.name.startswith("stream ")]
+    assert streams and all(tracks[d.parent_uuid].HasField("process") for d in streams)
+    assert all(d.HasField("sibling_order_rank") for d in tracks.values() if d.HasField("parent_uuid"))
+
+
+def test_flows_join_launch_and_kernel_with_rank_offsets(tmp_path, run_new):
+    doc, view, res = both(tmp_path, run_new)
+    sl = pftrace_slices(view)
+    starts = Counter(i for s in sl for i in s["flow_ids"])
+    ends = Counter(i for s in sl for i in s["terminating"])
+    assert all(c == 1 for c in starts.values()) and all(c == 1 for c in ends.values())
+    # every s/f pair of the JSON has both ends in the .pftrace: the launch starts it, the GPU event ends it
+    pairs = {}
+    for e in doc["traceEvents"]:
+        if e.get("ph") in ("s", "f") and e.get("cat") == "ac2g":
+            pairs.setdefault(e["id"], set()).add(e["ph"])
+    both_ends = [i for i, p in pairs.items() if p == {"s", "f"}]
+    assert len(both_ends) > 500
+    for i in both_ends:
+        assert i in starts and i in ends, i
+    by_id = {i: s for s in sl for i in s["flow_ids"]}
+    for i in both_ends[:50]:
+        assert by_id[i]["cat"] in LAUNCH and by_id[i]["args"]["rank"] == i // res.id_stride
+    assert {s["cat"] for s in sl if s["terminating"]} <= GPU
+
+
+def test_lanes_become_child_tracks(tmp_path):
+    # three overlapping (not nested) ops on one thread: two need sibling lanes
+    events = [{"ph": "M", "name": "thread_name", "pid": 1, "tid": 1, "args": {"name": "main"}}]
+    for i in range(3):
+        events.append({"ph": "X", "cat": "cpu_op", "name": f"op{i}", "pid": 1, "tid": 1, "ts": 10 + 5 * i,
+                       "dur": 20})
+    p = tmp_path / "r0.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    doc, view, _ = both(tmp_path, [str(p)])
+    assert_same_as_json(doc, view)
+    tracks = view["tracks"]
+    lanes = [d for d in tracks.values() if "(lane" in d.name]
+    assert sorted(d.name for d in lanes) == ["main (lane 1)", "main (lane 2)"]
+    assert {tracks[d.parent_uuid].name for d in lanes} == {"main"}
+
+
+def test_hostile_names_args_and_an_empty_rank(tmp_path):
+    weird = ['"quoted" \\ back', "tab\tnew\nline", "nul\u0000", "emoji \U0001F600", "\u202eRTL", "x" * 5000, ""]
+    events = [{"ph": "X", "cat": c, "name": n, "pid": 7, "tid": n or 3, "ts": 100 + i, "dur": 1,
+               "args": {n or "empty": n, "nested": {"a": [1, 2.5, None]}, "big": 2 ** 70, "f": 0.1,
+                        "t": True}}
+              for i, (n, c) in enumerate(zip(weird, weird[::-1]))]
+    events.append({"ph": "C", "name": "mem", "pid": 7, "ts": 101, "args": {"bytes": 5, "other": 2.5}})
+    events.append({"ph": "i", "name": "mark", "pid": 7, "tid": 3, "ts": 102, "s": "t"})
+    a, b = tmp_path / "r0.json", tmp_path / "r1.json"
+    a.write_text(json.dumps({"traceEvents": events}))
+    b.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f", "pid": 1,
+                                              "tid": 1, "ts": 1, "dur": 1}]}))
+    doc, view, _ = both(tmp_path, [str(a), str(b)])
+    assert_same_as_json(doc, view)
+    counters = sorted((view["tracks"][c["track"]].name, c["value"]) for c in view["counters"])
+    assert counters == [("mem bytes", 5.0), ("mem other", 2.5)]
+
+
+def test_truncated_input_keeps_complete_events(tmp_path):
+    d = tmp_path / "run"
+    truth = gen.generate(str(d), ranks=2, format="json.gz", truncate_rank=1, truncate_at_fraction=0.6, seed=3)
+    paths = [str(d / truth["files"][str(r)]) for r in range(2)]
+    doc, view, res = both(tmp_path, paths)
+    assert any("truncated" in w for w in res.warnings)
+    assert view["meta"]["inputs"]["1"]["truncated_at_byte"] > 0
+    assert_same_as_json(doc, view)
+
+
+def test_interning_tables_restart_when_full(tmp_path, monkeypatch):
+    monkeypatch.setattr(pftrace, "MAX_INTERNED", 10)
+    events = [{"ph": "X", "cat": f"c{i % 3}", "name": f"unique{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+               "args": {f"k{i}": i}} for i in range(200)]
+    p = tmp_path / "r0.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    doc, view, _ = both(tmp_path, [str(p)])
+    assert_same_as_json(doc, view)   # decode() checks each iid against its sequence's tables since the last clear
+
+
+def test_format_choice(tmp_path, run_old):
+    out = tmp_path / "stdout.bin"
+    with pytest.raises(StreamtraceError, match="--format says pftrace"):
+        fuse(run_old, str(tmp_path / "a.json"), format="pftrace")
+    with pytest.raises(StreamtraceError, match="gzipped"):
+        fuse(run_old, str(tmp_path / "a.pftrace.zst"))
+    fuse(run_old, str(out), format="pftrace")
+    assert decode(str(out))["slices"]
