@@ -47,3 +47,12 @@ echo "wrote $OUT/merged.json.gz (open it in https://ui.perfetto.dev)"
 echo
 echo "== 7. pictures: the HTML report of the straggler run (charts; opens offline in any browser)"
 echo "$(cd "$OUT" && pwd)/report.html"
+
+echo
+echo "== 8. streamtrace diff: what changed from the straggler run to the slow-kernel run, as a CI gate"
+echo "      (exit 3 when a --fail_if condition breaks; docs/diff.md)"
+status=0
+$ST diff "$OUT/analysed.stev" "$OUT/slow" --fail_if step_time:+5% --fail_if kernel_time:+50% \
+    --output_html_path "$OUT/diff.html" -q || status=$?
+echo "exit status $status; both runs' charts side by side: $(cd "$OUT" && pwd)/diff.html"
+[ "$status" -eq 0 ] || [ "$status" -eq 3 ]

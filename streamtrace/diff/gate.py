@@ -109,12 +109,13 @@ def evaluate(conditions, sheets, comparison=None):
         for row in rows.to_dict("records"):
             change = row["change"] * c.sign
             if c.unit == "%":
-                base = abs(row["baseline"])
-                hit = base > 0 and 100.0 * change / base > c.amount
+                base = abs(row["baseline"])   # from nothing (a new kernel on a rank): beyond any percentage
+                hit = change > 0 and (base == 0 or 100.0 * change / base > c.amount)
             else:
                 hit = change > c.amount * _TIME_US.get(c.unit, 1.0)
             if hit:
                 unit = row["unit"]
+                pct = f"{row['change_pct']:+.1f}%" if row["baseline"] else "new"
                 out.append(Violation(c, f"{row['item']} {row['metric']} {row['baseline']:.2f} -> "
-                                        f"{row['candidate']:.2f} {unit} ({row['change_pct']:+.1f}%)"))
+                                        f"{row['candidate']:.2f} {unit} ({pct})"))
     return out

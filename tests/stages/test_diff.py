@@ -247,3 +247,10 @@ def test_gate_thresholds_pass_and_fail(runs):
     assert not evaluate([parse_condition("new_straggler")], d)
     assert not evaluate([parse_condition("new_blocker")], d)
     assert not evaluate([parse_condition("waiting:+50%")], d)
+
+
+def test_percentage_conditions_fail_on_something_new(runs):
+    """A kernel identity new on a rank grew from nothing: beyond any percentage."""
+    d = diff(runs["base"], runs["slow_kernel"], fail_if=["kernel_time:+1000%"])
+    assert d.violations and all("slow_gemm_kernel" in v.detail and v.detail.endswith("(new)")
+                                for v in d.violations), d.text
