@@ -30,7 +30,7 @@ FRAME_ENV, FRAME_DEFAULT = "STREAMTRACE_MAX_FRAME_BYTES", 16 << 20
 SUMMARY_ENV, SUMMARY_DEFAULT = "STREAMTRACE_MAX_SUMMARY_BYTES", 48 << 20
 #: a single item's unpacked size over its zstd frame's, beyond the limits
 #: above: the summaries of the real traces compress 3 to 39 times, those of
-#: generated ranks of 1.3 million events 3 and 15 times
+#: a generated rank of 20 million events (51 MB unpacked) 2.9 and 16.5 times
 RATIO_ENV, RATIO_DEFAULT = "STREAMTRACE_MAX_UNPACK_RATIO", 64
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
