@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from ..extract import decode_raw_string
 from .layout import _labels, rank_pid_string
-from .protobuf import field_bytes as _b, field_double, field_fixed64, field_varint as _v, varint
+from .protobuf import field_bytes as _b, field_double, field_fixed64, field_varint as _v, key, varint
 
 # Trace
 TRACE_PACKET = 1
@@ -49,6 +49,10 @@ GPU_CATS = frozenset(("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", 
 FLOW_PHASES = frozenset("stf")   # represented by the slices' flow ids
 MAX_INTERNED = 1 << 16           # entries per sequence before its tables are cleared (bounded memory)
 META_SEQUENCE = (1 << 31) - 1    # the run's own track (metadata, focus window)
+_DEBUG_TAG, _INT_TAG = key(E_DEBUG, 2), key(A_INT, 0)
+_TS_TAG, _EVENT_TAG, _PACKET_TAG = key(P_TIMESTAMP, 0), key(P_TRACK_EVENT, 2), key(TRACE_PACKET, 2)
+_FLAGS = {f: _v(P_SEQ_FLAGS, f) for f in (SEQ_NEEDS, SEQ_NEEDS | SEQ_CLEARED)}
+_BEGIN, _END, _INSTANT = _v(E_TYPE, SLICE_BEGIN), _v(E_TYPE, SLICE_END), _v(E_TYPE, INSTANT)
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 
@@ -80,6 +84,8 @@ class RankEncoder:
         self.seq = rk.rank + 1
         self._seq_field = _v(P_SEQ_ID, self.seq)
         self._tables = ({}, {}, {})          # categories, names, annotation names -> iid
+        self._arg_keys, self._arg_values = {}, {}   # encodings made from the tables (cleared with them)
+        self._fields = ({}, {})                     # category and name -> their TrackEvent field
         self._cleared = True                 # the next event packet clears the incremental state
         self._uuids = {}
         self._processes = _process_info(rk)
@@ -159,16 +165,24 @@ class RankEncoder:
             pending.append(_b(kind + 1, _v(1, iid) + _b(2, text)))
         return iid
 
+    def _interned_field(self, kind, field, text, pending):
+        """The field referring to ``text``'s iid (interned on first use), its bytes made once."""
+        cache = self._fields[kind]
+        enc = cache.get(text)
+        if enc is None:
+            enc = cache[text] = _v(field, self._iid(kind, text, pending))
+        return enc
+
     def _event_packet(self, ts, event, pending, parts):
         flags = SEQ_NEEDS
         if self._cleared:
             flags |= SEQ_CLEARED
             self._cleared = False
-        body = _v(P_TIMESTAMP, ts) + self._seq_field + _v(P_SEQ_FLAGS, flags) + _b(P_TRACK_EVENT, event)
+        body = _TS_TAG + varint(ts) + self._seq_field + _FLAGS[flags] + _EVENT_TAG + varint(len(event)) + event
         if pending:
             body += _b(P_INTERNED, b"".join(pending))
             pending.clear()
-        parts.append(packet(body))
+        parts.append(_PACKET_TAG + varint(len(body)) + body)
 
     def _maybe_reset(self):
         """Past MAX_INTERNED entries (a trace of unique names), the tables
@@ -176,12 +190,30 @@ class RankEncoder:
         if sum(len(t) for t in self._tables) > MAX_INTERNED:
             for t in self._tables:
                 t.clear()
+            self._arg_keys.clear()
+            self._arg_values.clear()
+            for f in self._fields:
+                f.clear()
             self._cleared = True
 
     def _annotations(self, args, pending):
         out = []
+        keys, values = self._arg_keys, self._arg_values
         for k, v in args.items():
-            a = _v(A_NAME_IID, self._iid(2, str(k), pending))
+            t = type(v)
+            if t is str or t is bool:   # repeated values: their encoding made once (cleared with the tables)
+                enc = values.get((k, t, v))
+                if enc is not None:
+                    out.append(enc)
+                    continue
+            name = keys.get(k)
+            if name is None:
+                name = keys[k] = _v(A_NAME_IID, self._iid(2, str(k), pending))
+            if t is int and _INT64[0] <= v <= _INT64[1]:
+                a = name + _INT_TAG + varint(v)
+                out.append(_DEBUG_TAG + varint(len(a)) + a)
+                continue
+            a = name
             if isinstance(v, bool):
                 a += _v(A_BOOL, int(v))
             elif isinstance(v, int) and _INT64[0] <= v <= _INT64[1]:
@@ -192,7 +224,10 @@ class RankEncoder:
                 a += _b(A_STRING, v)
             else:   # an object, an array, null, a huge integer: its JSON text
                 a += _b(A_JSON, json.dumps(_plain(v), default=str, separators=(",", ":")))
-            out.append(_b(E_DEBUG, a))
+            enc = _DEBUG_TAG + varint(len(a)) + a
+            if (t is str or t is bool) and len(values) < MAX_INTERNED:
+                values[(k, t, v)] = enc
+            out.append(enc)
         return b"".join(out)
 
     # ------------------------------------------------------------ events
@@ -249,16 +284,17 @@ class RankEncoder:
             track = self._thread_track(pid, args["tid_raw"], lane, parts)
         else:
             track = self._thread_track(pid, e.get("tid"), 0, parts)
+        track_field = _v(E_TRACK_UUID, track)
         if ph == "E":
-            self._event_packet(ts, _v(E_TYPE, SLICE_END) + _v(E_TRACK_UUID, track), pending, parts)
+            self._event_packet(ts, _END + track_field, pending, parts)
             return
         name, cat = e.get("name"), e.get("cat")
-        ev = _v(E_TYPE, INSTANT if ph in ("i", "I", "R") else SLICE_BEGIN) + _v(E_TRACK_UUID, track)
+        ev = (_INSTANT if ph in ("i", "I", "R") else _BEGIN) + track_field
         if name is not None:
-            ev += _v(E_NAME_IID, self._iid(1, name if isinstance(name, str) else json.dumps(name, default=str),
-                                           pending))
+            ev += self._interned_field(1, E_NAME_IID, name if isinstance(name, str) else json.dumps(name, default=str),
+                                       pending)
         if isinstance(cat, str):
-            ev += _v(E_CATEGORY_IIDS, self._iid(0, cat, pending))
+            ev += self._interned_field(0, E_CATEGORY_IIDS, cat, pending)
         ev += self._annotations(args, pending)
         if ph == "X":
             corr = args.get("correlation")
@@ -269,8 +305,7 @@ class RankEncoder:
         self._event_packet(ts, ev, pending, parts)
         if ph == "X":
             self.stats["slices"] += 1
-            self._event_packet(ts + max(dur or 0, 0), _v(E_TYPE, SLICE_END) + _v(E_TRACK_UUID, track),
-                               pending, parts)
+            self._event_packet(ts + max(dur or 0, 0), _END + track_field, pending, parts)
         elif ph == "B":
             self.stats["slices"] += 1
         else:

@@ -7,26 +7,30 @@ import struct
 
 _U64 = (1 << 64) - 1
 _DOUBLE = struct.Struct("<d")
-_SMALL = [bytes((i,)) for i in range(128)]
+_TABLE = 1 << 14
+_SMALL = [bytes((i,)) if i < 128 else bytes(((i & 0x7F) | 0x80, i >> 7)) for i in range(_TABLE)]
+
+
+_CONTINUED = [bytes(((i & 0x7F) | 0x80, (i >> 7) | 0x80)) for i in range(_TABLE)]
 
 
 def varint(value):
     """An unsigned varint; a negative int is written as its 64-bit two's
     complement (as protobuf writes int64 and int32 fields)."""
-    if 0 <= value < 128:
-        return _SMALL[value]
+    if 0 <= value < _TABLE:
+        return _SMALL[value]   # one or two bytes, made once
     value &= _U64
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    parts = []
+    while value >= _TABLE:     # 14 bits at a time: two bytes, both continued
+        parts.append(_CONTINUED[value & 0x3FFF])
+        value >>= 14
+    parts.append(_SMALL[value])
+    return b"".join(parts)
 
 
 def key(field, wire_type):
     """The tag of a field: (number << 3) | wire type (0 varint, 1 fixed64, 2 bytes)."""
-    return varint((field << 3) | wire_type)
+    return _SMALL[(field << 3) | wire_type] if field < 2048 else varint((field << 3) | wire_type)
 
 
 def field_varint(field, value):
