@@ -8,6 +8,7 @@ import contextlib
 
 from ..html_report import _RENDER, _STYLE, _esc, _json_script, _safe_figure_json, require_plotly
 from ..io.outputs import OutputSet
+from ..remote import redact_text, source_label
 
 _SIDE_STYLE = (".sides{display:grid;grid-template-columns:1fr 1fr;gap:12px}.sides h3{font-size:14px;margin:4px}"
                "pre.summary{font-size:13px;white-space:pre-wrap;margin:6px 4px}")
@@ -49,11 +50,11 @@ def render(d, base_sheets, cand_sheets, steps=(None, None), sources=("", "")):
              f"<script>{get_plotlyjs()}</script></head><body>",
              "<header><h1>streamtrace diff</h1><dl>"]
     for label, conf, src in zip(("baseline", "candidate"), d.confidence, sources):
-        parts.append(f"<dt>{label}</dt><dd>{_esc(src)}</dd>")
+        parts.append(f"<dt>{label}</dt><dd>{_esc(source_label(src))}</dd>")   # a URL's credentials never shown
         if conf is not None:
             parts.append(f"<dt>{label} confidence</dt><dd>{_esc(conf.one_line())}</dd>")
     parts.append("</dl></header><main>")
-    parts.append(f"<section><h2>Summary</h2><pre class=\"summary\">{_esc(d.text)}</pre></section>")
+    parts.append(f"<section><h2>Summary</h2><pre class=\"summary\">{_esc(redact_text(d.text))}</pre></section>")
     changes = d["diff_changes"]
     if len(changes):
         parts.append("<section id=\"changes\">")

@@ -159,3 +159,41 @@ def test_the_documented_ci_job(runs, tmp_path):
     clean = job(runs["base"], "3")
     assert clean.returncode == 0 and "Gate: passed (3 conditions)" in clean.stdout, clean.stdout + clean.stderr
     assert baseline.read_bytes() == (tmp_path / "kept" / "run-3.stev").read_bytes()
+
+
+def test_no_output_holds_a_url_credential(runs, tmp_path):
+    """Runs read from a real HTTP server on 127.0.0.1 through URLs with a user,
+    a password and a query string: neither the text, stderr, the workbook,
+    the CSVs nor the page holds any of them."""
+    import http.server
+    import threading
+
+    from test_secrets import PASSWORD, TOKEN, USER, _Files, _free_port, _secrets_in
+
+    if not (runs["root"] / "straggler.stev").exists():
+        res = run("extract", "--trace_dir", runs["straggler"], "--world_size", 4, "-o", runs["root"] / "straggler.stev",
+                  "-q")
+        assert res.returncode == 0, res.stderr
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), _Files)
+    srv.root = str(runs["root"])
+    srv.daemon_threads = False
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        host = f"127.0.0.1:{srv.server_address[1]}"
+        stream = f"http://{USER}:{PASSWORD}@{host}/base.stev?token={TOKEN}"
+        candidate = f"http://{USER}:{PASSWORD}@{host}/straggler.stev?token={TOKEN}"
+        xlsx, csvs, page = tmp_path / "d.xlsx", tmp_path / "csvs", tmp_path / "d.html"
+        res = subprocess.run([BIN, "diff", stream, candidate, "--fail_if", "new_straggler", "--output_xlsx_path", str(xlsx), "--output_csvs_dir",
+                              str(csvs), "--output_html_path", str(page)], capture_output=True, timeout=300)
+        assert res.returncode == 3, res.stderr
+        assert b"rank 2 is the new straggler" in res.stdout
+        found = _secrets_in(res.stdout) + _secrets_in(res.stderr)
+        for path in [xlsx, page] + [csvs / f for f in os.listdir(csvs)]:
+            found += _secrets_in(path.read_bytes())
+        assert not found
+        assert f"http://{host}/base.stev".encode() in page.read_bytes()
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(60)
