@@ -25,7 +25,6 @@ replaying with no change gives the measured times exactly; a change (a
 duration, a transfer, a host release) is carried through the same
 dependencies.
 """
-import heapq
 import math
 
 import numpy as np
@@ -73,7 +72,7 @@ class StepGraph:
         self.identity = nodes["identity"].to_numpy(object)
         self.instance = nodes["instance"].to_numpy(object)
         self.label = nodes["label"].to_numpy(object)
-        self.release = nodes["release"].to_numpy(np.float64) - self.origin
+        self.release = np.rint(nodes["release"].to_numpy(np.float64) - self.origin)
         self.overlapped = nodes["overlapped"].to_numpy(bool)
         self.nbytes = nodes["nbytes"].to_numpy(np.float64)
         self.starts = {int(r): int(s) - self.origin for r, s in starts.items()}
@@ -112,57 +111,58 @@ class StepGraph:
         return max(self.groups_of[k], key=lambda g: max(self.start[j] for j in self.group[g]) + self.gtransfer[g])
 
     def _dependencies(self):
+        """Each item's dependencies (stream predecessor, stream wait,
+        receive), the one that bound its start, its latency after it and
+        its host release, as columns (numpy over the step's items)."""
         n = self.n
-        self.deps = [()] * n
-        self.lat = np.zeros(n, np.int64)
-        self.rel = [None] * n          # host release (host time), or None
-        self.pinned = np.zeros(n, bool)  # released by the host at its start
-        self.bind = [None] * n         # the dependency that bound its start: a node, "host" or None
-        self.prev = [-1] * n           # the item of its rank that ended last before it started
-        last_on_stream = {}
-        pending = {}                   # rank -> heap of (end, node) of items not ended yet
-        finished = {}                  # rank -> latest ended [item, compute item, communication item, receive]
-        receive = [self.kind[i] == P2P and _receiver(self.label[i]) == self.rank[i] for i in range(n)]
-        for i in range(n):
-            r, s = self.rank[i], self.start[i]
-            heap = pending.setdefault(r, [])
-            best = finished.setdefault(r, [None, None, None, None])
-            while heap and heap[0][0] <= s:   # starts ascend: an item ended before one ends before the next
-                e, k = heapq.heappop(heap)
-                for slot in (0, 1 if self.kind[k] == COMPUTE else 2) + ((3,) if receive[k] else ()):
-                    if best[slot] is None or (e, k) > (self.end[best[slot]], best[slot]):
-                        best[slot] = k
-            self.prev[i] = -1 if best[0] is None else best[0]
-            deps = []
-            p = last_on_stream.get((r, self.stream[i]))
-            if p is not None:
-                deps.append(p)
-            if self.kind[i] != COMPUTE:
-                if best[1] is not None and best[1] != p:
-                    deps.append(best[1])
-            else:
-                k = best[2]
-                if k is not None and s - self.end[k] <= GAP_NS and (p is None or self.end[p] < self.end[k]):
-                    deps.append(k)
-                k = best[3]   # a pipeline stage's work waits for what it received, bound or not
-                if k is not None and k not in deps:
-                    deps.append(k)
-            cands = [(self.end[k], k) for k in deps]
-            rel = self.release[i]
-            if not math.isnan(rel):
-                cands.append((rel, "host"))
-            best = max(cands, key=lambda c: c[0]) if cands else None
-            if best is None or s - best[0] > GAP_NS:
-                # waited for something the trace does not show: its launch
-                self.rel[i], self.pinned[i], self.lat[i] = float(s), True, 0
-                self.bind[i] = "host"
-            else:
-                self.rel[i] = None if math.isnan(rel) else rel
-                self.lat[i] = int(s - best[0])
-                self.bind[i] = best[1]
-            self.deps[i] = tuple(deps)
-            last_on_stream[(r, self.stream[i])] = i
-            heapq.heappush(heap, (self.end[i], i))
+        idx = np.arange(n)
+        rank, start, end, kind = self.rank, self.start, self.end, self.kind
+        # stream predecessor: the item before it on its rank and stream, in start order
+        o = np.lexsort((idx, self.stream, rank))
+        same = np.r_[False, (rank[o][1:] == rank[o][:-1]) & (self.stream[o][1:] == self.stream[o][:-1])]
+        pred = np.full(n, -1, np.int64)
+        pred[o[same]] = o[np.flatnonzero(same) - 1]
+        receive = np.array([kind[i] == P2P and _receiver(self.label[i]) == rank[i] for i in range(n)], dtype=bool)
+
+        def ended_last(mask):
+            """Per item: the item of its rank in ``mask`` that ended last at or before its start (-1: none)."""
+            out = np.full(n, -1, np.int64)
+            for r in np.unique(rank).tolist():
+                on = np.flatnonzero((rank == r) & mask)
+                if not len(on):
+                    continue
+                by_end = on[np.lexsort((on, end[on]))]
+                mine = np.flatnonzero(rank == r)
+                j = np.searchsorted(end[by_end], start[mine], side="right") - 1
+                out[mine] = np.where(j >= 0, by_end[np.maximum(j, 0)], -1)
+            return out
+
+        self.prev_a = ended_last(np.ones(n, bool))
+        comp, comm, recv = ended_last(kind == COMPUTE), ended_last(kind != COMPUTE), ended_last(receive)
+        is_comp = kind == COMPUTE
+        end_of = np.append(end, -1)   # end_of[-1]: none
+        x = np.where(~is_comp & (comp >= 0) & (comp != pred), comp, -1)
+        waited = is_comp & (comm >= 0) & (start - end_of[comm] <= GAP_NS) & ((pred < 0) | (end_of[pred] < end_of[comm]))
+        x = np.where(waited, comm, x)
+        r = np.where(is_comp & (recv >= 0) & (recv != pred) & (recv != x), recv, -1)
+        self.pred_a, self.x_a, self.r_a = pred, x, r
+        low = np.iinfo(np.int64).min // 4
+        rel = self.release
+        cands = np.stack([np.where(pred >= 0, end_of[pred], low), np.where(x >= 0, end_of[x], low),
+                          np.where(r >= 0, end_of[r], low),
+                          np.where(np.isnan(rel), low, np.nan_to_num(rel, nan=0).astype(np.int64))])
+        which = np.argmax(cands, axis=0)
+        best = cands[which, idx]
+        pinned = (best == low) | (start - best > GAP_NS)
+        self.pinned = pinned
+        self.lat = np.where(pinned, 0, start - best).astype(np.int64)
+        dep_cols = np.stack([pred, x, r])
+        self.deps = [tuple(d for d in col if d >= 0) for col in dep_cols.T.tolist()]
+        self.rel = [float(s) if p else (None if v != v else float(v))
+                    for s, p, v in zip(start.tolist(), pinned.tolist(), rel.tolist())]
+        bound = dep_cols[np.minimum(which, 2), idx]
+        self.bind = ["host" if p or w == 3 else int(b) for p, w, b in zip(pinned.tolist(), which.tolist(), bound.tolist())]
+        self.prev = self.prev_a.tolist()
 
     def _syncs(self, syncs):
         """Per rank: [(call start, call end, the item it waited for or -1)]."""
@@ -183,58 +183,73 @@ class StepGraph:
         ``warp`` ({rank: host time -> host time}), ``no_host`` (ranks whose
         host launches are never late).  Returns (starts, ends) arrays."""
         n = self.n
-        dur = self.dur if dur is None else dur
+        rank, deps, lat0, rel0, pinned, resid, groups_of, measured = self._lists()
+        dur = (self.dur if dur is None else np.asarray(dur, np.float64)).tolist()
         transfer = self.gtransfer if transfer is None else {**self.gtransfer, **transfer}
         warp = warp or {}
-        start = np.zeros(n, np.float64)
-        end = np.full(n, np.nan)
-        done = np.zeros(n, bool)
+        start = list(measured)      # replayed once an item is reached, measured until then
+        end = [None] * n
+        group = self.group
         shift = {r: [] for r in self.sync}    # (sync end measured, host shift after it)
-        pending = {r: list(v) for r, v in self.sync.items()}
+        pending = {r: list(v) for r, v in self.sync.items() if v}
+        moved = {}                            # rank -> whether a sync moved its host
 
         def end_of(k):
-            if math.isnan(end[k]):
-                if self.members[k] is not None:
-                    return self._group_end(k, _Starts(start, done, self.start), transfer) + self.resid[k]
-                return (start[k] if done[k] else self.start[k]) + dur[k]
-            return end[k]
+            e = end[k]
+            if e is None:
+                if groups_of[k]:
+                    e = max(max(start[j] for j in group[g]) + transfer[g] for g in groups_of[k]) + resid[k]
+                    end[k] = e
+                else:
+                    e = start[k] + dur[k]
+            return e
 
         def host(r, t):
             """host time t of rank r after the change: warped, then moved with
             the syncs before it"""
             w = warp.get(r)
-            t2 = w(t) if w is not None else t
             todo = pending.get(r)
+            if w is None and not moved.get(r) and not (todo and todo[0][1] <= t):
+                return t   # no sync before t has moved the host yet
+            t2 = w(t) if w is not None else t
             while todo and todo[0][1] <= t:
                 y0, y1, k = todo.pop(0)
                 h0 = (w(y0) if w is not None else y0) + _last(shift[r], y0)
-                gpu = end_of(k) + (y1 - self.end[k]) if k >= 0 else -math.inf
-                quick = min(y1 - y0, 1000) if k >= 0 and y1 - self.end[k] <= GAP_NS * 4 else y1 - y0
+                gpu = end_of(k) + (y1 - measured_end[k]) if k >= 0 else -math.inf
+                quick = min(y1 - y0, 1000) if k >= 0 and y1 - measured_end[k] <= GAP_NS * 4 else y1 - y0
                 y1n = max(h0 + quick, gpu)
                 shift[r].append((y1, y1n - (w(y1) if w is not None else y1)))
+                moved[r] = moved.get(r, False) or shift[r][-1][1] != 0
             return t2 + _last(shift.get(r, ()), t)
 
+        measured_end = self.end
+        no_host = set(no_host)
         for i in range(n):
-            r = self.rank[i]
-            cands = [end_of(k) for k in self.deps[i]]
-            lat = self.lat[i]
-            rel = self.rel[i]
-            if r in no_host:
-                if self.pinned[i]:
+            r = rank[i]
+            cands = [end_of(k) for k in deps[i]]
+            lat = lat0[i]
+            rel = rel0[i]
+            if no_host and r in no_host:
+                if pinned[i]:
                     lat = 0
-                    rel = None if cands else self.starts.get(r, self.start[i])
+                    rel = None if cands else self.starts.get(r, measured[i])
                 elif rel is not None:
                     rel, lat = None, min(max(lat, 0), GAP_NS)
             if rel is not None:
                 cands.append(host(r, rel))
-            start[i] = (max(cands) + lat) if cands else self.start[i]
-            done[i] = True
-            if self.members[i] is None:
+            start[i] = (max(cands) + lat) if cands else measured[i]
+            if not groups_of[i]:
                 end[i] = start[i] + dur[i]
-        for i in range(n):
-            if math.isnan(end[i]):
-                end[i] = end_of(i)
-        return start, end
+        ends = [end_of(i) for i in range(n)]
+        return np.array(start, np.float64), np.array(ends, np.float64)
+
+    def _lists(self):
+        """The graph's per-item columns as Python lists (the replay reads
+        them item by item: a list is read faster than a numpy array)."""
+        if not hasattr(self, "_as_lists"):
+            self._as_lists = (self.rank.tolist(), self.deps, self.lat.tolist(), list(self.rel),
+                              self.pinned.tolist(), self.resid.tolist(), self.groups_of, self.start.tolist())
+        return self._as_lists
 
     def step_time(self, ends=None):
         ends = self.end if ends is None else ends
@@ -308,16 +323,6 @@ class StepGraph:
                 segs.append(("host launch gap", "step start", self.rank[i], self.ref, s, None))
             break
         return segs
-
-
-class _Starts:
-    """A replay's starts, the measured ones for items not replayed yet."""
-
-    def __init__(self, start, done, measured):
-        self.start, self.done, self.measured = start, done, measured
-
-    def __getitem__(self, j):
-        return self.start[j] if self.done[j] else self.measured[j]
 
 
 def _ended_before_impl(ends, order, t):

@@ -228,13 +228,16 @@ def candidates(paths, run, graphs, percent=DEFAULT_PERCENT, kernels=3):
     """The scenarios worth replaying for this run, from its critical paths
     (``paths``: the critical_path DataFrame)."""
     out = []
-    ranks = sorted(set().union(*(set(g.ranks) for g in graphs))) if graphs else []
-    waited = set(paths.loc[paths["category"].isin(["late rank wait", "p2p wait"]), "waited_for"].dropna()
-                 .astype(int).tolist())
-    for r in ranks if len(ranks) <= 16 else sorted(waited):
+    # the ranks the paths waited for most, and the one whose work they ran through most
+    waits = paths[paths["category"].isin(["late rank wait", "p2p wait"])].groupby("waited_for")["dur_us"].sum()
+    ranks = [int(r) for r in waits.sort_values(ascending=False).index[:3]]
+    busy = paths[paths["category"] == "compute"].groupby("rank")["dur_us"].sum()
+    if len(busy) and int(busy.idxmax()) not in ranks:
+        ranks.append(int(busy.idxmax()))
+    for r in ranks:
         out.append(RankSpeed(r))
     gaps = paths[paths["category"] == "host launch gap"].groupby("rank")["dur_us"].sum()
-    for r in gaps[gaps > 0].index.tolist():
+    for r in gaps[gaps > 0].sort_values(ascending=False).index[:2].tolist():
         out.append(HostGaps(int(r)))
     comp = paths[paths["category"] == "compute"].groupby("detail")["dur_us"].sum().sort_values(ascending=False)
     for identity in comp.index[:kernels].tolist():
