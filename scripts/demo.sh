@@ -56,3 +56,9 @@ $ST diff "$OUT/analysed.stev" "$OUT/slow" --fail_if step_time:+5% --fail_if kern
     --output_html_path "$OUT/diff.html" -q || status=$?
 echo "exit status $status; both runs' charts side by side: $(cd "$OUT" && pwd)/diff.html"
 [ "$status" -eq 0 ] || [ "$status" -eq 3 ]
+
+echo
+echo "== 9. streamtrace whatif: what bounds each step of the straggler run, and what each fix would save"
+echo "      (the critical path across ranks replayed with one change per scenario; docs/critical-path.md)"
+$ST whatif "$OUT/analysed.stev" --output_csvs_dir "$OUT/whatif" -q
+echo "sheets whatif, critical_path, critical_path_summary in $(cd "$OUT" && pwd)/whatif"

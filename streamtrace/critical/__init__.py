@@ -7,6 +7,7 @@ analysis' reduce makes (``chain.correlated_tables(..., critical=True)``).
 this package reads align's and correlate's results; only cli, chain and the
 report read it.
 """
+import numpy as np
 import pandas as pd
 
 from ..errors import StreamtraceError
@@ -109,7 +110,13 @@ def ranked(w):
     g = w.groupby(["scenario", "description"], sort=False).agg(
         measured_step_us=("measured_step_us", "mean"), saving_us=("saving_us", "mean")).reset_index()
     g["saving_pct"] = 100.0 * g["saving_us"] / g["measured_step_us"].where(g["measured_step_us"] > 0)
-    return g.sort_values("saving_us", ascending=False, kind="stable").reset_index(drop=True)
+    # on a tie (to 1 us) the cause first: a rank, a link, contention, then host gaps and speed-ups
+    kind = g["scenario"].str.split(":").str[0].map({k: i for i, k in enumerate(_KIND_ORDER)}).fillna(len(_KIND_ORDER))
+    order = np.lexsort((kind.to_numpy(), -g["saving_us"].round(0).to_numpy()))
+    return g.iloc[order].reset_index(drop=True)
+
+
+_KIND_ORDER = ("rank", "link", "contention", "host", "kernel", "compute")
 
 
 def line(row):
