@@ -773,6 +773,12 @@ def _parse_ranks(ctx, param, value):
 @click.option("--cat", "cats", help="Only these categories, comma-separated (e.g. kernel,gpu_memcpy).")
 @click.option("--name", "name_regex", help="Only events whose name matches this regular expression (Python syntax; refused after 20 s of matching).")
 @click.option("--window", help="Only events meeting START:END, microseconds on the fused timeline (an end may be empty).")
+@click.option("--focus", help="Only a window chosen from the analysis: worst (the collective instance with the most "
+                              "waiting, with a margin), collective:ID (as in the report's sheets), step:N, or "
+                              "time:T0:T1 (us); printed and kept in the output's metadata.")
+@click.option("--mark", "marks", type=click.Choice(["blockers"]), multiple=True,
+              help="Add the analysis' answer: blockers = a track per rank with its late arrivals and the kernels "
+                   "that blocked them (runs the blocking analysis).")
 @click.option("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
         help="Only NCCL/RCCL kernels (kernel events whose name contains 'nccl', any case).")
 @align_clocks_option("off; on shifts each rank by its clock offset (the report's clock_alignment sheet) and "
@@ -784,8 +790,8 @@ def _parse_ranks(ctx, param, value):
 @quiet_option
 @handle_errors
 def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
-                 output, fmt, ranks, include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks,
-                 time_base, jobs, scheduler, quiet):
+                 output, fmt, ranks, include_pyfunc, keep_spans, cats, name_regex, window, focus, marks, nccl_only,
+                 align_clocks, time_base, jobs, scheduler, quiet):
     """Per-rank traces -> one Perfetto / chrome://tracing JSON file (or Perfetto's protobuf .pftrace), streamed.
 
     Every rank gets its own pid, flow-id, correlation and External id range,
@@ -798,6 +804,7 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
       streamtrace fuse run/rank*_trace.json.gz --ranks 0,8 --nccl_only -o nccl.json.gz
       streamtrace fuse --trace_dir run/ --window 5000000000:5000050000 --cat kernel -o -
       streamtrace fuse --trace_dir run/ -o run.pftrace.gz
+      streamtrace fuse --trace_dir run/ --focus worst -o worst.pftrace
     """
     from .fuse import fuse as fuse_api
 
@@ -811,7 +818,7 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
         result = fuse_api(inputs, output, ranks=ranks, include_pyfunc=include_pyfunc, cats=cat_list,
                           name_regex=name_regex, window=window, nccl_only=nccl_only, align_clocks=bool(align_clocks),
                           time_base=time_base, jobs=jobs, keep_spans=keep_spans, progress=progress,
-                          executor=executor, format=fmt)
+                          executor=executor, format=fmt, focus=focus, mark=marks)
     if not quiet and output != "-":
         click.echo(redact_text(f"wrote {output}: {result.events_written:,} events from {len(result.ranks)} rank(s)"),
                    err=True)

@@ -81,6 +81,7 @@ class FuseResult:
     pid_stride: int
     time_base_ns: int
     lane_moves: int
+    focus: dict = None               # the --focus window chosen (focus.resolve's info)
 
 
 _WINDOW_LIMIT_NS = 1 << 63   # the C core's timestamps are int64 nanoseconds

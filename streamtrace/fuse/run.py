@@ -11,7 +11,9 @@ from ..parallel.dask import as_executor
 from ..parallel.executor import worker_count
 from ..progress import fuse_progress
 from ..userregex import UserRegex
-from .clocks import _clock_offsets, _common_base
+from .clocks import _align_tables, _clock_offsets, _common_base
+from .focus import needs_analysis, parse_focus, resolve as resolve_focus
+from .marks import blocker_marks, parse_marks
 from .inputs import _as_rank_inputs, _resolve_ranks
 from .layout import _id_stride, _labels, _lanes, _pid_maps, configure_rank
 from .options import FuseOptions, FuseResult, compression_for, parse_window
@@ -35,6 +37,10 @@ class _Plan:
     executor: object = None       # a cluster's (fuse.remote); None: local threads
     common_base: int = None
     clocks: object = None         # the align stage's clock table (--align_clocks)
+    align_tables: dict = None     # the align stage's tables, when it ran (--align_clocks)
+    focus: object = None          # focus.FocusSpec (--focus)
+    mark: tuple = ()              # --mark: what the analysis adds (marks.MARKS)
+    marks: list = None            # their events (Chrome-trace dicts), written before the ranks
     id_stride: int = 0
     pid_stride: int = 0
     dense: bool = False           # pids numbered rank * K + ordinal (they would not fit 31 bits)
@@ -45,7 +51,7 @@ class _Plan:
 
 def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex=None, window=None,
          nccl_only=False, align_clocks=False, time_base=False, jobs=None, *, keep_spans=False,
-         compression=None, progress=None, _masks=None, executor=None, format=None):
+         compression=None, progress=None, _masks=None, executor=None, format=None, focus=None, mark=None):
     """Merge per-rank traces into one Chrome-trace JSON for Perfetto, streamed.
 
     ``inputs``: RankInputs or paths (list; rank from the RankInput, else
@@ -63,7 +69,11 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     or a ``distributed.Client``) runs both per-rank passes on its workers
     (``fuse.remote``).  ``format``: ``"json"`` or ``"pftrace"`` (Perfetto's
     protobuf trace); None: from the output's suffix (``.pftrace``,
-    ``.pftrace.gz``), else JSON.  Returns a FuseResult.
+    ``.pftrace.gz``), else JSON.  ``focus``: ``"worst"``, ``"collective:ID"``,
+    ``"step:N"`` or ``"time:T0:T1"`` (focus.py): only the events meeting that
+    window of the fused timeline (instead of ``window``).  ``mark``:
+    ``("blockers",)`` adds a track per rank with its late arrivals and what
+    blocked them (marks.py; runs the blocking analysis).  Returns a FuseResult.
     """
     t_start = time.time()
     opts = _options(include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks, time_base)
@@ -76,7 +86,10 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     executor = as_executor(executor)
     if executor is not None and not getattr(executor, "remote", False):
         executor = None   # a local executor: fuse runs its own threads (-j)
-    plan = _Plan(opts, compression, worker_count(jobs, len(rank_inputs) or 1), executor, writer=writer_for(fmt))
+    plan = _Plan(opts, compression, worker_count(jobs, len(rank_inputs) or 1), executor, writer=writer_for(fmt),
+                 focus=parse_focus(focus), mark=parse_marks(mark))
+    if plan.focus is not None and opts.window is not None:
+        raise StreamtraceError("--focus and --window both choose the window: give one")
     if fmt == "pftrace" and executor is not None:
         raise StreamtraceError(f"{output}: a .pftrace is written on this machine only; leave out --scheduler "
                                "(or write .json.gz on the cluster)")
@@ -88,20 +101,30 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     prog = _Progress(fuse_progress(progress, [rk.path for rk in ranks_]))
 
     _place_before_scan(ranks_, plan)   # before the scan, so --window can use the shifts
+    if plan.focus is not None:
+        _focus(ranks_, plan)
     if plan.executor is not None:
         scan_ranks(ranks_, opts, plan.executor)
     else:
         _run_parallel(lambda rk: _scan(rk, opts, prog, budget), ranks_, plan.jobs)
     if (time_base or align_clocks) and plan.common_base is None:
         _place_after_scan(ranks_, plan)
+    if plan.focus is not None and not any(rk.stats["ts_max_ns"] >= rk.stats["ts_min_ns"] for rk in ranks_):
+        # (metadata records have no ts: they are kept whatever the window)
+        raise StreamtraceError(f"--focus {plan.focus.text}: no event in the window {plan.extra['focus']['window_us']} "
+                               "us (outside the traces, or a gap in them); nothing written")
     _lay_out(ranks_, plan)
+    if "blockers" in plan.mark:
+        plan.marks = blocker_marks(ranks_, plan.jobs, opts.align_clocks, opts.window)
+        plan.labels += plan.marks
     if output != "-" and compression == "none" and fmt == "json":
         _check_target_room(output, sum(rk.stats["events_kept"] for rk in ranks_))
     warnings = _write_output(output, ranks_, plan, prog, t_start)
     return FuseResult(output=str(output), ranks={rk.rank: _rank_summary(rk) for rk in ranks_},
                       events_written=sum(rk.write_stats["events_kept"] for rk in ranks_), warnings=warnings,
                       id_stride=plan.id_stride, pid_stride=plan.pid_stride, time_base_ns=plan.common_base,
-                      lane_moves=sum(rk.stats["lane_moves"] for rk in ranks_))
+                      lane_moves=sum(rk.stats["lane_moves"] for rk in ranks_),
+                      focus=(plan.extra or {}).get("focus"))
 
 
 def _options(include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks, time_base):
@@ -123,8 +146,8 @@ def _place_before_scan(ranks_, plan):
     opts = plan.opts
     offsets, bases = {}, None
     if opts.align_clocks:
-        offsets, bases, plan.clocks = _clock_offsets(ranks_, plan.jobs)
-    elif opts.time_base and opts.window is not None:
+        offsets, bases, plan.clocks, plan.align_tables = _clock_offsets(ranks_, plan.jobs)
+    elif opts.time_base and (opts.window is not None or plan.focus is not None):
         bases = dict(zip([rk.rank for rk in ranks_], _run_parallel(_base_prepass, ranks_, plan.jobs)))
     if bases is None:
         return
@@ -132,6 +155,18 @@ def _place_before_scan(ranks_, plan):
     for rk in ranks_:
         rk.clock_offset_ns = offsets.get(rk.rank) if opts.align_clocks else None
         rk.shift_ns = bases[rk.rank] - plan.common_base - (offsets.get(rk.rank, 0) if opts.align_clocks else 0)
+
+
+def _focus(ranks_, plan):
+    """The --focus window, on the fused timeline (the shifts are placed):
+    it becomes the scan's window, and goes into the output's metadata."""
+    tables = None
+    if needs_analysis(plan.focus):
+        tables = plan.align_tables or _align_tables(ranks_, plan.jobs, None)[0]
+    lo, hi, info = resolve_focus(plan.focus, ranks_, tables)
+    plan.opts.window = (lo, hi)
+    plan.extra = {"focus": info}
+    log.info("focus %s: %s, window %s us", plan.focus.text, info["label"], info["window_us"])   # before the work
 
 
 def _place_after_scan(ranks_, plan):

@@ -9,9 +9,12 @@ member) and the atomic target are shared.
 - PftraceWriter: Perfetto's protobuf trace (pftrace.py).
 """
 import json
+from types import SimpleNamespace
 
 from ..errors import StreamtraceError
-from .pftrace import RankEncoder, meta_packets
+from .pftrace import META_SEQUENCE, RankEncoder, meta_packets
+
+MARKS_SEQUENCE = META_SEQUENCE - 1
 from .trailer import _meta, _trailer
 
 FORMATS = ("json", "pftrace")
@@ -36,7 +39,15 @@ class PftraceWriter:
     name = "pftrace"
 
     def head(self, plan):
-        return b""   # every track is declared by the rank that uses it
+        """The marks (--mark), a sequence of their own; every other track is
+        declared by the rank that uses it."""
+        if not plan.marks:
+            return b""
+        parts = []
+        marks = SimpleNamespace(rank=MARKS_SEQUENCE - 1, tracks=[], pid_map={})
+        RankEncoder(marks, parts.append).feed(b"," + b",".join(
+            json.dumps(e, separators=(",", ":")).encode() for e in plan.marks))
+        return b"".join(parts)
 
     def rank_sink(self, rk, write):
         enc = RankEncoder(rk, write)
