@@ -76,10 +76,12 @@ class Comparison:
         b_run, b_rank = self.base.step_times()
         c_run, c_rank = self.cand.step_times()
         rows = []
+        self.step_changed = False
         if b_run and c_run:
             b, c = float(np.median(b_run)), float(np.median(c_run))
             rows.append(self.row("steps", "run", "step_time", "us", b, step_spread(b_run), c, step_spread(c_run),
                                  c - b))
+            self.step_changed = rows[-1]["beyond_spread"]
         for rank in sorted(set(b_rank) & set(c_rank)):
             b, c = float(np.median(b_rank[rank])), float(np.median(c_rank[rank]))
             rows.append(self.row("steps", f"rank {rank}", "step_time", "us", b, step_spread(b_rank[rank]), c,
@@ -259,7 +261,11 @@ class Comparison:
 
     def critical(self):
         """Per critical-path category and rank, the change in us per step
-        (both runs need the critical graph)."""
+        (both runs need the critical graph).  Only when the step time
+        changed beyond its spread, the one thing these rows explain: the
+        critical path's replay costs more than the rest of the diff."""
+        if not self.step_changed:
+            return []
         pb, pc = self.base.critical_path(), self.cand.critical_path()
         if pb is None or pc is None:
             if (pb is None) != (pc is None):
