@@ -43,6 +43,8 @@ echo
 echo "== 6. fuse: every rank on one Perfetto timeline"
 $ST fuse --trace_dir "$OUT/traces" --world_size 8 -o "$OUT/merged.json.gz" -q
 echo "wrote $OUT/merged.json.gz (open it in https://ui.perfetto.dev)"
+$ST fuse --trace_dir "$OUT/traces" --world_size 8 --focus worst --mark blockers -o "$OUT/worst.pftrace"
+echo "wrote $OUT/worst.pftrace: Perfetto's own format, the collective with the most waiting and its blockers"
 
 echo
 echo "== 7. pictures: the HTML report of the straggler run (charts; opens offline in any browser)"
