@@ -35,6 +35,7 @@ and the rank is classified again from its GPU rows (``Inputs``).
 import numpy as np
 
 from .. import _native
+from ..stream.summaries import SummaryError
 from .timeline import Timeline
 
 #: the SUMMARY frame holding a rank's compacted Timeline (``extract`` writes
@@ -56,9 +57,40 @@ def timeline_from_summary(value):
     """The Timeline a SUMMARY frame's value holds; ValueError when it is not one."""
     if not isinstance(value, dict) or not all(k in value for k in _REQUIRED) or not isinstance(value["meta"], dict):
         raise ValueError("not a rank's timeline summary")
+    if not isinstance(value["cpu_ops"], list):
+        raise ValueError("its host ops are not a list of parts")
+    for packed in value["cpu_ops"]:
+        if isinstance(packed, dict) and "data" in packed:
+            _check_squeezed(packed)
     tl = Timeline.__new__(Timeline)
     tl.__dict__.update(value)
     return tl
+
+
+def _squeezed_size(packed):
+    """The bytes a compressed part of host ops unpacks to, from its count and
+    column types (never from what its zstd frame declares)."""
+    dtypes = [np.dtype(dt) for dt in packed["dtypes"]]
+    if len(dtypes) != len(_COLUMNS) or any(dt.kind not in "iu" for dt in dtypes):
+        raise SummaryError(f"a packed part of host ops has column types {packed['dtypes']!r}")
+    n = packed["n"]
+    if not isinstance(n, (int, np.integer)) or n < 0:
+        raise SummaryError(f"a packed part of host ops has a count of {n!r}")
+    return dtypes, int(n) * sum(dt.itemsize for dt in dtypes)
+
+
+def _check_squeezed(packed):
+    """A part read from a stream: its zstd frame must declare exactly the size
+    its count and types imply, so that unpacking it later costs no more."""
+    import zstandard
+
+    _, size = _squeezed_size(packed)
+    try:
+        declared = zstandard.frame_content_size(packed["data"])
+    except zstandard.ZstdError as exc:
+        raise SummaryError(f"a packed part of host ops is not a zstd frame ({exc})") from None
+    if declared != size:
+        raise SummaryError(f"a packed part of host ops declares {declared} bytes, not the {size} its count implies")
 
 #: what compact keeps of each compute kernel's GPU row, in a table of the rank's distinct values
 SHAPE_COLUMNS = ("stream", "ctas", "threads", "regs", "smem")
@@ -161,9 +193,18 @@ def _squeeze(packed):
 def _unsqueeze(packed):
     import zstandard
 
-    raw, at = zstandard.ZstdDecompressor().decompress(packed["data"]), 0
+    # the size is the one the part's count and dtypes imply, never the one its
+    # zstd frame declares: a part read from a stream may be hostile
+    dtypes, size = _squeezed_size(packed)
+    try:
+        raw = zstandard.ZstdDecompressor().decompress(packed["data"], max_output_size=size)
+    except zstandard.ZstdError as exc:
+        raise SummaryError(f"a packed part of host ops does not decompress to its {size} bytes ({exc})") from None
+    if len(raw) != size:
+        raise SummaryError(f"a packed part of host ops holds {len(raw)} bytes, not {size}")
+    at = 0
     out = {"first": packed["first"], "threads": packed["threads"]}
-    for c, dt in zip(_COLUMNS, packed["dtypes"]):
+    for c, dt in zip(_COLUMNS, dtypes):
         out[c] = np.frombuffer(raw, dtype=dt, count=packed["n"], offset=at)
         at += out[c].nbytes
     return out

@@ -217,3 +217,37 @@ def test_packed_ops_unpack_to_the_same_spans(ops):
         for a, b in zip(got, (start, end, tid, name)):
             assert a.dtype == b.dtype
             np.testing.assert_array_equal(a, b)
+
+
+def _ops_part(n=10):
+    start = np.arange(n, dtype=np.int64) * 1000
+    return summary._squeeze(summary.pack_ops(start, start + 500, np.ones(n, np.int64), np.zeros(n, np.uint32)))
+
+
+def _timeline_value(parts):
+    value = {k: None for k in summary._REQUIRED}
+    value.update(rank=0, meta={}, cpu_ops=parts)
+    return value
+
+
+def test_a_packed_part_that_inflates_past_its_count_is_refused_before_unpacking():
+    """A correlate summary read from a stream may be hostile: a part of host
+    ops whose zstd frame declares (and holds) far more than its count and
+    column types imply is refused when the summary is read, and unpacking
+    it never allocates what the frame declares."""
+    import zstandard
+
+    bomb = dict(_ops_part())
+    bomb["data"] = zstandard.ZstdCompressor(level=1).compress(bytes(64 << 20))
+    with pytest.raises(ValueError, match="declares 67108864 bytes"):
+        summary.timeline_from_summary(_timeline_value([bomb]))
+    with pytest.raises(ValueError, match="a packed part of host ops"):
+        summary.unpack_ops(bomb)
+    summary.timeline_from_summary(_timeline_value([_ops_part()]))   # an honest part passes
+
+
+@pytest.mark.parametrize("change", [{"dtypes": ["|O"] * 4}, {"dtypes": ["<i4"]}, {"n": -1}, {"data": b"not zstd"}])
+def test_a_malformed_packed_part_is_a_value_error(change):
+    bad = dict(_ops_part(), **change)
+    with pytest.raises(ValueError):
+        summary.timeline_from_summary(_timeline_value([bad]))
