@@ -10,6 +10,8 @@ throughput in MB/s of input JSON.  Target (issue #5): 4 ranks x ~500 MB to
 .json.gz in <= 15 s with <= 128 MB peak RSS on a 2-core machine; at other
 sizes the time budget is scaled to the input size.  ``--verify`` checks that
 the output decompresses as one gzip member and counts its bytes.
+``--pftrace`` also fuses to ``.pftrace.gz`` and with ``--focus worst`` and
+prints issue #45's ratios against the ``.json.gz`` run.
 Prints figures only; tests never time anything.
 """
 import argparse
@@ -81,6 +83,8 @@ def main():
     ap.add_argument("--flags", default="", help="extra fuse flags, e.g. '--align_clocks'")
     ap.add_argument("--verify", action="store_true", help="check the gzip output (one member) afterwards")
     ap.add_argument("--keep_output", action="store_true")
+    ap.add_argument("--pftrace", action="store_true",
+                    help="also fuse to .pftrace.gz and with --focus worst, and report the issue #45 ratios")
     args = ap.parse_args()
     os.makedirs(OUT, exist_ok=True)
     d = generate(args.mb, args.ranks, args.in_format)
@@ -113,8 +117,36 @@ def main():
         t0 = time.perf_counter()
         one, size = verify_gzip(out)
         print(f"  verify: one gzip member: {one}; {size / 1e6:.0f} MB of JSON ({time.perf_counter() - t0:.1f} s)")
+    if args.pftrace:
+        pftrace_ratios(base, d, args, seconds, out)
     if not args.keep_output and not args.out:
         os.unlink(out)
+
+
+def pftrace_ratios(base, d, args, json_seconds, json_out):
+    """Issue #45's targets against the .json.gz run above: .pftrace.gz <= 1.2x its
+    time, <= 128 MB RSS, <= 0.5x its size; --focus worst <= 0.5x the whole fuse's time."""
+    runs = {}
+    for name, extra in (("merged.pftrace.gz", []), ("worst.pftrace.gz", ["--focus", "worst"])):
+        out = os.path.join(OUT, name)
+        cmd = base + ["fuse", "--trace_dir", d, "--world_size", str(args.ranks), "-o", out, "-j", str(args.jobs),
+                      "-q"] + extra + args.flags.split()
+        print("command:", " ".join(cmd), flush=True)
+        seconds, rss, rc, err = run_case(cmd)
+        if rc != 0:
+            raise SystemExit(f"fuse failed ({rc}):\n{err}")
+        runs[name] = (seconds, rss, os.path.getsize(out))
+        print(f"  fuse -> {name:<20} {seconds:7.2f} s  peak RSS {rss:6.1f} MB  output {runs[name][2] / 1e6:8.1f} MB")
+        if not args.keep_output:
+            os.unlink(out)
+    t, rss, size = runs["merged.pftrace.gz"]
+    ratio_t, ratio_size = t / json_seconds, size / os.path.getsize(json_out)
+    focus = runs["worst.pftrace.gz"][0] / t
+    print(f"  .pftrace.gz / .json.gz: time {ratio_t:.2f}x (target <= 1.2: {'met' if ratio_t <= 1.2 else 'NOT met'}), "
+          f"size {ratio_size:.2f}x (target <= 0.5: {'met' if ratio_size <= 0.5 else 'NOT met'}), "
+          f"RSS {rss:.0f} MB (target <= 128: {'met' if rss <= TARGET_RSS_MB else 'NOT met'})")
+    print(f"  --focus worst / whole .pftrace.gz fuse: time {focus:.2f}x (target <= 0.5: "
+          f"{'met' if focus <= 0.5 else 'NOT met'})")
 
 
 if __name__ == "__main__":
