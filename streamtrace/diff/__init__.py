@@ -9,6 +9,9 @@ one directory of traces) or a dict of the trace discovery flags
 (``trace_dir``, ``trace_pattern``, ``trace_glob``, ``rank_regex``,
 ``world_size``, ``allow_missing_ranks``).
 """
+import sys
+import types
+
 from ..errors import StreamtraceError
 from .gate import GATE_METRICS, Condition, evaluate, parse_condition, parse_conditions   # noqa: F401
 
@@ -131,3 +134,15 @@ def write_outputs(d, output_xlsx_path=None, output_csvs_dir=None, output_html_pa
             written.append(write(d, output_html_path, build_report(base), build_report(cand), outputs=outputs,
                                  steps=(base.get(STEPS), cand.get(STEPS)), sources=sources))
     return written
+
+
+class _CallableModule(types.ModuleType):
+    """``streamtrace.diff`` is this package once any of its modules has been
+    imported (Python sets the parent's attribute to the package): calling it
+    calls ``diff``, so ``streamtrace.diff(...)`` works whatever was imported first."""
+
+    def __call__(self, *args, **kwargs):
+        return diff(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

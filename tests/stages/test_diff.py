@@ -254,3 +254,16 @@ def test_percentage_conditions_fail_on_something_new(runs):
     d = diff(runs["base"], runs["slow_kernel"], fail_if=["kernel_time:+1000%"])
     assert d.violations and all("slow_gemm_kernel" in v.detail and v.detail.endswith("(new)")
                                 for v in d.violations), d.text
+
+
+def test_streamtrace_diff_is_the_function_whatever_was_imported_first(runs):
+    """``streamtrace.diff(...)`` after ``import streamtrace.diff.gate`` (which
+    makes the package the parent's attribute) still runs the diff."""
+    import subprocess
+    import sys
+
+    code = ("import streamtrace.diff.gate, streamtrace, sys; d = streamtrace.diff(sys.argv[1], sys.argv[1]); "
+            "print(type(d).__name__, len(d['diff_changes']))")
+    out = subprocess.run([sys.executable, "-c", code, runs["base"]], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["Diff", "0"]
