@@ -42,20 +42,23 @@ def compute(tables, _graphs=None):
     summed over steps, "critical_steps": per step its time and the ranks its
     path passes through}."""
     gs = graphs(tables) if _graphs is None else _graphs
-    rows, steps = [], []
+    parts, steps = [], []
     for step, g in gs:
         segs = g.path()[::-1]
         total = g.step_time()
-        for k, (cat, detail, rank, s, e, waited) in enumerate(segs):
-            rows.append((step, k, cat, detail, int(rank), waited, (s - g.ref) / 1e3, (e - g.ref) / 1e3,
-                         (e - s) / 1e3, 100.0 * (e - s) / total if total else 0.0))
-        visited = []
-        for seg in segs:
-            if int(seg[2]) not in visited:
-                visited.append(int(seg[2]))
+        if segs:
+            cat, detail, rank, s, e, waited = zip(*segs)
+            s, e = np.asarray(s, np.float64), np.asarray(e, np.float64)
+            parts.append(pd.DataFrame({
+                "step": step, "order": np.arange(len(segs)), "category": cat, "detail": detail,
+                "rank": np.asarray(rank, np.int64), "waited_for": waited, "start_us": (s - g.ref) / 1e3,
+                "end_us": (e - g.ref) / 1e3, "dur_us": (e - s) / 1e3,
+                "share_pct": 100.0 * (e - s) / total if total else 0.0}))
+        visited = list(dict.fromkeys(int(seg[2]) for seg in segs))
         steps.append((step, total / 1e3, " ".join(map(str, visited)), len(segs)))
-    path = pd.DataFrame(rows, columns=PATH_COLUMNS)
-    path["waited_for"] = path["waited_for"].astype("Int64")
+    rows = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=PATH_COLUMNS)
+    path = rows[PATH_COLUMNS].copy()
+    path["waited_for"] = pd.array([None if pd.isna(w) else int(w) for w in path["waited_for"]], dtype="Int64")
     summary = _summary(path)
     return {"critical_path": path, "critical_path_summary": summary,
             "critical_steps": pd.DataFrame(steps, columns=["step", "step_us", "ranks_visited", "segments"])}

@@ -25,6 +25,8 @@ replaying with no change gives the measured times exactly; a change (a
 duration, a transfer, a host release) is carried through the same
 dependencies.
 """
+import bisect
+import heapq
 import math
 
 import numpy as np
@@ -42,20 +44,28 @@ class StepGraph:
         ``syncs``: its rows of critical.syncs; ``starts``: {rank: its
         ProfilerStep's start}."""
         # a batched send/recv kernel is a member of several pairs: one item, in each pair's group
-        inst_rows = list(zip(nodes["kind"].tolist(), nodes["rank"].tolist(),
-                             nodes["event"].tolist() if "event" in nodes else [-1] * len(nodes),
-                             nodes["instance"].tolist(), nodes["label"].tolist(), nodes["nbytes"].tolist()))
-        keep, at, memberships = [], {}, []
+        kinds = nodes["kind"].to_numpy(np.int64)
+        comm_rows = np.flatnonzero(kinds != COMPUTE).tolist()
+        events = nodes["event"].to_numpy(np.int64) if "event" in nodes else np.full(len(nodes), -1, np.int64)
+        cols = [nodes[c].to_numpy(object) for c in ("instance", "label")]
+        ranks_, nbytes_ = nodes["rank"].to_numpy(np.int64), nodes["nbytes"].to_numpy(np.float64)
+        keep = np.ones(len(nodes), bool)
+        at, memberships = {}, []
         self.glabel, self.gbytes = {}, {}   # each group's label and bytes (a pair's: 'p2p A->B')
-        for row, (kind, rank, event, inst, label, nbytes) in enumerate(inst_rows):
-            key = (rank, event) if kind != COMPUTE and event >= 0 else ("row", row)
-            if key not in at:
-                at[key] = len(keep)
-                keep.append(row)
-            if kind != COMPUTE:
-                memberships.append((inst, at[key]))
-                self.glabel.setdefault(inst, label)
-                self.gbytes.setdefault(inst, nbytes)
+        for row in comm_rows:   # compute rows are items of their own; only communication rows repeat
+            key = (int(ranks_[row]), int(events[row])) if events[row] >= 0 else ("row", row)
+            if key in at:
+                keep[row] = False
+            else:
+                at[key] = row
+            inst = cols[0][row]
+            memberships.append((inst, at[key]))
+            self.glabel.setdefault(inst, cols[1][row])
+            self.gbytes.setdefault(inst, float(nbytes_[row]))
+        # rows -> item numbers once the repeated rows are dropped
+        number = np.cumsum(keep) - 1
+        memberships = [(inst, int(number[row])) for inst, row in memberships]
+        keep = np.flatnonzero(keep)
         nodes = nodes.iloc[keep]
         n = self.n = len(nodes)
         start = nodes["start"].to_numpy(np.int64)
@@ -93,12 +103,11 @@ class StepGraph:
                 self.groups_of[k].append(inst)
         self.members = [None] * n
         self.resid = np.zeros(n, np.int64)   # a member's end after its groups' ends (its own tail)
-        for k in range(n):
-            if self.groups_of[k]:
-                self.members[k] = sorted({j for g in self.groups_of[k] for j in self.group[g]})
-                self.resid[k] = max(0, self.end[k] - self._group_end(k, self.start, self.gtransfer))
-        self.transfer = np.array([self.end[k] - max(self.start[j] for j in self.members[k])
-                                  if self.members[k] else 0 for k in range(n)], dtype=np.int64)
+        self.transfer = np.zeros(n, np.int64)
+        for k in sorted({k for m in self.group.values() for k in m}):
+            self.members[k] = sorted({j for g in self.groups_of[k] for j in self.group[g]})
+            self.resid[k] = max(0, self.end[k] - self._group_end(k, self.start, self.gtransfer))
+            self.transfer[k] = self.end[k] - max(self.start[j] for j in self.members[k])
         self._dependencies()
         self._syncs(syncs)
 
@@ -178,31 +187,48 @@ class StepGraph:
     # ------------------------------------------------------------------ replay
 
     def replay(self, dur=None, transfer=None, warp=None, no_host=()):
-        """The step's end with the change: ``dur`` (new durations of the
-        compute items), ``transfer`` ({group: new transfer}),
-        ``warp`` ({rank: host time -> host time}), ``no_host`` (ranks whose
-        host launches are never late).  Returns (starts, ends) arrays."""
+        """The step with the change: ``dur`` (new durations of the compute
+        items), ``transfer`` ({group: new transfer}), ``warp`` ({rank: host
+        time -> host time}), ``no_host`` (ranks whose host launches are never
+        late).  Returns (starts, ends) arrays.
+
+        The measured times satisfy every dependency as they are, so only the
+        items the change reaches are worked out again: those it changes
+        directly, then, in start order, the items that depend on one whose
+        time moved (a heap of item numbers: items are numbered in start
+        order, and each depends only on items before it)."""
         n = self.n
         rank, deps, lat0, rel0, pinned, resid, groups_of, measured = self._lists()
-        dur = (self.dur if dur is None else np.asarray(dur, np.float64)).tolist()
+        succ, sync_on, by_release = self._successors()
+        measured_end = self._end_list
+        dur_l = self._dur_list if dur is None else np.asarray(dur, np.float64).tolist()
         transfer = self.gtransfer if transfer is None else {**self.gtransfer, **transfer}
-        warp = warp or {}
-        start = list(measured)      # replayed once an item is reached, measured until then
-        end = [None] * n
+        warp = {r: w for r, w in (warp or {}).items() if w is not None}
+        no_host = set(no_host)
+        start, end = list(measured), list(measured_end)
         group = self.group
         shift = {r: [] for r in self.sync}    # (sync end measured, host shift after it)
         pending = {r: list(v) for r, v in self.sync.items() if v}
         moved = {}                            # rank -> whether a sync moved its host
+        heap, queued = [], bytearray(n)
 
-        def end_of(k):
-            e = end[k]
-            if e is None:
-                if groups_of[k]:
-                    e = max(max(start[j] for j in group[g]) + transfer[g] for g in groups_of[k]) + resid[k]
-                    end[k] = e
-                else:
-                    e = start[k] + dur[k]
-            return e
+        def push(i):
+            if not queued[i]:
+                queued[i] = 1
+                heapq.heappush(heap, i)
+
+        def ended(j, e):
+            """item j now ends at e: what depends on it is worked out again"""
+            end[j] = e
+            for k in succ[j]:
+                push(k)
+            for r, y1 in sync_on.get(j, ()):   # a sync waited for it: the host's later releases
+                rels, items = by_release[r]
+                for k in items[bisect.bisect_left(rels, y1):]:
+                    push(k)
+
+        def group_end(k):
+            return max(max(start[j] for j in group[g]) + transfer[g] for g in groups_of[k]) + resid[k]
 
         def host(r, t):
             """host time t of rank r after the change: warped, then moved with
@@ -215,18 +241,28 @@ class StepGraph:
             while todo and todo[0][1] <= t:
                 y0, y1, k = todo.pop(0)
                 h0 = (w(y0) if w is not None else y0) + _last(shift[r], y0)
-                gpu = end_of(k) + (y1 - measured_end[k]) if k >= 0 else -math.inf
+                gpu = end[k] + (y1 - measured_end[k]) if k >= 0 else -math.inf
                 quick = min(y1 - y0, 1000) if k >= 0 and y1 - measured_end[k] <= GAP_NS * 4 else y1 - y0
                 y1n = max(h0 + quick, gpu)
                 shift[r].append((y1, y1n - (w(y1) if w is not None else y1)))
                 moved[r] = moved.get(r, False) or shift[r][-1][1] != 0
             return t2 + _last(shift.get(r, ()), t)
 
-        measured_end = self.end
-        no_host = set(no_host)
-        for i in range(n):
+        # what the change touches directly
+        if dur is not None:
+            for i in np.flatnonzero(np.asarray(dur, np.float64) != self.dur).tolist():
+                push(i)
+        for g in set(transfer) - set(self.gtransfer) | {g for g in transfer if transfer[g] != self.gtransfer.get(g)}:
+            for k in group.get(g, ()):
+                push(k)
+        for r in set(warp) | no_host:
+            for k in np.flatnonzero(self.rank == r).tolist():
+                push(k)
+        while heap:
+            i = heapq.heappop(heap)
+            queued[i] = 0
             r = rank[i]
-            cands = [end_of(k) for k in deps[i]]
+            cands = [end[k] for k in deps[i]]
             lat = lat0[i]
             rel = rel0[i]
             if no_host and r in no_host:
@@ -237,11 +273,47 @@ class StepGraph:
                     rel, lat = None, min(max(lat, 0), GAP_NS)
             if rel is not None:
                 cands.append(host(r, rel))
-            start[i] = (max(cands) + lat) if cands else measured[i]
-            if not groups_of[i]:
-                end[i] = start[i] + dur[i]
-        ends = [end_of(i) for i in range(n)]
-        return np.array(start, np.float64), np.array(ends, np.float64)
+            s = (max(cands) + lat) if cands else measured[i]
+            if groups_of[i]:
+                changed = s != start[i]
+                start[i] = s
+                for k in ({j for g in groups_of[i] for j in group[g]} if changed else (i,)):
+                    e = group_end(k)
+                    if e != end[k]:
+                        ended(k, e)
+            else:
+                start[i] = s
+                e = s + dur_l[i]
+                if e != end[i]:
+                    ended(i, e)
+        return np.array(start, np.float64), np.array(end, np.float64)
+
+    def _successors(self):
+        """Per item, the items that depend on it; per item a sync waited
+        for, (rank, sync end); per rank, its items with a host release by
+        release time."""
+        if not hasattr(self, "_succ"):
+            succ = [[] for _ in range(self.n)]
+            for i, ds in enumerate(self.deps):
+                for k in ds:
+                    succ[k].append(i)
+            sync_on = {}
+            for r, calls in self.sync.items():
+                for _, y1, k in calls:
+                    if k >= 0:
+                        sync_on.setdefault(k, []).append((r, y1))
+            by_release = {}
+            for i, (r, rel) in enumerate(zip(self.rank.tolist(), self.rel)):
+                if rel is not None:
+                    by_release.setdefault(r, []).append((rel, i))
+            for r, v in by_release.items():
+                v.sort()
+                by_release[r] = ([x for x, _ in v], [i for _, i in v])
+            for r in self.sync:
+                by_release.setdefault(r, ([], []))
+            self._succ = (succ, sync_on, by_release)
+            self._end_list, self._dur_list = self.end.tolist(), self.dur.astype(np.float64).tolist()
+        return self._succ
 
     def _lists(self):
         """The graph's per-item columns as Python lists (the replay reads
