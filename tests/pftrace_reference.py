@@ -6,12 +6,16 @@ in their sequence since its last clear, every track used declared, every
 parent declared).  And the same view from a fused JSON, to compare."""
 import gzip
 import json
+import re
 from collections import defaultdict
 from decimal import Decimal
 
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 TE = pb.TrackEvent
+#: args the JSON rewrite adds (docs/fuse.md), left out of a .pftrace (its tracks and metadata carry them)
+BOOKKEEPING = {"rank", "lane", "pid_raw", "tid_raw", "id_raw", "correlation_raw", "External id_raw",
+               "external id_raw"}
 
 
 def _value(a):
@@ -51,15 +55,17 @@ def decode(path):
         if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
             tables[seq] = {"cat": {}, "name": {}, "arg": {}}
         assert seq in tables, f"sequence {seq}: an event before any packet clearing the incremental state"
-        assert p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
         t = tables[seq]
+        ev = p.track_event
+        uses_interning = ev.name_iid or ev.category_iids or any(a.name_iid for a in ev.debug_annotations)
+        if uses_interning or p.HasField("interned_data"):
+            assert p.sequence_flags & pb.TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
         i = p.interned_data
         for kind, entries in (("cat", i.event_categories), ("name", i.event_names),
                               ("arg", i.debug_annotation_names)):
             for e in entries:
                 assert e.iid not in t[kind], f"sequence {seq}: {kind} iid {e.iid} defined twice"
                 t[kind][e.iid] = e.name
-        ev = p.track_event
         used.add(ev.track_uuid)
         name = t["name"][ev.name_iid] if ev.name_iid else (ev.name if ev.HasField("name") else None)
         cats = [t["cat"][c] for c in ev.category_iids]
@@ -146,7 +152,7 @@ def json_view(doc):
         return e["pid"], name.strip()
 
     slices = [dict(track=track(e), name=e.get("name"), cat=e.get("cat"), ts=_ns(e["ts"]),
-                   dur=_ns(e.get("dur", 0)), args=e.get("args", {}))
+                   dur=_ns(e.get("dur", 0)), args={k: v for k, v in e.get("args", {}).items() if k not in BOOKKEEPING})
               for e in doc["traceEvents"] if e.get("ph") == "X"]
     instants = [dict(track=track(e), name=e.get("name"), ts=_ns(e["ts"]))
                 for e in doc["traceEvents"] if e.get("ph") in ("i", "I")]
@@ -158,7 +164,18 @@ def slice_key(s):
     return (s["track"], s["name"], s["cat"], s["ts"], s["dur"], json.dumps(s["args"], sort_keys=True, default=str))
 
 
+def track_rank(tracks, uuid):
+    """The rank a track belongs to, from its top track's name (RANK r - ..., or a string pid's '(rank r)')."""
+    d = tracks[uuid]
+    while d.HasField("parent_uuid"):
+        d = tracks[d.parent_uuid]
+    name = d.process.process_name if d.HasField("process") else d.name
+    m = re.match(r"RANK (\d+) - ", name) or re.search(r"\(rank (\d+)\)$", name)
+    return int(m.group(1)) if m else None
+
+
 def pftrace_slices(view):
-    return [dict(track=track_path(view["tracks"], s["track"]), name=s["name"], cat=s["cat"], ts=s["ts"],
-                 dur=s["dur"], args=s["args"], flow_ids=s["flow_ids"], terminating=s["terminating"])
+    return [dict(track=track_path(view["tracks"], s["track"]), rank=track_rank(view["tracks"], s["track"]),
+                 name=s["name"], cat=s["cat"], ts=s["ts"], dur=s["dur"], args=s["args"], flow_ids=s["flow_ids"],
+                 terminating=s["terminating"])
             for s in view["slices"]]

@@ -47,6 +47,11 @@ PR_PID, PR_SORT, PR_NAME, PR_LABELS = 1, 3, 6, 8
 LAUNCH_CATS = frozenset(("cuda_runtime", "cuda_driver", "Runtime"))
 GPU_CATS = frozenset(("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset"))
 FLOW_PHASES = frozenset("stf")   # represented by the slices' flow ids
+# what the JSON rewrite adds to args (docs/fuse.md): in a .pftrace the track says the rank and lane, and
+# the raw pids and ids are in the metadata (inputs.<rank>.pid_map, id_offset); left out, they were
+# unique numbers on every event, more than a third of the file
+BOOKKEEPING_ARGS = frozenset(("rank", "lane", "pid_raw", "tid_raw", "id_raw", "correlation_raw", "External id_raw",
+                              "external id_raw"))
 MAX_INTERNED = 1 << 16           # entries per sequence before its tables are cleared (bounded memory)
 META_SEQUENCE = (1 << 31) - 1    # the run's own track (metadata, focus window)
 _DEBUG_TAG, _INT_TAG = key(E_DEBUG, 2), key(A_INT, 0)
@@ -95,7 +100,10 @@ class RankEncoder:
     # ------------------------------------------------------------ tracks
 
     def _uuid(self, key):
-        uuid = (self.seq << 32) | (len(self._uuids) + 1)
+        n = len(self._uuids) + 1
+        # small uuids are short varints on every event: (seq << 12) | n while a rank has < 4096 tracks
+        # (and seq < 2^20), then (seq << 32) | n: the two ranges never meet
+        uuid = (self.seq << 12) | n if n < 4096 and self.seq < (1 << 20) else (self.seq << 32) | n
         self._uuids[key] = uuid
         return uuid
 
@@ -200,6 +208,8 @@ class RankEncoder:
         out = []
         keys, values = self._arg_keys, self._arg_values
         for k, v in args.items():
+            if k in BOOKKEEPING_ARGS:
+                continue
             t = type(v)
             if t is str or t is bool:   # repeated values: their encoding made once (cleared with the tables)
                 enc = values.get((k, t, v))

@@ -64,7 +64,7 @@ def test_worst_is_the_collective_with_most_waiting(tmp_path, run):
     assert [view["focus"]["ts"], view["focus"]["ts"] + view["focus"]["dur"]] == [lo, hi]
     sl = pftrace_slices(view)
     assert sl and all(s["ts"] <= hi and s["ts"] + s["dur"] >= lo for s in sl)
-    assert {s["args"]["rank"] for s in sl} == set(range(4))
+    assert {s["rank"] for s in sl} == set(range(4))
 
 
 def test_focus_equals_the_same_window_in_json(tmp_path, run):
@@ -91,7 +91,7 @@ def test_step_window_and_ranks(tmp_path, run):
     step = next(s for s in truth["profiler_steps"] if s["number"] == 13)["per_rank"]
     want = [min(step[r]["written_start_ns"] for r in ("1", "3")), max(step[r]["written_end_ns"] for r in ("1", "3"))]
     assert view["meta"]["focus"]["window_ns"] == want
-    assert {s["args"]["rank"] for s in pftrace_slices(view)} == {1, 3}
+    assert {s["rank"] for s in pftrace_slices(view)} == {1, 3}
 
 
 def test_time_window_to_stdout_as_pftrace(tmp_path, run):

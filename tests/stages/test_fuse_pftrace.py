@@ -97,7 +97,7 @@ def test_flows_join_launch_and_kernel_with_rank_offsets(tmp_path, run_new):
         assert i in starts and i in ends, i
     by_id = {i: s for s in sl for i in s["flow_ids"]}
     for i in both_ends[:50]:
-        assert by_id[i]["cat"] in LAUNCH and by_id[i]["args"]["rank"] == i // res.id_stride
+        assert by_id[i]["cat"] in LAUNCH and by_id[i]["rank"] == i // res.id_stride
     assert {s["cat"] for s in sl if s["terminating"]} <= GPU
 
 
