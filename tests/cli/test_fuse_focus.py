@@ -153,3 +153,22 @@ def test_mark_blockers_track_per_rank_in_both_formats(tmp_path, run):
     sl = [s for s in pftrace_slices(view) if s["cat"] == "streamtrace.blockers"]
     assert sorted((s["track"][0], s["args"]["collective_id"], s["ts"] + s["dur"]) for s in sl) == want
     assert all(s["name"].startswith("late ") and "dominant_cause" in s["args"] for s in sl)
+
+
+def test_collective_window_on_the_shifted_timeline(tmp_path):
+    """With --align_clocks each rank is shifted: the window is the instance's
+    span on the fused timeline (its written times plus each rank's shift)."""
+    d = tmp_path / "skewed"
+    truth = gen.generate(str(d), ranks=4, format="json", seed=7, clock_offsets_us=[0, 120, -75.5, 40])
+    paths = [str(d / truth["files"][str(r)]) for r in range(4)]
+    out = tmp_path / "c.json"
+    proc = fuse_cli(*paths, "--align_clocks", "--focus", "collective:0_4", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    with open(out) as f:
+        meta = json.load(f)["streamtrace"]
+    shift = {int(r): v["ts_shift_ns"] for r, v in meta["inputs"].items()}
+    assert any(shift.values())
+    inst = [c for c in truth["collectives"] if c["pg_name"] == "0"][4]["per_rank"]
+    want = [min(p["written_start_ns"] + shift[int(r)] for r, p in inst.items()),
+            max(p["written_end_ns"] + shift[int(r)] for r, p in inst.items())]
+    assert meta["focus"]["instance_ns"] == want
