@@ -94,7 +94,7 @@ class Comparison:
         keys = ["kind", "pg", "bucket"]
         bg = dict(tuple(bi.groupby(keys))) if len(bi) else {}
         cg = dict(tuple(ci.groupby(keys))) if len(ci) else {}
-        rows = []
+        rows, resized = [], []
         for key in sorted(set(bg) | set(cg), key=str):
             item = f"{key[0]} pg {key[1]} {key[2]}"
             b, c = bg.get(key), cg.get(key)
@@ -111,6 +111,9 @@ class Comparison:
                                      beyond=abs(impact) >= MIN_STEP_SHARE * self.step_us))
                 continue
             pb, pc = len(b) / nb, len(c) / nc
+            sizes = (b["n"].median(), c["n"].median())
+            if sizes[0] != sizes[1] and all(np.isfinite(sizes)):
+                resized.append(f"{item} {sizes[0]:g} -> {sizes[1]:g} ranks")
             if pb != pc:
                 impact = (pc - pb) * float(c["transfer_us"].median())
                 rows.append(self.row("collectives", item, "per_step", "count", pb, 0.0, pc, 0.0, impact,
@@ -131,6 +134,10 @@ class Comparison:
                 if r["beyond_spread"]:
                     r["words"] = f"{item}: {metric} {_fmt(vb, unit)} -> {_fmt(vc, unit)} ({_signed_pct(r)})"
                 rows.append(r)
+        if resized:
+            self.notes.append(f"collective groups of another size (compared as one group; bus bandwidth allows "
+                              f"for the size): {'; '.join(resized[:3])}"
+                              + (f" and {len(resized) - 3} more" if len(resized) > 3 else ""))
         return rows
 
     def stragglers(self):

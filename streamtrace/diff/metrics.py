@@ -89,7 +89,7 @@ class Run:
         size bucket), transfer time (mean end after the last member's
         start), mean waiting of its members, bus bandwidth (GB/s)."""
         coll = self.tables.get("align.collectives")
-        cols = ["collective_id", "kind", "pg", "bucket", "bytes", "transfer_us", "waiting_us", "busbw_GBps"]
+        cols = ["collective_id", "kind", "pg", "bucket", "bytes", "n", "transfer_us", "waiting_us", "busbw_GBps"]
         if coll is None or not len(coll):
             return pd.DataFrame(columns=cols)
         c = coll[coll["collective_id"].notna()]

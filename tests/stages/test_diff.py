@@ -173,6 +173,7 @@ def test_rank_and_step_counts_differ(runs):
     assert "steps: the baseline has 4, the candidate 3" in notes
     assert "ranks: the baseline has 4, the candidate 8; only in the candidate: 4,5,6,7" in notes
     assert any(line.startswith("Note: ranks:") for line in d.text.splitlines())
+    assert any(n.startswith("collective groups of another size") and "4 -> 8 ranks" in n for n in d.notes), notes
     per_rank = d["diff_steps"]
     assert set(per_rank["item"]) == {"run", "rank 0", "rank 1", "rank 2", "rank 3"}
 
