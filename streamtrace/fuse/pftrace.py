@@ -60,6 +60,7 @@ _FLAGS = {f: _v(P_SEQ_FLAGS, f) for f in (SEQ_NEEDS, SEQ_NEEDS | SEQ_CLEARED)}
 _BEGIN, _END, _INSTANT = _v(E_TYPE, SLICE_BEGIN), _v(E_TYPE, SLICE_END), _v(E_TYPE, INSTANT)
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
+_TS_LIMIT = 1 << 63
 
 
 def _int32(v):
@@ -277,7 +278,7 @@ class RankEncoder:
         if ph in FLOW_PHASES:
             self.stats["flow_events"] += 1
             return
-        if ts is None or ts < 0:
+        if ts is None or not 0 <= ts < _TS_LIMIT:   # a TracePacket's timestamp is an unsigned 64-bit ns count
             self._skip(f"{ph} without a usable ts")
             return
         pid = e.get("pid")
@@ -315,7 +316,7 @@ class RankEncoder:
         self._event_packet(ts, ev, pending, parts)
         if ph == "X":
             self.stats["slices"] += 1
-            self._event_packet(ts + max(dur or 0, 0), _END + track_field, pending, parts)
+            self._event_packet(min(ts + max(dur or 0, 0), _TS_LIMIT - 1), _END + track_field, pending, parts)
         elif ph == "B":
             self.stats["slices"] += 1
         else:

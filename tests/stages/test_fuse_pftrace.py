@@ -163,3 +163,23 @@ def test_format_choice(tmp_path, run_old):
         fuse(run_old, str(tmp_path / "a.pftrace.zst"))
     fuse(run_old, str(out), format="pftrace")
     assert decode(str(out))["slices"]
+
+
+def test_events_without_a_usable_timestamp_are_counted_not_written(tmp_path):
+    events = [{"ph": "X", "cat": "cpu_op", "name": "ok", "pid": 1, "tid": 1, "ts": 10, "dur": 5},
+              {"ph": "X", "cat": "cpu_op", "name": "before zero", "pid": 1, "tid": 1, "ts": -5, "dur": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "far", "pid": 1, "tid": 1, "ts": 1e30, "dur": 1},
+              {"ph": "X", "cat": "cpu_op", "name": "long", "pid": 1, "tid": 2, "ts": 20, "dur": 1e25}]
+    p = tmp_path / "r0.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    view = decode(str(fuse_pf(tmp_path, [str(p)])))
+    names = sorted(s["name"] for s in view["slices"])
+    assert names == ["long", "ok"]
+    assert view["meta"]["encoded"]["0"]["skipped"] == {"X without a usable ts": 2}
+    assert max(s["ts"] + s["dur"] for s in view["slices"]) == (1 << 63) - 1
+
+
+def fuse_pf(tmp_path, inputs):
+    out = tmp_path / "t.pftrace"
+    fuse(inputs, str(out))
+    return out
