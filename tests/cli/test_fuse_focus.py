@@ -172,3 +172,15 @@ def test_collective_window_on_the_shifted_timeline(tmp_path):
     want = [min(p["written_start_ns"] + shift[int(r)] for r, p in inst.items()),
             max(p["written_end_ns"] + shift[int(r)] for r, p in inst.items())]
     assert meta["focus"]["instance_ns"] == want
+
+
+def test_worst_without_collectives_is_one_line(tmp_path):
+    p = tmp_path / "r0.json"
+    p.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
+                                              "ts": 10, "dur": 5}]}))
+    out = tmp_path / "out.pftrace"
+    proc = fuse_cli(p, "--focus", "worst", "-o", out)
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.decode().splitlines() if ln.startswith("Error")]
+    assert len(lines) == 1 and "no collective the align stage matched" in lines[0], proc.stderr
+    assert not out.exists()
