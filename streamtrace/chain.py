@@ -726,6 +726,7 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
     the HTML report of the whole run there (waits, bandwidth and clocks
     beside the blocking answer; needs plotly).  The text's ``confidence``
     attribute is the confidence.Confidence."""
+    from . import critical
     from .align.p2p_match import pipeline_text
     from .confidence import report_confidence
     from .correlate.stage import blockers_text, sheets_from_tables
@@ -754,7 +755,10 @@ def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=
         from .steps import TABLE as STEPS
 
         sources = [s for s in tables["align.ranks"]["source"].dropna().tolist() if s != "-"]
-        write_html(build_report(tables), html_path, title="streamtrace blockers", sources=sources,
+        page = build_report(tables)
+        if critical.NODES in tables:   # the critical path of each step, charted
+            page["critical_path"] = critical.compute(tables)["critical_path"]
+        write_html(page, html_path, title="streamtrace blockers", sources=sources,
                    steps=tables.get(STEPS), confidence=confidence)
     return Answer(text, confidence)
 

@@ -721,10 +721,54 @@ def clock_offsets(sheets):
     return c.figure if c else None
 
 
+_PATH_CATEGORIES = [("compute", "#4C72B0"), ("communication", "#55A868"), ("late rank wait", "#C44E52"),
+                    ("p2p wait", "#DA8BC3"), ("host launch gap", "#DD8452"), ("idle", "#8C8C8C")]
+
+
+def _critical_path(sheets):
+    """The critical path of each step as a stacked bar (the time by
+    category), the ranks it passed through in the hover and the sentence
+    (the critical_path sheet of ``streamtrace whatif`` and ``blockers``)."""
+    path = _sheet(sheets, "critical_path")
+    if path is None:
+        return None
+    go = _go()
+    per = path.pivot_table(index="step", columns="category", values="dur_us", aggfunc="sum", fill_value=0.0)
+    ranks = path.groupby("step")["rank"].agg(lambda r: " ".join(map(str, dict.fromkeys(r.tolist()))))
+    steps = [str(s) for s in per.index.tolist()]
+    fig = go.Figure()
+    data = {"step": per.index.tolist(), "ranks_visited": ranks.reindex(per.index).tolist()}
+    for cat, colour in _PATH_CATEGORIES:
+        if cat not in per.columns:
+            continue
+        v = per[cat].astype(float)
+        fig.add_trace(go.Bar(x=steps, y=v, name=cat, marker_color=colour,
+                             customdata=ranks.reindex(per.index).tolist(),
+                             hovertemplate="step %{x}<br>" + cat + " %{y:.1f} us<br>ranks %{customdata}<extra></extra>"))
+        data[cat] = _list(v)
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="profiler step", type="category")
+    fig.update_yaxes(title_text="time on the critical path (us)")
+    _layout(fig, "The critical path of each step", height=420)
+    total = per.to_numpy().sum()
+    shares = sorted(((per[c].sum(), c) for c in per.columns), reverse=True)
+    parts = ", ".join(f"{c} {v / total:.0%}" for v, c in shares if v > 0) if total > 0 else ""
+    sentence = (f"Over {len(per):,} steps the chain that ends each step spends its time on {parts}; "
+                f"it passes through ranks {ranks.iloc[0]} in the first step." if total > 0
+                else "No step has a critical path.")
+    return Chart("critical_path", "The critical path of each step", fig, sentence, data)
+
+
+def critical_path(sheets):
+    """Stacked bars: each step's critical path by category (us)."""
+    c = _critical_path(sheets)
+    return c.figure if c else None
+
+
 # ---------------------------------------------------------------------- all of them
 
-_BUILDERS = [_wait_heatmap, _skew_timeline, _bandwidth, _all2allv, _blocking_breakdown, _blocking_kernels,
-             _blocking_host_ops, _exposed, _contention, _clocks]
+_BUILDERS = [_wait_heatmap, _skew_timeline, _bandwidth, _all2allv, _blocking_breakdown, _critical_path,
+             _blocking_kernels, _blocking_host_ops, _exposed, _contention, _clocks]
 
 
 def charts(sheets, steps=None):

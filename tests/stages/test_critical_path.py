@@ -84,3 +84,24 @@ def test_without_the_graph_tables_one_line_error(run):
     _, _, tables = run
     with pytest.raises(StreamtraceError, match="critical=True"):
         critical.compute({k: v for k, v in tables.items() if not k.startswith("critical.")})
+
+
+def test_the_report_charts_each_steps_path(run, tmp_path):
+    """The HTML report's chart: a stacked bar per step by category (the
+    numbers behind it are the path's), the ranks visited in the sentence;
+    blockers --html draws it."""
+    pytest.importorskip("plotly")
+    from streamtrace import plots
+    from streamtrace.chain import blockers
+
+    d, _, tables = run
+    path = critical.compute(tables)["critical_path"]
+    chart = next(c for c in plots.charts({"critical_path": path}) if c.key == "critical_path")
+    per = path.groupby(["step", "category"])["dur_us"].sum()
+    for cat in ("compute", "late rank wait", "host launch gap"):
+        assert chart.data[cat] == pytest.approx([per.get((s, cat), 0.0) for s in chart.data["step"]])
+    assert [t.name for t in chart.figure.data][0] == "compute"
+    assert str(STRAGGLER) in chart.sentence
+    page = tmp_path / "b.html"
+    blockers([str(d)], html_path=str(page))
+    assert 'id="critical_path"' in page.read_text()
