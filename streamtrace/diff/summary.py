@@ -1,7 +1,8 @@
 """The diff's terminal summary: each run's confidence first, then the step
 time (explained by the critical path when both runs have it), the biggest
 changes in words, the straggler, and the gate."""
-import numpy as np
+#: broken-condition lines printed per condition
+VIOLATIONS_SHOWN = 5
 
 
 def _ms(us):
@@ -41,7 +42,13 @@ def summary_text(d, comparison, top=3):
     if d.get("diff_gate") is not None:
         if d.violations:
             lines.append(f"Gate: FAILED ({len(d.violations)} violation{'s' if len(d.violations) != 1 else ''}):")
-            lines += [f"  {v}" for v in d.violations]
+            shown = {}
+            for v in d.violations:   # at most VIOLATIONS_SHOWN lines per condition (every one is in diff_gate)
+                shown.setdefault(v.condition.text, []).append(v)
+            for text, vs in shown.items():
+                lines += [f"  {v}" for v in vs[:VIOLATIONS_SHOWN]]
+                if len(vs) > VIOLATIONS_SHOWN:
+                    lines.append(f"  {text}: ... and {len(vs) - VIOLATIONS_SHOWN} more")
         else:
             lines.append(f"Gate: passed ({len(d['diff_gate'])} condition{'s' if len(d['diff_gate']) != 1 else ''})")
     return "\n".join(lines)

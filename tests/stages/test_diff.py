@@ -268,3 +268,19 @@ def test_streamtrace_diff_is_the_function_whatever_was_imported_first(runs):
     out = subprocess.run([sys.executable, "-c", code, runs["base"]], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["Diff", "0"]
+
+
+def test_many_violations_of_one_condition_are_cut(runs, monkeypatch):
+    """A condition broken on more rows than VIOLATIONS_SHOWN prints that many
+    and how many more (diff_gate holds them all)."""
+    import streamtrace.diff.summary as summary
+
+    monkeypatch.setattr(summary, "VIOLATIONS_SHOWN", 2)
+    d = diff(runs["base"], runs["slow_kernel"], fail_if=["rank_step_time:-1000%", "kernel_time:+0.1%"])
+    lines = [line for line in d.text.splitlines() if line.startswith("  kernel_time:+0.1%")]
+    broken = [v for v in d.violations if v.condition.text == "kernel_time:+0.1%"]
+    assert len(broken) > 2, d.text
+    assert len(lines) == 3 and lines[-1] == f"  kernel_time:+0.1%: ... and {len(broken) - 2} more"
+    gate = d["diff_gate"].set_index("condition")
+    assert gate.loc["kernel_time:+0.1%", "detail"].count("; ") == len(broken) - 1
+    assert gate.loc["rank_step_time:-1000%", "passed"]
