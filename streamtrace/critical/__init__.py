@@ -18,21 +18,26 @@ PATH_COLUMNS = ["step", "order", "category", "detail", "rank", "waited_for", "st
 
 
 def graphs(tables):
-    """[(step, replay.StepGraph)] of the run, a step at a time."""
+    """[(step, replay.StepGraph)] of the run (every step's graph at once:
+    ``iter_graphs`` makes one at a time)."""
+    return list(iter_graphs(tables))
+
+
+def iter_graphs(tables):
+    """(step, replay.StepGraph) of each step in turn, each made from the
+    step's rows only and let go before the next is made."""
     from .replay import StepGraph
 
     if NODES not in tables:
         raise StreamtraceError("no critical-path graph in these tables: make them with "
                                "correlated_tables(..., critical=True)")
     nodes, syncs, steps = tables[NODES], tables[SYNCS], tables[STEPS]
-    out = []
     by_step_syncs = dict(tuple(syncs.groupby("step"))) if len(syncs) else {}
     for step, part in nodes.groupby("step", sort=True):
         w = steps[steps["step"] == step]
         starts = dict(zip(w["rank"].tolist(), w["start"].tolist()))
         sy = by_step_syncs.get(step, syncs.iloc[:0])
-        out.append((int(step), StepGraph(part.sort_values(["start", "rank"], kind="stable"), sy, starts)))
-    return out
+        yield int(step), StepGraph(part.sort_values(["start", "rank"], kind="stable"), sy, starts)
 
 
 def compute(tables, _graphs=None):
@@ -41,7 +46,7 @@ def compute(tables, _graphs=None):
     category and detail (kernel identity, collective, rank waited for)
     summed over steps, "critical_steps": per step its time and the ranks its
     path passes through}."""
-    gs = graphs(tables) if _graphs is None else _graphs
+    gs = iter_graphs(tables) if _graphs is None else _graphs
     parts, steps = [], []
     for step, g in gs:
         segs = g.path()[::-1]
@@ -83,18 +88,17 @@ def whatif(tables, scenarios=None, percent=None):
     candidates the run's critical paths suggest."""
     from .scenarios import DEFAULT_PERCENT, RunFacts, candidates, parse
 
-    gs = graphs(tables)
-    out = compute(tables, gs)
+    # two passes a step at a time: the paths (which suggest the scenarios), then the replays
+    out = compute(tables)
     run = RunFacts(tables[NODES])
-    run.add_links([g for _, g in gs])
     if scenarios is None:
-        chosen = candidates(out["critical_path"], run, [g for _, g in gs], percent or DEFAULT_PERCENT)
+        chosen = candidates(out["critical_path"], run, percent or DEFAULT_PERCENT)
     else:
         chosen = [parse(s) if isinstance(s, str) else s for s in scenarios]
     rows = []
-    for sc in chosen:
-        for step, g in gs:
-            measured = g.step_time()
+    for step, g in iter_graphs(tables):
+        measured = g.step_time()
+        for sc in chosen:
             _, ends = g.replay(**sc.change(g, run))
             estimated = float(ends.max() - g.ref) if g.n else 0.0
             rows.append((step, sc.name, sc.words, measured / 1e3, estimated / 1e3, (measured - estimated) / 1e3))

@@ -16,6 +16,7 @@ Names (``--scenario``):
                       ways) at the median link's bandwidth
 """
 import numpy as np
+import pandas as pd
 
 from ..errors import InvalidArgumentError
 from .graph import COMPUTE, P2P
@@ -161,19 +162,28 @@ class RunFacts:
         self.isolated_dur = alone.median().to_dict()
         over = dur[comp["overlapped"].to_numpy(bool)].groupby(comp["identity"][comp["overlapped"].to_numpy(bool)])
         self.overlapped_dur = over.median().to_dict()
-        self.link_bw = {}
-        self.median_link_bw = None
+        self.link_bw, self.median_link_bw = _link_bandwidths(nodes)
 
-    def add_links(self, graphs):
-        per = {}
-        for g in graphs:
-            for inst, t in g.gtransfer.items():
-                link, nbytes = _link(g.glabel.get(inst)), g.gbytes.get(inst)
-                if link is not None and g.kind[g.group[inst][0]] == P2P and t > 0 and nbytes == nbytes:
-                    per.setdefault(tuple(sorted(link)), []).append(nbytes / t)
-        self.link_bw = {link: float(np.median(v)) for link, v in per.items()}
-        if self.link_bw:
-            self.median_link_bw = float(np.median(list(self.link_bw.values())))
+
+def _link_bandwidths(nodes):
+    """({(a, b): median bytes/ns of the pairs between ranks a and b, both
+    ways}, the median over links) from the node rows: a pair's transfer
+    runs from its last member's start to its first member's end."""
+    p2p = nodes[nodes["kind"] == P2P]
+    if not len(p2p):
+        return {}, None
+    g = p2p.groupby("instance", sort=False)
+    pairs = pd.DataFrame({"t": g["end"].min() - g["start"].max(), "bytes": g["nbytes"].first(),
+                          "label": g["label"].first()})
+    pairs = pairs[(pairs["t"] > 0) & pairs["bytes"].notna()]
+    links = [_link(x) for x in pairs["label"].tolist()]
+    pairs["link"] = [None if x is None else tuple(sorted(x)) for x in links]
+    pairs = pairs[pairs["link"].notna()]
+    if not len(pairs):
+        return {}, None
+    bw = (pairs["bytes"] / pairs["t"]).groupby(pairs["link"]).median()
+    out = {k: float(v) for k, v in bw.items()}
+    return out, float(np.median(list(out.values())))
 
 
 def _link(label):
@@ -224,7 +234,7 @@ def _short(name, width=60):
     return name if len(name) <= width else name[: width - 3] + "..."
 
 
-def candidates(paths, run, graphs, percent=DEFAULT_PERCENT, kernels=3):
+def candidates(paths, run, percent=DEFAULT_PERCENT, kernels=3):
     """The scenarios worth replaying for this run, from its critical paths
     (``paths``: the critical_path DataFrame)."""
     out = []
