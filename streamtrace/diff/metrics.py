@@ -3,10 +3,19 @@
 made, critical).  Every figure is per step, so that runs with different step
 counts compare; each comes with its spread within the run (step to step, or
 instance to instance), which stands in for the run-to-run spread."""
+import re
+
 import numpy as np
 import pandas as pd
 
 from ..collectives import bus_factor, size_bucket
+
+_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+
+
+def _num(text):
+    return int(text) if text.strip().isdigit() else 1 << 62
+
 
 #: sigma of a normal sample from its median absolute deviation
 MAD_SIGMA = 1.4826
@@ -151,8 +160,11 @@ class Run:
             return {}
         out = {}
         for row in df.to_dict("records"):
-            ident = tuple(str(row[k]) for k in key)
-            out[ident] = (float(row["total_blocking_us"]), int(row["instances_delayed"]), str(row["ranks"]))
+            # a profiler step's op is one op whatever its number (runs number their steps differently)
+            ident = tuple(_STEP_NAME.sub("ProfilerStep#N", str(row[k])) for k in key)
+            total, n, ranks = out.get(ident, (0.0, 0, ""))
+            ranks = ",".join(sorted(set(filter(None, ranks.split(",") + str(row["ranks"]).split(","))), key=_num))
+            out[ident] = (total + float(row["total_blocking_us"]), n + int(row["instances_delayed"]), ranks)
         return out
 
     # ------------------------------------------------------------ GPU time

@@ -284,3 +284,22 @@ def test_many_violations_of_one_condition_are_cut(runs, monkeypatch):
     gate = d["diff_gate"].set_index("condition")
     assert gate.loc["kernel_time:+0.1%", "detail"].count("; ") == len(broken) - 1
     assert gate.loc["rank_step_time:-1000%", "passed"]
+
+
+def test_profiler_step_ops_are_one_op_whatever_their_number(runs):
+    """Runs that number their steps differently: ProfilerStep#12 in one,
+    #112 in the other is the same host op, not one gone and one new."""
+    from streamtrace.diff import side_tables
+    from streamtrace.diff.metrics import Run
+
+    base_tables = side_tables(runs["straggler"], critical=False)
+    ops = base_tables["correlate.blocking_host_ops"]
+    assert ops["op"].str.startswith("ProfilerStep#").sum() >= 2
+    renumbered = ops.assign(op=ops["op"].str.replace(r"^ProfilerStep#(\d+)$", lambda m: f"ProfilerStep#{int(m[1]) + 100}",
+                                                     regex=True))
+    cand = dict(base_tables, **{"correlate.blocking_host_ops": renumbered})
+    sheets, _ = compare(base_tables, cand)
+    rows = sheets["diff_blocking_host_ops"]
+    assert not rows["beyond_spread"].any(), rows
+    assert Run(base_tables, "b").blockers("correlate.blocking_host_ops", ("op",)).keys() == \
+        Run(cand, "c").blockers("correlate.blocking_host_ops", ("op",)).keys()
