@@ -848,7 +848,8 @@ def biggest_win(tables):
 
     if critical.NODES not in tables:
         return None
-    ranked = critical.ranked(critical.whatif(tables)["whatif"])
+    # the first scenario of each kind the paths suggest (whatif replays them all)
+    ranked = critical.ranked(critical.whatif(tables, one_per_kind=True)["whatif"])
     if not len(ranked) or ranked.iloc[0]["saving_us"] <= 0:
         return None
     return "Biggest what-if win: " + critical.line(next(ranked.head(1).itertuples()))

@@ -81,11 +81,12 @@ def _summary(path):
     return out[["category", "detail", "dur_us", "segments", "steps", "share_pct", "ranks"]]
 
 
-def whatif(tables, scenarios=None, percent=None):
+def whatif(tables, scenarios=None, percent=None, one_per_kind=False):
     """compute()'s DataFrames and "whatif": per step and scenario the
     measured step time, the estimated one with the change and the saving.
     ``scenarios``: names (scenarios.parse) or Scenario objects; None: the
-    candidates the run's critical paths suggest."""
+    candidates the run's critical paths suggest (``one_per_kind``: only the
+    first of each kind, for a quick answer: blockers' line)."""
     from .scenarios import DEFAULT_PERCENT, RunFacts, candidates, parse
 
     # two passes a step at a time: the paths (which suggest the scenarios), then the replays
@@ -93,6 +94,8 @@ def whatif(tables, scenarios=None, percent=None):
     run = RunFacts(tables[NODES])
     if scenarios is None:
         chosen = candidates(out["critical_path"], run, percent or DEFAULT_PERCENT)
+        if one_per_kind:
+            chosen = list({sc.name.split(":")[0]: sc for sc in reversed(chosen)}.values())
     else:
         chosen = [parse(s) if isinstance(s, str) else s for s in scenarios]
     rows = []
