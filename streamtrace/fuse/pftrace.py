@@ -24,7 +24,7 @@ from decimal import Decimal
 
 from ..extract import decode_raw_string
 from .layout import _labels, rank_pid_string
-from .protobuf import field_bytes as _b, field_double, field_fixed64, field_varint as _v, key, varint
+from .protobuf import _SMALL, _TABLE, field_bytes as _b, field_double, field_fixed64, field_varint as _v, key, varint
 
 # Trace
 TRACE_PACKET = 1
@@ -93,6 +93,7 @@ class RankEncoder:
         self._arg_keys, self._arg_values = {}, {}   # encodings made from the tables (cleared with them)
         self._fields = ({}, {})                     # category and name -> their TrackEvent field
         self._cleared = True                 # the next event packet clears the incremental state
+        self._interned = 0                   # entries in the three tables
         self._uuids = {}
         self._processes = _process_info(rk)
         self._threads = _thread_info(rk)
@@ -171,6 +172,7 @@ class RankEncoder:
         iid = table.get(text)
         if iid is None:
             iid = table[text] = len(table) + 1
+            self._interned += 1
             pending.append(_b(kind + 1, _v(1, iid) + _b(2, text)))
         return iid
 
@@ -196,7 +198,8 @@ class RankEncoder:
     def _maybe_reset(self):
         """Past MAX_INTERNED entries (a trace of unique names), the tables
         restart: the next packet clears the sequence's incremental state."""
-        if sum(len(t) for t in self._tables) > MAX_INTERNED:
+        if self._interned > MAX_INTERNED:
+            self._interned = 0
             for t in self._tables:
                 t.clear()
             self._arg_keys.clear()
@@ -220,9 +223,9 @@ class RankEncoder:
             name = keys.get(k)
             if name is None:
                 name = keys[k] = _v(A_NAME_IID, self._iid(2, str(k), pending))
-            if t is int and _INT64[0] <= v <= _INT64[1]:
-                a = name + _INT_TAG + varint(v)
-                out.append(_DEBUG_TAG + varint(len(a)) + a)
+            if t is int and _INT64[0] <= v <= _INT64[1]:   # the common case, inlined
+                a = name + _INT_TAG + (_SMALL[v] if 0 <= v < _TABLE else varint(v))
+                out.append(_DEBUG_TAG + _SMALL[len(a)] + a)   # (len(a) < 32: name + tag + varint)
                 continue
             a = name
             if isinstance(v, bool):
@@ -260,7 +263,7 @@ class RankEncoder:
             keyed.append((ts if ts is not None else -1, -(dur or 0), len(keyed), e, ts, dur))
         # in time order, longer first on ties: a parent's begin before its child's,
         # so equal timestamps pair each end with its own begin
-        keyed.sort(key=lambda k: k[:3])
+        keyed.sort()   # (the index is unique: the events themselves are never compared)
         parts, pending = [], []
         for _, _, _, e, ts, dur in keyed:
             self._event(e, ts, dur, pending, parts)
