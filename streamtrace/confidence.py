@@ -102,6 +102,7 @@ class Confidence:
     matched_full: int = 0
     clocks: str = "clocks as recorded"
     no_gpu_collectives: bool = False
+    left_out: int = 0   # collectives in steps not every rank's window holds (not counted)
     # collective_ids that are no evidence of who arrived last: most of their
     # members absent, or in a step not every rank's window holds
     not_evidence: frozenset = frozenset()
@@ -114,6 +115,8 @@ class Confidence:
         facts = [self.ranks_words()]
         if self.no_gpu_collectives:
             facts.append("no GPU collectives in these traces")
+        elif not self.collectives and self.left_out:
+            facts += ["no collective in a step every rank's window holds", self.clocks]
         elif not self.collectives:
             facts += ["point-to-point transfers only", self.clocks]
         else:
@@ -315,7 +318,7 @@ def assess(tables, clocks_used=None):
         reasons.append(steps)
     level = _worst(r.level for r in reasons)
     return Confidence(level, reasons, len(present), world or len(present), absent, n_inst, full,
-                      clocks_used or words, no_gpu, not_evidence)
+                      clocks_used or words, no_gpu, left_out, not_evidence)
 
 
 def report_confidence(tables):
@@ -415,12 +418,14 @@ def _step_reason(coverage, steps, left_out=0):
         return None
     if not partial:
         return None
+    held = f"{shared} step(s) held by all {most} ranks" if shared else f"no step held by all {most} ranks"
     text = (f"{_step_words(partial)} left out: not in every rank's window (the ranks' profiled windows cover "
-            f"different steps; {shared} step(s) held by all {most})")
+            f"different steps; {held})")
     if left_out:
         text += (f"; their {left_out} collectives are counted neither as matched nor as missing, nor as evidence "
                  "of who arrived last")
-    return Reason("profiled windows", "medium", len(partial), text)
+    # no step in common: no collective can be compared across every rank
+    return Reason("profiled windows", "medium" if shared else "low", len(partial), text)
 
 
 def _step_words(numbers, shown=8):

@@ -224,3 +224,15 @@ def test_collectives_of_steps_left_out_are_not_counted_as_missing_members(tmp_pa
 def test_step_words_say_runs_as_ranges():
     assert conf._step_words([3, 4, 5, 9]) == "steps #3..#5, #9"
     assert conf._step_words([12, 14]) == "steps #12, #14" and conf._step_words([7]) == "step #7"
+
+
+def test_windows_sharing_no_step_leave_nothing_to_compare(tmp_path_factory):
+    """Rank 0 holds step #12 only, rank 1 step #13 only: every collective is in a step left out."""
+    d, _ = _run(tmp_path_factory, "disjoint", ranks=2, steps=1, layout="old", fill_ops=12, seed=5,
+                window_shift_steps=[0, 1])
+    text = blockers([d])
+    assert text.splitlines()[0] == ("Confidence: low (2 of 2 ranks; no collective in a step every rank's window "
+                                    "holds; clocks as recorded)")
+    reason = {r.check: r for r in text.confidence.reasons}["profiled windows"]
+    assert reason.level == "low" and reason.text.startswith("steps #12..#13 left out: not in every rank's window")
+    assert "no step held by all 2 ranks" in reason.text
