@@ -27,7 +27,8 @@ def summary_text(d, comparison, top=3):
         verdict = ("beyond the run-to-run spread" if r["beyond_spread"]
                    else "within the run-to-run spread: no change")
         lines.append(f"Step time: {_ms(r['baseline'])} -> {_ms(r['candidate'])} ({_signed(r['change'])}, "
-                     f"{r['change_pct']:+.1f}%; {verdict}, spread {_ms(max(r['baseline_spread'], r['candidate_spread']))})")
+                     f"{r['change_pct']:+.1f}%; {verdict}, spread "
+                     f"{_ms(max(r['baseline_spread'], r['candidate_spread']))})")
         explained = _critical_line(d, r)
         if explained:
             lines.append(explained)
@@ -74,7 +75,8 @@ def _critical_line(d, step_row):
         where = f"on rank {top['rank']} (waiting for rank {int(waited)})"
     else:
         where = f"on rank {top['rank']}"
-    return f"  step {_signed(step_row['change'])}: {_ms(abs(top['change']))} {more} {category} {where} on the critical path"
+    return (f"  step {_signed(step_row['change'])}: {_ms(abs(top['change']))} {more} {category} {where} "
+            "on the critical path")
 
 
 def _straggler_line(d, comparison):

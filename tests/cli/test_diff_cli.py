@@ -184,8 +184,9 @@ def test_no_output_holds_a_url_credential(runs, tmp_path):
         stream = f"http://{USER}:{PASSWORD}@{host}/base.stev?token={TOKEN}"
         candidate = f"http://{USER}:{PASSWORD}@{host}/straggler.stev?token={TOKEN}"
         xlsx, csvs, page = tmp_path / "d.xlsx", tmp_path / "csvs", tmp_path / "d.html"
-        res = subprocess.run([BIN, "diff", stream, candidate, "--fail_if", "new_straggler", "--output_xlsx_path", str(xlsx), "--output_csvs_dir",
-                              str(csvs), "--output_html_path", str(page)], capture_output=True, timeout=300)
+        res = subprocess.run([BIN, "diff", stream, candidate, "--fail_if", "new_straggler", "--output_xlsx_path",
+                              str(xlsx), "--output_csvs_dir", str(csvs), "--output_html_path", str(page)],
+                             capture_output=True, timeout=300)
         assert res.returncode == 3, res.stderr
         assert b"rank 2 is the new straggler" in res.stdout
         found = _secrets_in(res.stdout) + _secrets_in(res.stderr)

@@ -4,8 +4,6 @@ runs, and runs differing only by their seed's noise, show no change beyond
 the run-to-run spread.  (The generator has no option for a slower
 collective or another bucket size: those runs are made by wrapping its
 plan's transfer time or program while it runs.)"""
-import os
-
 import pytest
 
 import generate_fixture as gf
@@ -295,8 +293,8 @@ def test_profiler_step_ops_are_one_op_whatever_their_number(runs):
     base_tables = side_tables(runs["straggler"], critical=False)
     ops = base_tables["correlate.blocking_host_ops"]
     assert ops["op"].str.startswith("ProfilerStep#").sum() >= 2
-    renumbered = ops.assign(op=ops["op"].str.replace(r"^ProfilerStep#(\d+)$", lambda m: f"ProfilerStep#{int(m[1]) + 100}",
-                                                     regex=True))
+    renumbered = ops.assign(op=ops["op"].str.replace(r"^ProfilerStep#(\d+)$",
+                                                     lambda m: f"ProfilerStep#{int(m[1]) + 100}", regex=True))
     cand = dict(base_tables, **{"correlate.blocking_host_ops": renumbered})
     sheets, _ = compare(base_tables, cand)
     rows = sheets["diff_blocking_host_ops"]
