@@ -19,6 +19,7 @@ LAYERS = [
     "_core", "_native",
     "collectives", "codes", "userregex",
     "remote",
+    "progress",
     "parallel",
     "stream",
     "io",
