@@ -34,8 +34,9 @@ import numpy as np
 from .graph import COMPUTE, P2P
 
 #: a compute kernel starting later than this after everything it could wait
-#: for was waiting for the host (its launch)
-GAP_NS = 2000
+#: for was waiting for the host (its launch); a queued kernel starts 1-3 us
+#: after the one before it
+GAP_NS = 5000
 
 
 class StepGraph:
@@ -200,6 +201,7 @@ class StepGraph:
         n = self.n
         rank, deps, lat0, rel0, pinned, resid, groups_of, measured = self._lists()
         succ, sync_on, by_release = self._successors()
+        prev = self.prev
         measured_end = self._end_list
         dur_l = self._dur_list if dur is None else np.asarray(dur, np.float64).tolist()
         transfer = self.gtransfer if transfer is None else {**self.gtransfer, **transfer}
@@ -267,7 +269,10 @@ class StepGraph:
             rel = rel0[i]
             if no_host and r in no_host:
                 if pinned[i]:
+                    # launched in time: right after what it waited for, or the rank's item before it
                     lat = 0
+                    if prev[i] >= 0:
+                        cands.append(end[prev[i]])
                     rel = None if cands else self.starts.get(r, measured[i])
                 elif rel is not None:
                     rel, lat = None, min(max(lat, 0), GAP_NS)
@@ -297,6 +302,9 @@ class StepGraph:
             for i, ds in enumerate(self.deps):
                 for k in ds:
                     succ[k].append(i)
+            for i in np.flatnonzero(self.pinned).tolist():   # host:R lets a launched-late item follow it
+                if self.prev[i] >= 0 and i not in succ[self.prev[i]]:
+                    succ[self.prev[i]].append(i)
             sync_on = {}
             for r, calls in self.sync.items():
                 for _, y1, k in calls:
@@ -384,17 +392,30 @@ class StepGraph:
                     segs.append(("idle", "", self.rank[i], e, s, None))
                 i, t = int(b), e
                 continue
-            p = self.prev[i]
-            if p >= 0 and self.end[p] >= self.ref:
-                if s > self.end[p]:
-                    cat = "host launch gap" if s - self.end[p] > GAP_NS else "idle"
-                    segs.append((cat, "", self.rank[i], self.end[p], s, None))
-                i, t = p, min(self.end[p], s)
+            # waited for its launch: the chain runs through the host, back to the
+            # GPU item a sync made the host wait for, else to the step's start
+            r = int(self.rank[i])
+            w = self._sync_before(r, self.rel[i] if self.rel[i] is not None else s)
+            if w >= 0 and self.end[w] >= self.ref:
+                e = min(self.end[w], s)
+                if s > e:
+                    segs.append(("host launch gap", "after a sync", r, e, s, None))
+                i, t = w, e
                 continue
             if s > self.ref:
-                segs.append(("host launch gap", "step start", self.rank[i], self.ref, s, None))
+                segs.append(("host launch gap", "host", r, self.ref, s, None))
             break
         return segs
+
+    def _sync_before(self, r, t):
+        """The GPU item the last sync of rank r ending by host time t waited
+        for (-1: none, or that sync did not wait for the GPU)."""
+        found = -1
+        for _, y1, w in self.sync.get(r, ()):
+            if y1 > t:
+                break
+            found = w if w >= 0 and y1 - self.end[w] <= 4 * GAP_NS else -1
+        return found
 
 
 def _ended_before_impl(ends, order, t):

@@ -162,6 +162,10 @@ class RunFacts:
         self.isolated_dur = alone.median().to_dict()
         over = dur[comp["overlapped"].to_numpy(bool)].groupby(comp["identity"][comp["overlapped"].to_numpy(bool)])
         self.overlapped_dur = over.median().to_dict()
+        # what each identity's instances beside communication lost against its median alone
+        lost = over.sum() - over.size() * pd.Series(self.isolated_dur).reindex(over.size().index)
+        self.contention_lost = lost.dropna().sort_values(ascending=False).to_dict()
+        self.total_dur = dur.groupby(comp["identity"]).sum().sort_values(ascending=False)
         self.link_bw, self.median_link_bw = _link_bandwidths(nodes)
 
 
@@ -250,12 +254,15 @@ def candidates(paths, run, percent=DEFAULT_PERCENT, kernels=3):
     for r in gaps[gaps > 0].sort_values(ascending=False).index[:2].tolist():
         out.append(HostGaps(int(r)))
     comp = paths[paths["category"] == "compute"].groupby("detail")["dur_us"].sum().sort_values(ascending=False)
+    if not len(comp):   # no kernel on the paths: the run's busiest
+        comp = run.total_dur
     for identity in comp.index[:kernels].tolist():
         out.append(KernelFaster(identity, percent))
-    for identity in comp.index.tolist():
-        over, alone = run.overlapped_dur.get(identity), run.isolated_dur.get(identity)
-        if over is not None and alone is not None and over > 1.1 * alone:
-            out.append(Contention(identity))
+    # kernels slowed beside communication, by the time they lost (on the paths or not)
+    slowed = [k for k, lost in run.contention_lost.items()
+              if lost > 0 and run.overlapped_dur[k] > 1.1 * run.isolated_dur[k]]
+    for identity in slowed[:kernels]:
+        out.append(Contention(identity))
     if run.median_link_bw:
         for link, bw in sorted(run.link_bw.items()):
             if bw < 0.8 * run.median_link_bw:

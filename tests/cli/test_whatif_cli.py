@@ -108,3 +108,17 @@ def test_blockers_on_the_clean_run_claims_no_win_worth_naming(run_dir):
     assert proc.returncode == 0, proc.stderr
     win = [line for line in proc.stdout.splitlines() if line.startswith("Biggest what-if win:")]
     assert not win or " 0 %" in win[0], win
+
+
+def test_on_a_dask_scheduler_equals_the_local_run(run_dir, tmp_path):
+    """The graph is made in the reduce from the ranks' summaries: on a real
+    scheduler and worker on 127.0.0.1 the answer is the local one."""
+    from test_dask import Cluster   # distributed imported unconditionally: never a silent skip
+
+    cluster = Cluster(tmp_path, workers=1)
+    try:
+        remote = _run("whatif", str(run_dir), "-q", "--scheduler", cluster.address)
+    finally:
+        cluster.close()
+    assert remote.returncode == 0, remote.stderr
+    assert remote.stdout == _run("whatif", str(run_dir), "-q").stdout
