@@ -353,7 +353,7 @@ class StepGraph:
         [(category, detail, rank, start, end, waited_for)]."""
         if not self.n:
             return []
-        segs = []
+        segs, marks = [], []
         i = int(np.argmax(self.end))
         t = self.end[i]
         for _ in range(4 * self.n + 8):
@@ -365,21 +365,10 @@ class StepGraph:
                 segs.append(("communication", self.label[i], self.rank[i], ms, t, None))
                 i = last
                 if ms > others:
-                    # the others were there at ``others``: the rest is the late rank's lateness,
-                    # and the path goes on along that rank from then
+                    # the others were all there at ``others``: the late rank's own chain from
+                    # then to its arrival is what they waited for (relabelled below)
                     late = int(self.rank[last])
-                    cat = "p2p wait" if self.kind[last] == P2P else "late rank wait"
-                    segs.append((cat, f"rank {late}", late, others, ms, late))
-                    p = self._ended_before(late, others)
-                    if p < 0:
-                        if others > self.ref:
-                            segs.append(("host launch gap", "step start", late, self.ref, others, None))
-                        break
-                    if others > self.end[p]:
-                        cat = "host launch gap" if others - self.end[p] > GAP_NS else "idle"
-                        segs.append((cat, "", late, self.end[p], others, None))
-                    i, t = p, self.end[p]
-                    continue
+                    marks.append((len(segs), others, late, "p2p wait" if self.kind[last] == P2P else "late rank wait"))
             elif self.kind[i] != COMPUTE:
                 segs.append(("communication", self.label[i], self.rank[i], self.start[i], t, None))
             else:
@@ -405,7 +394,7 @@ class StepGraph:
             if s > self.ref:
                 segs.append(("host launch gap", "host", r, self.ref, s, None))
             break
-        return segs
+        return _waits(segs, marks)
 
     def _sync_before(self, r, t):
         """The GPU item the last sync of rank r ending by host time t waited
@@ -416,6 +405,34 @@ class StepGraph:
                 break
             found = w if w >= 0 and y1 - self.end[w] <= 4 * GAP_NS else -1
         return found
+
+
+def _waits(segs, marks):
+    """The path's segments with the stretch of a late rank's chain the
+    others waited through (from when they were all there to its arrival)
+    labelled as that wait: category ``late rank wait`` (``p2p wait``), detail
+    'rank N: ' and what that rank was doing; a segment across the moment the
+    others were there is cut in two."""
+    out, active = [], None
+    at = {k: (others, late, cat) for k, others, late, cat in marks}
+    for k, seg in enumerate(segs):
+        if k in at:
+            active = at[k]
+        cat, detail, rank, s, e, waited = seg
+        if active is not None and e <= active[0]:   # back before the others were there
+            active = None
+        if active is None:
+            out.append(seg)
+            continue
+        others, late, wait = active
+        what = f"rank {late}: {cat}" + (f" {detail}" if detail else "")
+        if s >= others:
+            out.append((wait, what, rank, s, e, late))
+            continue
+        out.append((wait, what, rank, others, e, late))
+        out.append(seg[:3] + (s, others, waited))
+        active = None
+    return out
 
 
 def _ended_before_impl(ends, order, t):
