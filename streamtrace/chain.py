@@ -581,7 +581,7 @@ def _collective_report(a, files_only):
     # every output staged, then committed together: all of them appear, or none
     html = dict(sources=[i.path for i in inputs], world_size=a["world_size"], steps=tables.get(STEPS),
                 confidence=sheets.confidence)
-    return sheets, write_report(sheets, xlsx, csvs, page, html=html)
+    return sheets, write_report(sheets, xlsx, csvs, page, html=html, write_html=_html_writer(page))
 
 
 def _default_output(path):
@@ -715,7 +715,8 @@ def report_streams(streams, output_xlsx_path=None, output_csvs_dir=None, output_
     if not output_xlsx_path and not output_csvs_dir and not output_html_path:
         output_xlsx_path = default_output_path(sources)   # beside the traces, at their URL when they had one
     # every output staged, then committed together: all of them appear, or none
-    return write_report(sheets, output_xlsx_path, output_csvs_dir, output_html_path, html=html), sheets
+    return write_report(sheets, output_xlsx_path, output_csvs_dir, output_html_path, html=html,
+                        write_html=_html_writer(output_html_path)), sheets
 
 
 def blockers(paths, top=5, jobs=None, world_size=None, executor=None, html_path=None, align_clocks=None):
@@ -862,3 +863,13 @@ class Answer(str):
         out = super().__new__(cls, text)
         out.confidence = confidence
         return out
+
+
+def _html_writer(path):
+    """The HTML page's writer when a page is asked for (importing it costs
+    plotting's imports, so only then)."""
+    if not path:
+        return None
+    from .html_report import write_html
+
+    return write_html

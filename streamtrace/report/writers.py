@@ -653,10 +653,13 @@ class CsvDir:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None, output_html_path=None, html=None):
+def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None, output_html_path=None, html=None,
+                 write_html=None):
     """Write the requested outputs as one set (``OutputSet``: all of them
     appear, or none does); returns the paths written.  ``html``: the HTML
-    page's options (``html_report.render_html``'s keywords)."""
+    page's options (``html_report.render_html``'s keywords); ``write_html``:
+    the page's writer (``html_report.write_html``), given by the caller
+    because the page sits above the sheets in the package's layers."""
     written = []
     with OutputSet() as outputs:
         if output_csvs_dir:
@@ -666,8 +669,8 @@ def write_report(sheets, output_xlsx_path=None, output_csvs_dir=None, output_htm
         if output_xlsx_path:
             written.append(write_xlsx(sheets, output_xlsx_path, outputs=outputs))
         if output_html_path:
-            from ..html_report import write_html
-
+            if write_html is None:
+                raise ValueError("write_report needs write_html to write an HTML page")
             written.append(write_html(sheets, output_html_path, outputs=outputs, **(html or {})))
     return written
 
