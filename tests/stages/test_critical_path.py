@@ -105,3 +105,15 @@ def test_the_report_charts_each_steps_path(run, tmp_path):
     page = tmp_path / "b.html"
     blockers([str(d)], html_path=str(page))
     assert 'id="critical_path"' in page.read_text()
+
+
+def test_a_late_rank_wait_says_what_the_late_rank_was_doing(tmp_path):
+    """A GPU backlog: rank 3's slow kernel delays its last collective; the
+    others' wait is rank 3's chain, the slow kernel named in it."""
+    generate(str(tmp_path), ranks=4, steps=2, slow_kernel_rank=3, slow_kernel_factor=10, slow_kernel_at_end=True)
+    path = critical.compute(correlated_tables([str(tmp_path)], critical=True))["critical_path"]
+    waits = path[path["category"] == "late rank wait"]
+    assert set(waits["waited_for"]) == {3}
+    slow = waits[waits["detail"].str.startswith("rank 3: compute void slow_gemm_kernel")]
+    assert set(slow["step"]) == set(path["step"])
+    assert (slow.groupby("step")["dur_us"].sum() > 1000).all()   # most of the 1.35 ms it ran too long
