@@ -116,7 +116,10 @@ def blockers_text(sheets, top=5, confidence=None):
             lines.append("One rank only: no collective can be matched across ranks, so nothing can be said about "
                          "waiting.")
             return "\n".join(lines)
-        lines.append("No implicit-sync collective was matched across ranks: nothing waited on anything.")
+        # no matched collective is no evidence that nothing waited: the
+        # members may be outside the windows, or the waits on send/recv
+        lines.append("No implicit-sync collective was matched across ranks, so no wait at a collective "
+                     "can be measured.")
         return "\n".join(lines)
     if confidence is not None and confidence.not_evidence:
         b = b[~b["collective_id"].astype(str).isin(confidence.not_evidence)]

@@ -190,6 +190,7 @@ def test_send_recv_ops_none_of_which_pair_make_the_answer_low(tmp_path_factory):
     assert lines[0].startswith("Confidence: low (2 of 2 ranks; "), lines[:4]
     assert ("  - low: none of the 32 send/recv halves was paired with its peer's (32 listed in p2p_unmatched): "
             "the point-to-point figures rest on no matched transfer") in lines
+    assert "nothing waited" not in res.stdout
 
 
 def test_send_recv_halves_without_a_partner_are_counted(tmp_path_factory):

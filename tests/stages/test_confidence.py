@@ -236,3 +236,4 @@ def test_windows_sharing_no_step_leave_nothing_to_compare(tmp_path_factory):
     reason = {r.check: r for r in text.confidence.reasons}["profiled windows"]
     assert reason.level == "low" and reason.text.startswith("steps #12..#13 left out: not in every rank's window")
     assert "no step held by all 2 ranks" in reason.text
+    assert "nothing waited" not in text and "no wait at a collective can be measured" in text
