@@ -15,6 +15,8 @@ Names (``--scenario``):
 ``link:A-B``          the send/recv transfers between ranks A and B (both
                       ways) at the median link's bandwidth
 """
+import bisect
+
 import numpy as np
 import pandas as pd
 
@@ -139,12 +141,16 @@ def _warp(g, r):
     shift = np.maximum(0.0, src - np.asarray(dst)[o])
     dst = np.maximum.accumulate(src - shift)
 
-    def warp(t):
-        if t <= src[0]:
-            return t - shift[0]
-        if t >= src[-1]:
-            return t - (src[-1] - dst[-1])
-        return float(np.interp(t, src, dst))
+    xs, ys, first = src.tolist(), dst.tolist(), float(shift[0])
+
+    def warp(t):   # called once per host release: plain Python, not numpy on a scalar
+        if t <= xs[0]:
+            return t - first
+        if t >= xs[-1]:
+            return t - (xs[-1] - ys[-1])
+        j = bisect.bisect_right(xs, t)
+        x0, x1, y0, y1 = xs[j - 1], xs[j], ys[j - 1], ys[j]
+        return y0 + (t - x0) * (y1 - y0) / (x1 - x0) if x1 > x0 else y1
     return warp
 
 
