@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import collectives as coll
 from .._native import COMM_DTYPE, NONE, NOSTR
+from ..parallel.heap import give_back_freed_memory
 from ..stream.packing import arrays
 from .collect import OP_ANNOT, OP_C10D, OP_RPC, S_NCCL_NAME, _K_DTYPE, _L_DTYPE, _O_DTYPE, _U_DTYPE, collected_rank
 from .p2p import rank_p2p
@@ -75,15 +76,21 @@ def finish_rank(collector):
     """A RankCollector's RankResult: link, select and describe the rank's
     collective kernels (its per-frame arrays are dropped)."""
     meta = _meta_summary(collector.meta or {}, collector.rank)
-    ops = _concat(collector.ops, _O_DTYPE)
-    comms = _concat(collector.comms, COMM_DTYPE)
-    labels = _concat(collector.labels, _U_DTYPE)
+    # the free pages handed back here and after the description: the frames
+    # read and its temporaries (for a rank of a million collective kernels,
+    # hundreds of MB) would stay resident beside what comes next
+    give_back_freed_memory()
+    # each kind's frames dropped once joined, before the next kind is
+    ops, collector.ops = _concat(collector.ops, _O_DTYPE), None
+    comms, collector.comms = _concat(collector.comms, COMM_DTYPE), None
+    labels, collector.labels = _concat(collector.labels, _U_DTYPE), None
     kernels, launches = _candidates(collector.kernels, collector.launches, ops, comms, collector.lookup)
     kernel_parts, launch_parts = collector.kernels, collector.launches
-    collector.kernels = collector.launches = collector.ops = collector.comms = collector.labels = None
+    collector.kernels = collector.launches = None
     rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
                                    collector.lookup, meta, labels, collector.custom,
                                    _parsed_pg_config(collector.meta or {}))
+    give_back_freed_memory()
     p2p = rank_p2p(ops, comms, rows, kernel_parts, launch_parts, collector.steps, collector.strings, meta)
     del kernel_parts, launch_parts
     if collector.meta is None:
@@ -300,18 +307,20 @@ class _Parsed:
 
 class _CommRecords:
     """The comm-args record of each row (``index``: into ``comms``, -1
-    for none), gathered once as whole records: each field read after it is a
-    cheap strided pass instead of a gather of its own."""
+    for none), read field by field: a gather of whole records would hold
+    another ~100 bytes a row for each of the four sources (kernel, rpc,
+    annotation, c10d op), most of them often without any record."""
 
     def __init__(self, comms, index):
         self.missing = index < 0
-        self.records = _take(comms, np.maximum(index, 0)) if len(comms) else None
+        self.comms = comms if len(comms) and not self.missing.all() else None
+        self.index = np.maximum(index, 0)
 
     def field(self, name, missing_value):
         """One field per row as int64, ``missing_value`` where a row has no record."""
-        if self.records is None:
+        if self.comms is None:
             return np.full(len(self.missing), missing_value, dtype=np.int64)
-        out = self.records[name].astype(np.int64)
+        out = self.comms[name][self.index].astype(np.int64, copy=False)
         out[self.missing] = missing_value
         return out
 

@@ -13,6 +13,7 @@ from .._native import NONE
 from ..codes import Text, dense_rank, group_ids, joined_labels
 from ..parallel.cpus import available_cpus
 from ..parallel.fork import both
+from ..parallel.heap import give_back_freed_memory
 from .clocks import _clocks_table, _unestimated_clocks_table, estimate_clock_offsets
 from .describe import rank_row_count
 from .p2p_match import p2p_kernel_rows, p2p_tables
@@ -57,13 +58,23 @@ def _combined_rows(results):
     by rank, time and event, with ``rank`` and ``base_ns`` columns."""
     parts = [res for res in results if rank_row_count(res.rows)]
     lengths = [rank_row_count(res.rows) for res in parts]
-    d = {col: np.concatenate([res.rows[col] for res in parts]) for col in parts[0].rows}
+    # one rank with rows: read-only views of its arrays, not copies (the
+    # tables may hold them: a write into one raises instead of changing the
+    # rank's rows, which a second match of the same ranks reads again)
+    d = {col: np.concatenate([res.rows[col] for res in parts]) if len(parts) > 1 else _read_only(parts[0].rows[col])
+         for col in parts[0].rows}
     d["rank"] = np.repeat(np.array([res.rank for res in parts], dtype=np.int64), lengths)
     d["base_ns"] = np.repeat(np.array([res.meta.get("base_ns") or 0 for res in parts], dtype=np.int64), lengths)
     order = np.lexsort((d["event"], d["ts"], d["rank"]))
     if (order != np.arange(len(order))).any():  # each rank's rows come sorted: usually nothing to do
         d = {col: v[order] for col, v in d.items()}
     return d
+
+
+def _read_only(values):
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 def _process_groups(d, quality):
@@ -149,6 +160,9 @@ def _disagree(values, inst, n_inst):
 #: every row costs more than the estimate it takes off)
 _PARALLEL_MIN_ROWS = 20_000
 
+#: the rows' text columns match_ranks handles as codes (``Text``)
+_TEXT_COLUMNS = ("collective_name", "dtype", "kernel_kind", "pg_ranks", "comms_id", "group_size_source")
+
 #: match_method values, by code
 METHODS = np.array(["seq", "ordinal", "aligned", "unmatched", "p2p"], dtype=object)
 #: the largest message size taken as real (1 TiB, beyond any GPU's memory);
@@ -159,7 +173,19 @@ M_SEQ, M_ORDINAL, M_ALIGNED, M_UNMATCHED, M_P2P = 0, 1, 2, 3, 4
 
 def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS, steps=None):
     """Match the collective rows of every rank; return the ``align.*`` tables
-    (except ``align.options``) as ``{name: DataFrame}``.
+    (except ``align.options``) as ``{name: DataFrame}`` (``_match_ranks``).
+    The heap's free pages are handed back before and after: what the ranks'
+    collections and the matching's own columns freed would otherwise stay
+    resident beside the tables and what the report builds next (a million
+    rows: ~0.6 GB)."""
+    give_back_freed_memory()
+    tables = _match_ranks(results, align_clocks, gpus_per_node, tolerance_ns, steps)
+    give_back_freed_memory()
+    return tables
+
+
+def _match_ranks(results, align_clocks, gpus_per_node, tolerance_ns, steps):
+    """match_ranks' work.
 
     ``steps``: the ranks' ProfilerStep ops (``steps.StepCollector.finish()``
     results: (rank, numbers, starts, ends) in the trace's ns from its base
@@ -189,7 +215,9 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     rank = rows["rank"]
     abs_ts = rows["base_ns"] + rows["ts"].astype(np.int64, copy=False)
     abs_end = abs_ts + rows["dur"].astype(np.int64, copy=False)
-    text = {col: Text.of(v) for col, v in rows.items() if v.dtype.kind not in "iufb"}
+    # as codes only the text columns compared or mapped here: the others stay
+    # object arrays (codes would be another 8 bytes a row each)
+    text = {col: Text.of(rows[col]) for col in _TEXT_COLUMNS if col in rows}
     cname, dtype = text["collective_name"], text["dtype"]
 
     # ---- process groups, then the collective instance of each row
@@ -232,11 +260,15 @@ def match_ranks(results, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
                "bytes_per_elem": bytes_per_elem, "group_size": gs, "group_size_source": gsrc, "out_nelems": out,
                "participants": participants, "metadata_mismatch": metadata_mismatch,
                "mismatch_fields": mismatch_fields, "stream_mismatch": stream_mismatch}
+    as_is = {}   # text columns as the rows hold them: the table's own when its rows keep their order
     for col in COLLECTIVE_COLUMNS:   # the others as they are
         if col not in columns and col not in _COMPUTED_PER_OFFSETS:
             columns[col] = text.get(col, rows[col])
+            if col in text:
+                as_is[col] = rows[col]
     columns["no_ids"] = rows["no_ids"]
-    collectives = functools.partial(_collectives_table, columns, instances, abs_ts, method, cname.missing(), present)
+    collectives = functools.partial(_collectives_table, columns, instances, abs_ts, method, cname.missing(), present,
+                                    as_is=as_is)
     sample, clock_method, sync = _clock_sample(implicit_sync, np.where(p2p, 0, participants), inst, rank, abs_end)
     out_df, row_findings, clocks = _rows_and_clocks(collectives, sample, clock_method, rank, present, apply)
     if not apply:
@@ -469,10 +501,11 @@ def _instance_ids(instances, ts_aligned):
     return instance, Text(inst, inst_ids)
 
 
-def _collectives_table(columns, instances, abs_ts, method, name_missing, present, applied_off):
+def _collectives_table(columns, instances, abs_ts, method, name_missing, present, applied_off, as_is=None):
     """align.collectives with these clock offsets (per row), and its findings.
     ``columns``: the columns that do not depend on the offsets, per row in
-    match_ranks' order."""
+    match_ranks' order; ``as_is``: text columns among them as object arrays
+    (the Text's values), used as they are when the rows keep that order."""
     ts_aligned = abs_ts - applied_off
     instance, collective_id = _instance_ids(instances, ts_aligned)
     # rows in (instance, rank) order: one take per column (text columns as
@@ -480,7 +513,9 @@ def _collectives_table(columns, instances, abs_ts, method, name_missing, present
     order = np.lexsort((columns["rank"], instance))
     cols = dict(columns, instance=instance, collective_id=collective_id, clock_offset_ns=applied_off,
                 ts_aligned_ns=ts_aligned)
-    cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
+    if (order != np.arange(len(order))).any():   # often in that order already: then no column is copied
+        cols = {col: v.take(order) for col, v in cols.items()}  # ndarray.take or Text.take
+        as_is = None
     row_method = method[order]
     cols["match_method"] = Text(row_method.astype(np.int64, copy=False), METHODS)
     implausible = _implausible_sizes(cols, len(order))
@@ -490,7 +525,7 @@ def _collectives_table(columns, instances, abs_ts, method, name_missing, present
         findings.append(_finding("warning", "implausible_size", f"{implausible} collective kernel row(s) give In/Out "
                                  "msg nelems no message can have (negative, or over 1 TiB): their sizes are left "
                                  "unknown (flag size_unknown)", count=implausible))
-    return _collectives_frame(cols), findings
+    return _collectives_frame(cols, as_is), findings
 
 
 def _implausible_sizes(cols, n):
@@ -507,9 +542,10 @@ def _implausible_sizes(cols, n):
     return int(implausible.sum())
 
 
-def _collectives_frame(cols):
+def _collectives_frame(cols, as_is=None):
     """The align.collectives DataFrame of the output-ordered ``cols``: byte
-    counts added, sizes and ids as nullable integers, text as objects."""
+    counts added, sizes and ids as nullable integers, text as objects (those
+    of ``as_is`` where given: the same values, no new array)."""
     bpe = cols["bytes_per_elem"]
     n = len(bpe)
     for src, dst in (("in_nelems", "in_bytes"), ("out_nelems", "out_bytes")):
@@ -530,7 +566,7 @@ def _collectives_frame(cols):
     for col in COLLECTIVE_COLUMNS:  # text columns: plain object dtype, None for missing
         v = cols[col]
         if isinstance(v, Text):
-            v = v.objects()
+            v = as_is[col] if as_is and col in as_is else v.objects()
         columns[col] = pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
     # copy=False: one block per column instead of copying them into 2-D blocks
     return pd.DataFrame(columns, copy=False)

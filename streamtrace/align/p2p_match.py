@@ -105,7 +105,15 @@ def _halves(have, base0, offsets):
             add[key] = h[key]
         for key, v in add.items():
             cols.setdefault(key, []).append(v)
-    return {k: np.concatenate(v) for k, v in cols.items()}
+    # one rank: read-only views of its columns, not copies (a write raises
+    # instead of changing the rank's halves, which a second match reads again)
+    return {k: np.concatenate(v) if len(v) > 1 else _read_only(v[0]) for k, v in cols.items()}
+
+
+def _read_only(values):
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 class _Reasons:

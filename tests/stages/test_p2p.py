@@ -506,6 +506,28 @@ def test_unmatched_halves_cost_little_beyond_their_kernels(tmp_path):
     assert extra < 150, (rss, extra)
 
 
+def test_halves_with_kernels_peak_in_proportion(tmp_path):
+    """300,000 sends with their kernels and no receiver (every half is also
+    a collective kernel row, through align's tables and the report): the
+    peak RSS of collective-report beyond that of 1,000 sends stays under
+    1.5 KB a half (it was ~1.8 KB: whole comm records gathered four times
+    per row, the rows and the halves copied when one rank held them all,
+    every column of align.collectives copied to put rows in the order they
+    were already in, the heap's freed pages kept resident under the report)."""
+    exe = os.path.join(os.path.dirname(sys.executable), "streamtrace")
+    rss = {}
+    for n in (1_000, 300_000):
+        d = tmp_path / f"s{n}"
+        d.mkdir()
+        _write_many(d / "rank0_trace.json", n)
+        code, rss[n], err = _peak_rss_mb([exe, "collective-report", "--trace_dir", str(d), "--world_size", "2",
+                                          "--allow_missing_ranks", "--output_csvs_dir", str(tmp_path / f"o{n}"),
+                                          "-q"])
+        assert code == 0, err
+    per_half = (rss[300_000] - rss[1_000]) * 2**20 / 299_000
+    assert per_half < 1536, (rss, per_half)
+
+
 def test_a_long_link_is_lined_up_in_proportionate_time():
     """One link of 400,000 transfers whose kernel ends never agree exactly:
     every shift up to MAX_SHIFT is tried, each on a bounded sample (a median
