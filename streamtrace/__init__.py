@@ -30,6 +30,7 @@ _LAZY = {
     "build_report": ("report.sheets", "build_report"),
     "generate_collective_report": ("chain", "generate_collective_report"),
     "blockers": ("chain", "blockers"),
+    "whatif": ("chain", "whatif"),   # the critical path and what-if replays (docs/critical-path.md)
     "diff": ("diff", "diff"),   # two runs compared; the CI gate (docs/diff.md)
     "confidence": ("confidence", None),   # assess(tables), clock_rule(tables); results carry .confidence
     "write_xlsx": ("report.writers", "write_xlsx"),

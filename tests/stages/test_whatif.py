@@ -96,3 +96,18 @@ def test_a_clean_run_claims_no_more_than_its_noise(tmp_path):
     assert len(causes) >= 4
     assert (causes["saving_us"] <= noise).all(), (causes, noise)
     assert (causes["saving_pct"] < 1.0).all()
+
+
+def test_python_api_returns_the_sheets_as_dataframes(tmp_path):
+    import pandas as pd
+
+    import streamtrace
+
+    generate_pipeline(str(tmp_path), slow_link=(0, 1))
+    sheets = streamtrace.whatif([str(tmp_path)], scenario="link:0-1")
+    assert set(sheets) == {"whatif", "critical_path", "critical_path_summary"}
+    assert all(isinstance(df, pd.DataFrame) for df in sheets.values())
+    assert sheets.confidence.level == "high"
+    assert sheets.text.splitlines()[0].startswith("Confidence: high")
+    w = sheets["whatif"]
+    assert list(w["scenario"].unique()) == ["link:0-1"] and (w["saving_pct"] > 30).all()
