@@ -57,12 +57,12 @@ def step_windows(tl):
     last_gpu = tl.gpu_extent[1] if tl.gpu_extent is not None else None
     if not keep:
         lo = tl.gpu_extent[0] if tl.gpu_extent is not None else 0
-        return [("all", int(lo), int(last_gpu or lo))], True
+        return [("all", int(lo), int(last_gpu or lo))]
     out = []
     for j, i in enumerate(keep):
         end = int(starts[keep[j + 1]]) if j + 1 < len(keep) else max(int(ends[i]), int(last_gpu or 0))
         out.append((names[i], int(starts[i]), end))
-    return out, False
+    return out
 
 
 def _step_number(name):
@@ -76,7 +76,7 @@ def node_tables(timelines, instances):
     parts, syncs, steps = [], [], []
     by_rank = {r: df for r, df in instances.groupby("rank")} if len(instances) else {}
     for r, tl in timelines.items():
-        windows, _ = step_windows(tl)
+        windows = step_windows(tl)
         texts, index = _identities(tl)
         start, end = tl.compute_start, tl.compute_end
         comm = tl.unions.get("comm")

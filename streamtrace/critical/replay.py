@@ -104,11 +104,9 @@ class StepGraph:
                 self.groups_of[k].append(inst)
         self.members = [None] * n
         self.resid = np.zeros(n, np.int64)   # a member's end after its groups' ends (its own tail)
-        self.transfer = np.zeros(n, np.int64)
         for k in sorted({k for m in self.group.values() for k in m}):
             self.members[k] = sorted({j for g in self.groups_of[k] for j in self.group[g]})
             self.resid[k] = max(0, self.end[k] - self._group_end(k, self.start, self.gtransfer))
-            self.transfer[k] = self.end[k] - max(self.start[j] for j in self.members[k])
         self._dependencies()
         self._syncs(syncs)
 
