@@ -111,3 +111,33 @@ def test_python_api_returns_the_sheets_as_dataframes(tmp_path):
     assert sheets.text.splitlines()[0].startswith("Confidence: high")
     w = sheets["whatif"]
     assert list(w["scenario"].unique()) == ["link:0-1"] and (w["saving_pct"] > 30).all()
+
+
+def test_counterfactual_flag_writes_the_run_and_its_clean_twin(tmp_path):
+    """`generate_fixture.py --counterfactual`: OUT is byte for byte the run
+    without the flag; OUT/counterfactual is the same run without the cause
+    (rank 2's steps start on time; every collective's transfer unchanged)."""
+    import filecmp
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "fixtures",
+                          "generate_fixture.py")
+    args = ["--ranks", "4", "--steps", "2", "--straggler_rank", "2"]
+    for out, extra in ((tmp_path / "plain", []), (tmp_path / "cf", ["--counterfactual"])):
+        subprocess.run([sys.executable, script, "--out", str(out), *args, *extra], check=True, timeout=300,
+                       capture_output=True)
+    names = sorted(os.listdir(tmp_path / "plain"))
+    _, mismatch, errors = filecmp.cmpfiles(tmp_path / "plain", tmp_path / "cf", names, shallow=False)
+    assert not mismatch and not errors
+    with open(tmp_path / "cf" / "truth.json") as f:
+        truth = json.load(f)
+    with open(tmp_path / "cf" / "counterfactual" / "truth.json") as f:
+        clean = json.load(f)
+    assert clean["counterfactual"] == {"removed": ["straggler_rank"]}
+    assert [c["transfer_ns"] for c in clean["collectives"]] == [c["transfer_ns"] for c in truth["collectives"]]
+    late = [s["per_rank"]["2"]["true_start_ns"] - s["per_rank"]["0"]["true_start_ns"] for s in truth["profiler_steps"]]
+    on_time = [s["per_rank"]["2"]["true_start_ns"] - s["per_rank"]["0"]["true_start_ns"]
+               for s in clean["profiler_steps"]]
+    assert all(a - b >= 900_000 for a, b in zip(late, on_time))   # the 1 ms straggler delay, gone
