@@ -95,12 +95,14 @@ class StepGraph:
             m = self.group.setdefault(inst, [])
             if k not in m:
                 m.append(k)
-        self.groups_of = [[] for _ in range(n)]
+        self.groups_of = [()] * n   # a tuple shared by the items in no group; a list of its own otherwise
         self.gtransfer = {}
         for inst, m in self.group.items():
             last = max(self.start[k] for k in m)
             self.gtransfer[inst] = max(0, min(self.end[k] for k in m) - last)
             for k in m:
+                if not self.groups_of[k]:
+                    self.groups_of[k] = []
                 self.groups_of[k].append(inst)
         self.members = [None] * n
         self.resid = np.zeros(n, np.int64)   # a member's end after its groups' ends (its own tail)
@@ -165,7 +167,9 @@ class StepGraph:
         self.pinned = pinned
         self.lat = np.where(pinned, 0, start - best).astype(np.int64)
         dep_cols = np.stack([pred, x, r])
-        self.deps = [tuple(d for d in col if d >= 0) for col in dep_cols.T.tolist()]
+        only_pred = ((x < 0) & (r < 0)).tolist()   # most items: at most a stream predecessor
+        self.deps = [(() if a < 0 else (a,)) if one else tuple(d for d in (a, b, c) if d >= 0)
+                     for one, a, b, c in zip(only_pred, pred.tolist(), x.tolist(), r.tolist())]
         self.rel = [float(s) if p else (None if v != v else float(v))
                     for s, p, v in zip(start.tolist(), pinned.tolist(), rel.tolist())]
         bound = dep_cols[np.minimum(which, 2), idx]
