@@ -10,6 +10,8 @@ The graph (``StepGraph``) is made from a step's node rows
   on an event the compute stream recorded); a compute kernel that starts
   right after a communication kernel's end, later than its own stream
   allowed, waits for it (``work.wait()``);
+* ``receive``: a compute kernel waits for the last receive its rank
+  finished before it started (a pipeline stage's input), bound or not;
 * ``launch``: a collective's host launch; a compute kernel that starts more
   than ``GAP_NS`` after every item it could wait for was waiting for its
   launch (its host release is its start: the summary keeps no compute
