@@ -853,7 +853,17 @@ def biggest_win(tables):
     ranked = critical.ranked(critical.whatif(tables, one_per_kind=True)["whatif"])
     if not len(ranked) or ranked.iloc[0]["saving_us"] <= 0:
         return None
-    return "Biggest what-if win: " + critical.line(next(ranked.head(1).itertuples()))
+    best = next(ranked.head(1).itertuples())
+    if not best.saving_pct >= WIN_WORTH_NAMING_PCT:
+        # a saving this small is inside the steps' own jitter: naming it as a
+        # win would send someone after nothing
+        return (f"Biggest what-if win: none worth naming (no scenario saves {WIN_WORTH_NAMING_PCT:g} % of the "
+                f"{critical._time(best.measured_step_us)} step; best: {critical.line(best)})")
+    return "Biggest what-if win: " + critical.line(best)
+
+
+#: the smallest mean saving, as a share of the step, that blockers names as a win
+WIN_WORTH_NAMING_PCT = 1.0
 
 
 class Answer(str):
