@@ -86,6 +86,13 @@ def finish_rank(collector):
     labels, collector.labels = _concat(collector.labels, _U_DTYPE), None
     kernels, launches = _candidates(collector.kernels, collector.launches, ops, comms, collector.lookup)
     kernel_parts, launch_parts = collector.kernels, collector.launches
+    # every row a candidate (e.g. a rank of send/recv kernels only): the
+    # joined candidates are the parts' rows in the same order, so the parts
+    # go (two copies of every kernel and launch would be held otherwise)
+    if sum(map(len, kernel_parts)) == len(kernels):
+        kernel_parts = [kernels] if len(kernels) else []
+    if sum(map(len, launch_parts)) == len(launches):
+        launch_parts = [launches] if len(launches) else []
     collector.kernels = collector.launches = None
     rows, quality = _describe_rank(collector.rank, kernels, launches, ops, comms, collector.strings,
                                    collector.lookup, meta, labels, collector.custom,
@@ -343,7 +350,7 @@ def _describe_rank(rank, kernels, launches, ops, comms, strings, lookup, meta, l
     if not len(sel):
         return _empty_rank_rows(), []
 
-    chosen = _take(kernels, sel)
+    chosen = kernels if len(sel) == len(kernels) else _take(kernels, sel)   # every kernel chosen: no copy
     n = len(sel)
     sel_by = _labels(("name", "comm_args", "cpu_op"),
                      np.where(name_match[sel], 0, np.where(has_kernel_comm[sel], 1, 2)))

@@ -148,7 +148,11 @@ def _mismatch_by_instance(df, cols, starts, codes_cache=None):
 def _first_rows(long, st):
     """The first row of every instance (kept in ``st``: three sheets read it; none modifies it)."""
     if "first" not in st:
-        st["first"] = long.iloc[st["starts"]].reset_index(drop=True)
+        starts = st["starts"]
+        if len(starts) == len(long):   # one row per instance: the rows themselves (copy-on-write), not a copy
+            st["first"] = long.reset_index(drop=True)
+        else:
+            st["first"] = long.iloc[starts].reset_index(drop=True)
     return st["first"]
 
 
