@@ -776,9 +776,12 @@ def _parse_ranks(ctx, param, value):
 @click.option("--focus", help="Only a window chosen from the analysis: worst (the collective instance with the most "
                               "waiting, with a margin), collective:ID (as in the report's sheets), step:N, or "
                               "time:T0:T1 (us); printed and kept in the output's metadata.")
-@click.option("--mark", "marks", type=click.Choice(["blockers"]), multiple=True,
+@click.option("--mark", "marks", type=click.Choice(["blockers", "critical_path"]), multiple=True,
               help="Add the analysis' answer: blockers = a track per rank with its late arrivals and the kernels "
-                   "that blocked them (runs the blocking analysis).")
+                   "that blocked them; critical_path = a 'critical path' track with each step's critical path "
+                   "(both run the blocking analysis; repeatable).")
+@click.option("--critical_path", "--critical-path", "critical_path", is_flag=True,
+              help="The same as --mark critical_path.")
 @click.option("--nccl_only", "--nccl-only", "nccl_only", is_flag=True,
         help="Only NCCL/RCCL kernels (kernel events whose name contains 'nccl', any case).")
 @align_clocks_option("off; on shifts each rank by its clock offset (the report's clock_alignment sheet) and "
@@ -790,8 +793,8 @@ def _parse_ranks(ctx, param, value):
 @quiet_option
 @handle_errors
 def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks,
-                 output, fmt, ranks, include_pyfunc, keep_spans, cats, name_regex, window, focus, marks, nccl_only,
-                 align_clocks, time_base, jobs, scheduler, quiet):
+                 output, fmt, ranks, include_pyfunc, keep_spans, cats, name_regex, window, focus, marks, critical_path,
+                 nccl_only, align_clocks, time_base, jobs, scheduler, quiet):
     """Per-rank traces -> one Perfetto / chrome://tracing JSON file (or Perfetto's protobuf .pftrace), streamed.
 
     Every rank gets its own pid, flow-id, correlation and External id range,
@@ -805,12 +808,15 @@ def fuse_command(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_
       streamtrace fuse --trace_dir run/ --window 5000000000:5000050000 --cat kernel -o -
       streamtrace fuse --trace_dir run/ -o run.pftrace.gz
       streamtrace fuse --trace_dir run/ --focus worst -o worst.pftrace
+      streamtrace fuse --trace_dir run/ --critical_path -o path.pftrace.gz
     """
     from .fuse import fuse as fuse_api
 
     _setup_logging(quiet)
     inputs = _resolve(paths, trace_dir, trace_pattern, trace_glob, rank_regex, world_size, allow_missing_ranks)
     cat_list = [c.strip() for c in cats.split(",") if c.strip()] if cats else None
+    if critical_path and "critical_path" not in marks:
+        marks = (*marks, "critical_path")
     if cats is not None and not cat_list:
         raise click.BadParameter("give at least one category", param_hint="--cat")
     with shown(progress_for(quiet, ("scanning", "writing"))) as progress, \

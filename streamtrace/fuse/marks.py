@@ -5,13 +5,14 @@ the reference rank arrived to when this rank did (``delta_us`` of the
 ``collective_blockers`` sheet), named after the collective, its args the
 dominant cause and the kernels that blocked it (``blocker_1..3`` with their
 streams and excess, ``top_blockers``: the names ``streamtrace blockers``
-prints).  The marks are ordinary events (string pid), written by both
-formats' writers before the ranks' events."""
+prints).  ``--mark critical_path``: each step's critical path on one
+track (critical_marks.py).  The marks are ordinary events (string pid),
+written by both formats' writers before the ranks' events."""
 import math
 
 from ..errors import StreamtraceError
 
-MARKS = ("blockers",)
+MARKS = ("blockers", "critical_path")
 MARK_SLOT = 899            # process_sort_index r * 1000 + 899: after the rank's processes, before string pids
 
 
@@ -23,11 +24,30 @@ def parse_marks(marks):
     return marks
 
 
-def blocker_marks(ranks_, jobs, align_clocks, window=None):
-    """The mark events (Chrome-trace dicts, ts in us on the fused timeline)."""
+def analysis_marks(ranks_, marks, jobs, align_clocks, window=None):
+    """The events of the marks asked for, from one run of the blocking
+    analysis (with the critical path's graph when that is marked)."""
+    from ..chain import correlated_tables
+    from .critical_marks import critical_path_marks
+
+    tables = correlated_tables([rk.path for rk in ranks_], jobs=jobs, align_clocks=True if align_clocks else None,
+                               critical="critical_path" in marks)
+    events = []
+    if "critical_path" in marks:
+        events += critical_path_marks(ranks_, tables, window)
+    if "blockers" in marks:
+        events += blocker_marks(ranks_, jobs, align_clocks, window, tables=tables)
+    return events
+
+
+def blocker_marks(ranks_, jobs, align_clocks, window=None, tables=None):
+    """The mark events (Chrome-trace dicts, ts in us on the fused timeline);
+    ``tables``: the blocking analysis' (None: run it here)."""
     from ..chain import correlated_tables
 
-    tables = correlated_tables([rk.path for rk in ranks_], jobs=jobs, align_clocks=True if align_clocks else None)
+    if tables is None:
+        tables = correlated_tables([rk.path for rk in ranks_], jobs=jobs,
+                                   align_clocks=True if align_clocks else None)
     late = tables.get("correlate.collective_blockers")
     coll = tables.get("align.collectives")
     if late is None or coll is None:

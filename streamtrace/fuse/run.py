@@ -13,7 +13,7 @@ from ..progress import fuse_progress
 from ..userregex import UserRegex
 from .clocks import _align_tables, _clock_offsets, _common_base
 from .focus import needs_analysis, parse_focus, resolve as resolve_focus
-from .marks import blocker_marks, parse_marks
+from .marks import analysis_marks, parse_marks
 from .inputs import _as_rank_inputs, _resolve_ranks
 from .layout import _id_stride, _labels, _lanes, _pid_maps, configure_rank
 from .options import FuseOptions, FuseResult, compression_for, parse_window
@@ -73,7 +73,8 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
     ``"step:N"`` or ``"time:T0:T1"`` (focus.py): only the events meeting that
     window of the fused timeline (instead of ``window``).  ``mark``:
     ``("blockers",)`` adds a track per rank with its late arrivals and what
-    blocked them (marks.py; runs the blocking analysis).  Returns a FuseResult.
+    blocked them, ``("critical_path",)`` a track with each step's critical
+    path (marks.py, critical_marks.py; both run the blocking analysis).  Returns a FuseResult.
     """
     t_start = time.time()
     opts = _options(include_pyfunc, keep_spans, cats, name_regex, window, nccl_only, align_clocks, time_base)
@@ -114,8 +115,8 @@ def fuse(inputs, output, ranks=None, include_pyfunc=False, cats=None, name_regex
         raise StreamtraceError(f"--focus {plan.focus.text}: no event in the window {plan.extra['focus']['window_us']} "
                                "us (outside the traces, or a gap in them); nothing written")
     _lay_out(ranks_, plan)
-    if "blockers" in plan.mark:
-        plan.marks = blocker_marks(ranks_, plan.jobs, opts.align_clocks, opts.window)
+    if plan.mark:
+        plan.marks = analysis_marks(ranks_, plan.mark, plan.jobs, opts.align_clocks, opts.window)
         plan.labels += plan.marks
     if output != "-" and compression == "none" and fmt == "json":
         _check_target_room(output, sum(rk.stats["events_kept"] for rk in ranks_))
