@@ -10,7 +10,8 @@ fixtures (several shapes, every injection) and, when ../shared is beside the
 checkout, every real trace set.  Outputs compared: collective-report CSVs
 (plain and with --blocking_analysis), xlsx cell values, blockers' text, the
 extracted stream (every frame but the per-rank summaries, which are an
-internal state whose layout may change) and its dump, the staged extract |
+internal state whose layout may change) and its dumps, the align and correlate
+stages' streams (from the extracted file), the staged extract |
 align | correlate | report CSVs, and fused traces.  Prints one line per
 difference; exits 1 if any.  ``--skip NAME`` leaves out commands whose
 output is meant to change.  With ``STREAMTRACE_SUMMARIES_MIN_BYTES=0`` in
@@ -110,6 +111,13 @@ def commands(src, world, out):
     j = os.path.join
     yield "extract", f"{st} extract {one} -o {j(out, 'run.stev')}", [j(out, "run.stev")]
     yield "dump", f"{st} dump {j(out, 'run.stev')} --what summary > {j(out, 'summary.txt')}", [j(out, "summary.txt")]
+    for what, fmt in (("meta", "jsonl"), ("meta", "csv"), ("meta", "table"), ("kernels", "csv"),
+                      ("collectives", "jsonl")):
+        name = f"dump-{what}.{fmt}"
+        yield name, f"{st} dump {j(out, 'run.stev')} --what {what} --format {fmt} > {j(out, name)}", [j(out, name)]
+    yield "align", f"{st} align {j(out, 'run.stev')} -o {j(out, 'aligned.stev')}", [j(out, "aligned.stev")]
+    yield "correlate", f"{st} correlate {j(out, 'aligned.stev')} -o {j(out, 'correlated.stev')}", \
+        [j(out, "correlated.stev")]
     yield "collective-report", f"{st} collective-report {one} --output_csvs_dir {j(out, 'cr')}", [j(out, "cr")]
     yield "collective-report-xlsx", f"{st} collective-report {one} --output_xlsx_path {j(out, 'cr.xlsx')}", \
         [j(out, "cr.xlsx")]

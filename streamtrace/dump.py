@@ -83,10 +83,11 @@ class _Rank:
         return pd.concat([joined, comms_frame(self.view(comms=comms))], axis=1)
 
 
-def _summary_rows(source):
-    """(rank, summary row) of every rank of one stream, in rank order, once
-    the whole stream checked out (every frame's checksum and envelope, as
-    iter_frames reads it): only META payloads are decoded."""
+def _summary_rows(source, what="summary"):
+    """(rank, row) of every rank of one stream, in rank order, once the
+    whole stream checked out (every frame's checksum and envelope, as
+    iter_frames reads it): only META payloads are decoded.  ``what``:
+    "summary" (``_summary_row``) or "meta" (the META object, rank first)."""
     metas, counts = {}, {}
     for frame in iter_frames(source):
         kind = frame.kind
@@ -98,7 +99,10 @@ def _summary_rows(source):
         elif kind in Kind.RECORDS:
             c[kind] = c.get(kind, 0) + frame.count()
     for rank in sorted(counts):
-        yield rank, _summary_row(rank, metas.get(rank) or {}, counts[rank])
+        if what == "meta":
+            yield rank, {"rank": rank, **(metas.get(rank) or {})}
+        else:
+            yield rank, _summary_row(rank, metas.get(rank) or {}, counts[rank])
 
 
 def _tables(source, what):
@@ -201,10 +205,10 @@ def dump_stream(sources, what, fmt, out, ranks=None):
     """Write table ``what`` of every rank, piece by piece as the stream is
     read (an aligned text table needs every row first, so it is printed
     once, at the end)."""
-    if what == "summary" and fmt != "table":   # no pandas: the summary is a few numbers per rank
+    if what in ("summary", "meta") and fmt != "table":   # no pandas: a row of plain values per rank
         first = True
         for source in sources:
-            rows = [row for r, row in _summary_rows(source) if ranks is None or r in ranks]
+            rows = [row for r, row in _summary_rows(source, what) if ranks is None or r in ranks]
             write_rows(rows, fmt, out, header=first)
             first = first and not rows
         return
