@@ -164,3 +164,38 @@ def test_unknown_mark_is_refused(tmp_path, run):
     proc = fuse_cli(*run, "--mark", "critical-path", "-o", out)
     assert proc.returncode != 0 and b"critical_path" in proc.stderr
     assert not out.exists()
+
+
+def test_clocks_the_fuse_does_not_apply_clip_and_warn(tmp_path):
+    """Without --align_clocks the fused timeline keeps clock offsets the
+    analysis applied: a segment moved before the end of the one before it
+    (on another rank) is clipped to start there, its end kept in its rank's
+    place; one warning says how many and what to do."""
+    d = tmp_path / "skewed"
+    truth = gen.generate(str(d), ranks=4, format="json", seed=5, clock_offsets_us=[0, 120, 75.5, 40],
+                         straggler_rank=STRAGGLER, straggler_us=300)
+    paths = [str(d / truth["files"][str(r)]) for r in range(4)]
+    out = tmp_path / "skew.json"
+    proc = fuse_cli(*paths, "--critical_path", "-o", out)
+    assert proc.returncode == 0, proc.stderr
+    warned = [ln for ln in proc.stderr.decode().splitlines() if "clipped" in ln]
+    assert len(warned) == 1 and "--align_clocks" in warned[0], proc.stderr
+    doc, shift, got, _ = json_track(out)
+    want, _ = expected(paths, shift)
+    assert [g[:2] for g in got] == [w[:2] for w in want]
+    # in path order, each segment ends where its rank has it (or, wholly before the end of the one before, there)
+    ev = [e for e in doc["traceEvents"] if e.get("cat") == "streamtrace.critical_path"]
+    by_step = {}
+    for e in ev:
+        by_step.setdefault(e["args"]["step"], []).append(e)
+    clipped = 0
+    for segs in by_step.values():
+        segs.sort(key=lambda e: e["args"]["order"])
+        for a, b in zip(segs, segs[1:]):
+            a_end = round((a["ts"] + a["dur"]) * 1000)
+            assert round(b["ts"] * 1000) >= a_end   # never overlapping
+            own = [w for w in want if w[0] == b["args"]["step"] and w[1] == b["name"]
+                   and abs(w[3] - w[2] - b["args"]["dur_us"] * 1000) <= 1]
+            assert own and round((b["ts"] + b["dur"]) * 1000) in {max(w[3], a_end) for w in own}
+            clipped += round(b["dur"] * 1000) < round(b["args"]["dur_us"] * 1000)
+    assert clipped == int(warned[0].split("critical_path: ")[1].split()[0])
