@@ -302,27 +302,26 @@ class StepGraph:
         for, (rank, sync end); per rank, its items with a host release by
         release time."""
         if not hasattr(self, "_succ"):
-            succ = [[] for _ in range(self.n)]
-            for i, ds in enumerate(self.deps):
-                for k in ds:
-                    succ[k].append(i)
-            for i in np.flatnonzero(self.pinned).tolist():   # host:R lets a launched-late item follow it
-                if self.prev[i] >= 0 and i not in succ[self.prev[i]]:
-                    succ[self.prev[i]].append(i)
+            n = self.n
+            # (dependency, dependent) pairs: the deps' columns, and host:R's prev for a launched-late item
+            src = np.concatenate([self.pred_a, self.x_a, self.r_a, np.where(self.pinned, self.prev_a, -1)])
+            dst = np.tile(np.arange(n), 4)
+            on = src >= 0
+            pairs = np.unique(np.stack([src[on], dst[on]], axis=1), axis=0) if on.any() else np.zeros((0, 2), np.int64)
+            cut = np.searchsorted(pairs[:, 0], np.arange(n + 1))
+            flat = pairs[:, 1].tolist()
+            succ = [flat[a:b] for a, b in zip(cut[:-1].tolist(), cut[1:].tolist())]
             sync_on = {}
             for r, calls in self.sync.items():
                 for _, y1, k in calls:
                     if k >= 0:
                         sync_on.setdefault(k, []).append((r, y1))
+            rel = np.array([np.nan if v is None else v for v in self.rel], np.float64)
             by_release = {}
-            for i, (r, rel) in enumerate(zip(self.rank.tolist(), self.rel)):
-                if rel is not None:
-                    by_release.setdefault(r, []).append((rel, i))
-            for r, v in by_release.items():
-                v.sort()
-                by_release[r] = ([x for x, _ in v], [i for _, i in v])
-            for r in self.sync:
-                by_release.setdefault(r, ([], []))
+            for r in set(self.rank.tolist()) | set(self.sync):
+                on = np.flatnonzero((self.rank == r) & ~np.isnan(rel))
+                o = on[np.lexsort((on, rel[on]))]
+                by_release[r] = (rel[o].tolist(), o.tolist())
             self._succ = (succ, sync_on, by_release)
             self._end_list, self._dur_list = self.end.tolist(), self.dur.astype(np.float64).tolist()
         return self._succ

@@ -44,10 +44,12 @@ class RankSpeed(Scenario):
         r = self.rank
         dur = g.dur.astype(np.float64).copy()
         on = np.flatnonzero((g.rank == r) & (g.kind == COMPUTE))
-        for i in on.tolist():
-            target, mine = run.median_dur.get(g.identity[i]), run.rank_dur.get((r, g.identity[i]))
-            if target is not None and mine and mine > target:
-                dur[i] = dur[i] * target / mine
+        if len(on):
+            ids = pd.Series(g.identity[on])
+            target = ids.map(run.median_dur).to_numpy(np.float64)
+            mine = ids.map(run.rank_dur_of(r)).to_numpy(np.float64)
+            slower = mine > target   # False where either is missing (NaN)
+            dur[on[slower]] = dur[on[slower]] * target[slower] / mine[slower]
         return dict(dur=dur, warp={r: _warp(g, r)})
 
 
@@ -173,6 +175,13 @@ class RunFacts:
         self.contention_lost = lost.dropna().sort_values(ascending=False).to_dict()
         self.total_dur = dur.groupby(comp["identity"]).sum().sort_values(ascending=False)
         self.link_bw, self.median_link_bw = _link_bandwidths(nodes)
+        self._rank_dur = {}
+
+    def rank_dur_of(self, r):
+        """{identity: rank r's median duration}"""
+        if r not in self._rank_dur:
+            self._rank_dur[r] = {k: v for (rank, k), v in self.rank_dur.items() if rank == r}
+        return self._rank_dur[r]
 
 
 def _link_bandwidths(nodes):
