@@ -720,3 +720,71 @@ def format_rows(columns, n_rows, sep=b",", row_open=b"", row_close=b"\n", num_op
             continue
         row += rc
         yield bytes(out[:used[0]])
+
+
+# ---------------------------------------------------------------- pftrace
+
+class PftraceEncoder:
+    """One rank's C protobuf encoder (csrc/st_pftrace.h), the twin of
+    fuse/pftrace.py's RankEncoder.  ``feed`` returns the chunk's packets, or
+    None when the chunk holds something only the Python encoder reproduces
+    (then ``export`` gives the state to go on from)."""
+
+    def __init__(self, seq, max_interned):
+        ptr = ffi.new("st_pft **")
+        if lib.st_pft_create(ptr, seq, max_interned) != lib.ST_PFT_OK:
+            raise MemoryError("cannot allocate a pftrace encoder")
+        self._p = ffi.gc(ptr[0], lib.st_pft_destroy)
+        self._out = ffi.new("const uint8_t **")
+        self._len = ffi.new("size_t *")
+
+    def _check(self, rc):
+        if rc == lib.ST_PFT_NOMEM:
+            raise MemoryError("out of memory in the pftrace encoder")
+        if rc == lib.ST_PFT_LIMIT:
+            raise TraceError("pftrace encoder", "a limit was hit (over 4,194,304 tracks in one rank, or a 2 GB buffer)")
+        return rc
+
+    def add_process(self, key, rest):
+        self._check(lib.st_pft_add_process(self._p, key, len(key), rest, len(rest)))
+
+    def add_thread(self, key, name, sort):
+        self._check(lib.st_pft_add_thread(self._p, key, len(key), int(name is not None), name or b"",
+                                          len(name or b""), int(sort is not None), sort or 0))
+
+    def feed(self, chunk):
+        buf = ffi.from_buffer(chunk)
+        rc = self._check(lib.st_pft_feed(self._p, buf, len(buf), self._out, self._len))
+        if rc == lib.ST_PFT_UNSUPPORTED:
+            return None
+        return ffi.buffer(self._out[0], self._len[0])[:] if self._len[0] else b""
+
+    def counts(self):
+        c = ffi.new("int64_t[4]")
+        lib.st_pft_counts(self._p, c)
+        return list(c)
+
+    def _blob(self, fn):
+        self._check(fn(self._p, self._out, self._len))
+        return ffi.buffer(self._out[0], self._len[0])[:] if self._len[0] else b""
+
+    def skipped(self):
+        """{reason: count} in first-seen order."""
+        out, blob, i = {}, self._blob(lib.st_pft_skipped), 0
+        while i < len(blob):
+            j = blob.index(b"\0", i)
+            out[blob[i:j].decode()] = int.from_bytes(blob[j + 1:j + 9], "little", signed=True)
+            i = j + 9
+        return out
+
+    def export(self):
+        """(cleared, interned, [(table, key bytes, value)]): tables 0-2 the
+        interning tables, 3 the track uuids."""
+        blob = self._blob(lib.st_pft_export)
+        cleared, interned = blob[0], int.from_bytes(blob[1:9], "little", signed=True)
+        entries, i = [], 9
+        while i < len(blob):
+            n = int.from_bytes(blob[i + 1:i + 5], "little")
+            entries.append((blob[i], blob[i + 5:i + 5 + n], int.from_bytes(blob[i + 5 + n:i + 13 + n], "little")))
+            i += 13 + n
+        return bool(cleared), interned, entries

@@ -20,8 +20,10 @@ the GPU event ends it.  Counters (C) get one counter track per series.
 Field numbers: perfetto/trace/trace_packet.proto, track_event/*.proto.
 """
 import json
+import os
 from decimal import Decimal
 
+from ..errors import StreamtraceError
 from ..extract import decode_raw_string
 from .layout import _labels, rank_pid_string
 from .protobuf import _SMALL, _TABLE, field_bytes as _b, field_double, field_fixed64, field_varint as _v, key, varint
@@ -54,6 +56,7 @@ BOOKKEEPING_ARGS = frozenset(("rank", "lane", "pid_raw", "tid_raw", "id_raw", "c
                               "external id_raw"))
 MAX_INTERNED = 1 << 16           # entries per sequence before its tables are cleared (bounded memory)
 META_SEQUENCE = (1 << 31) - 1    # the run's own track (metadata, focus window)
+DEFAULT_ENCODER = "python"       # STREAMTRACE_PFTRACE_ENCODER: "c" or "python"
 _DEBUG_TAG, _INT_TAG = key(E_DEBUG, 2), key(A_INT, 0)
 _TS_TAG, _EVENT_TAG, _PACKET_TAG = key(P_TIMESTAMP, 0), key(P_TRACK_EVENT, 2), key(TRACE_PACKET, 2)
 _FLAGS = {f: _v(P_SEQ_FLAGS, f) for f in (SEQ_NEEDS, SEQ_NEEDS | SEQ_CLEARED)}
@@ -118,20 +121,7 @@ class RankEncoder:
         if uuid is not None:
             return uuid
         uuid = self._uuid(key)
-        name, labels, sort = self._processes.get(pid, (None, (), None))
-        body = _v(T_UUID, uuid) + _v(T_CHILD_ORDERING, ORDER_EXPLICIT)
-        if isinstance(pid, int):
-            proc = _v(PR_PID, _int32(pid)) + _b(PR_NAME, name or f"pid {pid}")
-            if sort is not None:
-                proc += _v(PR_SORT, _int32(sort))
-            for label in labels:
-                proc += _b(PR_LABELS, label)
-            body += _b(T_PROCESS, proc)
-        else:
-            body += _b(T_NAME, name or str(pid))
-        if sort is not None:
-            body += _v(T_SIBLING_RANK, _int32(sort))
-        self._descriptor(body, parts)
+        self._descriptor(_v(T_UUID, uuid) + _process_rest(pid, *self._processes.get(pid, (None, (), None))), parts)
         return uuid
 
     def _thread_track(self, pid, tid, lane, parts):
@@ -337,6 +327,126 @@ class RankEncoder:
             self._event_packet(ts, _v(E_TYPE, COUNTER) + _v(E_TRACK_UUID, track)
                                + field_double(E_DOUBLE_COUNTER, float(value)), pending, parts)
             self.stats["counters"] += 1
+
+
+def _process_rest(pid, name, labels, sort):
+    """A process track's descriptor after its uuid."""
+    body = _v(T_CHILD_ORDERING, ORDER_EXPLICIT)
+    if isinstance(pid, int):
+        proc = _v(PR_PID, _int32(pid)) + _b(PR_NAME, name or f"pid {pid}")
+        if sort is not None:
+            proc += _v(PR_SORT, _int32(sort))
+        for label in labels:
+            proc += _b(PR_LABELS, label)
+        body += _b(T_PROCESS, proc)
+    else:
+        body += _b(T_NAME, name or str(pid))
+    if sort is not None:
+        body += _v(T_SIBLING_RANK, _int32(sort))
+    return body
+
+
+# ------------------------------------------------------------ the C encoder
+
+def _ckey(v):
+    """A pid or tid as csrc/st_pftrace.c keys it (None: a value it never keys)."""
+    if v is None:
+        return b"n"
+    if type(v) is int and _INT64[0] <= v <= _INT64[1]:
+        return b"i" + v.to_bytes(8, "little", signed=True)
+    if type(v) is str:
+        raw = v.encode("utf-8", "surrogatepass")   # (a lone surrogate: bytes the C side never has)
+        return b"s" + len(raw).to_bytes(4, "little") + raw
+    return None
+
+
+def _key_values(raw):
+    """The pids, tids and texts of an exported C track key, and what is left (a lane)."""
+    out, i = [], 0
+    while i < len(raw):
+        t = raw[i:i + 1]
+        if t == b"n":
+            out.append(None)
+            i += 1
+        elif t == b"i":
+            out.append(int.from_bytes(raw[i + 1:i + 9], "little", signed=True))
+            i += 9
+        else:
+            n = int.from_bytes(raw[i + 1:i + 5], "little")
+            out.append(raw[i + 5:i + 5 + n].decode("utf-8"))
+            i += 5 + n
+    return out
+
+
+def _track_key(raw):
+    """An exported C track key as RankEncoder keys its tracks."""
+    kind, rest = raw[:1].decode(), raw[1:]
+    if kind == "t":   # pid, tid, then the lane as 8 raw bytes
+        lane = int.from_bytes(rest[-8:], "little", signed=True)
+        pid, tid = _key_values(rest[:-8])
+        return ("t", pid, tid, lane)
+    return (kind, *_key_values(rest))
+
+
+class NativeRankEncoder:
+    """RankEncoder's interface over the C encoder (csrc/st_pftrace.c),
+    byte for byte the same output; from a chunk the C side does not
+    reproduce exactly, the rank goes on in the Python encoder from the C
+    encoder's state."""
+
+    def __init__(self, rk, out):
+        from .._native import PftraceEncoder
+        self.rk, self.out = rk, out
+        self._py = None
+        self._c = PftraceEncoder(rk.rank + 1, MAX_INTERNED)
+        for pid, info in _process_info(rk).items():
+            k = _ckey(pid)
+            if k is not None:
+                self._c.add_process(k, _process_rest(pid, *info))
+        for (pid, tid), (name, sort) in _thread_info(rk).items():
+            kp, kt = _ckey(pid), _ckey(tid)
+            if kp is not None and kt is not None:
+                sort = sort if isinstance(sort, int) and not isinstance(sort, bool) else None
+                self._c.add_thread(kp + kt, None if name is None else name.encode("utf-8", "replace"),
+                                   None if sort is None else min(max(sort, _INT64[0]), _INT64[1]))
+
+    def feed(self, chunk):
+        if self._py is None:
+            data = self._c.feed(chunk)
+            if data is not None:
+                if data:
+                    self.out(data)
+                return
+            self._py = self._take_over()
+        self._py.feed(chunk)
+
+    def _take_over(self):
+        py = RankEncoder(self.rk, self.out)
+        cleared, interned, entries = self._c.export()
+        py._cleared, py._interned = cleared, interned
+        for table, raw, value in entries:
+            if table < 3:
+                py._tables[table][raw.decode("utf-8")] = value
+            else:
+                py._uuids[_track_key(raw)] = value
+        py.stats = self.stats
+        return py
+
+    @property
+    def stats(self):
+        if self._py is not None:
+            return self._py.stats
+        slices, instants, counters, flows = self._c.counts()
+        return {"slices": slices, "instants": instants, "counters": counters, "flow_events": flows,
+                "skipped": self._c.skipped()}
+
+
+def encoder_for(rk, out, kind=None):
+    """The rank encoder: STREAMTRACE_PFTRACE_ENCODER=c (the default) or python (the reference)."""
+    kind = (kind or os.environ.get("STREAMTRACE_PFTRACE_ENCODER", "") or DEFAULT_ENCODER).strip().lower()
+    if kind not in ("c", "python"):
+        raise StreamtraceError(f"STREAMTRACE_PFTRACE_ENCODER={kind}: expected c or python")
+    return NativeRankEncoder(rk, out) if kind == "c" else RankEncoder(rk, out)
 
 
 def _plain(v):

@@ -12,7 +12,7 @@ import json
 from types import SimpleNamespace
 
 from ..errors import StreamtraceError
-from .pftrace import META_SEQUENCE, RankEncoder, meta_packets
+from .pftrace import META_SEQUENCE, encoder_for, meta_packets
 
 MARKS_SEQUENCE = META_SEQUENCE - 1
 from .trailer import _meta, _trailer
@@ -45,12 +45,12 @@ class PftraceWriter:
             return b""
         parts = []
         marks = SimpleNamespace(rank=MARKS_SEQUENCE - 1, tracks=[], pid_map={})
-        RankEncoder(marks, parts.append).feed(b"," + b",".join(
+        encoder_for(marks, parts.append).feed(b"," + b",".join(
             json.dumps(e, separators=(",", ":")).encode() for e in plan.marks))
         return b"".join(parts)
 
     def rank_sink(self, rk, write):
-        enc = RankEncoder(rk, write)
+        enc = encoder_for(rk, write)
 
         def finish():
             rk.encoded = enc.stats

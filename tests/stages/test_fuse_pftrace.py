@@ -183,3 +183,126 @@ def fuse_pf(tmp_path, inputs):
     out = tmp_path / "t.pftrace"
     fuse(inputs, str(out))
     return out
+
+
+# ------------------------------------------------------------ the C encoder against the Python reference
+
+def _rank_chunks(monkeypatch, tmp_path, inputs, **kw):
+    """{rank: (rk, the rewriter's output chunks)} of a .pftrace fuse."""
+    from streamtrace.fuse.writers import PftraceWriter
+    captured = {}
+    orig = PftraceWriter.rank_sink
+
+    def sink(self, rk, write):
+        feed, finish = orig(self, rk, write)
+        chunks = captured.setdefault(rk.rank, (rk, []))[1]
+
+        def tee(chunk):
+            chunks.append(bytes(chunk))
+            feed(chunk)
+        return tee, finish
+    with monkeypatch.context() as m:
+        m.setattr(PftraceWriter, "rank_sink", sink)
+        fuse(inputs, str(tmp_path / "chunks.pftrace"), **kw)
+    return captured
+
+
+def _encode(cls, rk, chunks):
+    parts = []
+    enc = cls(rk, parts.append)
+    for c in chunks:
+        enc.feed(c)
+    return b"".join(parts), enc.stats, enc
+
+
+def assert_c_matches_python(captured, fallback_ok=False):
+    assert captured
+    for rank, (rk, chunks) in captured.items():
+        want, want_stats, _ = _encode(pftrace.RankEncoder, rk, chunks)
+        got, got_stats, enc = _encode(pftrace.NativeRankEncoder, rk, chunks)
+        assert got == want, (rank, len(got), len(want))
+        assert json.dumps(got_stats) == json.dumps(want_stats)
+        if not fallback_ok:
+            assert enc._py is None, f"rank {rank}: the C encoder handed over to Python"
+
+
+def test_c_encoder_identical_on_generated_runs(tmp_path, monkeypatch, run_new, run_old):
+    assert_c_matches_python(_rank_chunks(monkeypatch, tmp_path, run_new, align_clocks=True))
+    assert_c_matches_python(_rank_chunks(monkeypatch, tmp_path, run_old))
+
+
+def test_c_encoder_identical_on_hostile_names_and_an_empty_rank(tmp_path, monkeypatch):
+    weird = ['"quoted" \\ back', "tab\tnew\nline", "nul\u0000", "emoji \U0001F600", "\u202eRTL", "x" * 5000, "",
+             "\ud800 lone", "caf\u00e9 \x7f"]
+    events = [{"ph": "X", "cat": c, "name": n, "pid": 7, "tid": n or 3, "ts": 100 + i + 0.0005 * i, "dur": 1.5,
+               "args": {n or "empty": n, "nested": {"a": [1, 2.5, None, 1e-7, 1e22, -0.0, n]}, "big": 2 ** 70,
+                        "f": 0.1, "t": True, "no": None, "neg": -3, "lane": i % 2, "tid_raw": 9}}
+              for i, (n, c) in enumerate(zip(weird, weird[::-1]))]
+    events.append({"ph": "C", "name": "mem", "pid": 7, "ts": 101, "args": {"bytes": 5, "other": 2.5, "x_raw": 1}})
+    events.append({"ph": "i", "name": "mark", "pid": 7, "tid": 3, "ts": 102, "s": "t"})
+    events.append({"ph": "Q", "name": "odd", "pid": 7, "tid": 3, "ts": 102})
+    events.append({"ph": "X", "name": "no ts", "pid": "str pid", "tid": 3})
+    a, b, c = tmp_path / "r0.json", tmp_path / "r1.json", tmp_path / "r2.json"
+    a.write_text(json.dumps({"traceEvents": events}))
+    b.write_text(json.dumps({"traceEvents": []}))
+    c.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "python_function", "name": "f", "pid": "p",
+                                              "tid": "t", "ts": 1, "dur": 1}]}))
+    assert_c_matches_python(_rank_chunks(monkeypatch, tmp_path, [str(a), str(b), str(c)]))
+
+
+def test_c_encoder_identical_on_truncated_input(tmp_path, monkeypatch):
+    d = tmp_path / "run"
+    truth = gen.generate(str(d), ranks=2, format="json.gz", truncate_rank=1, truncate_at_fraction=0.6, seed=3)
+    paths = [str(d / truth["files"][str(r)]) for r in range(2)]
+    assert_c_matches_python(_rank_chunks(monkeypatch, tmp_path, paths))
+
+
+def test_c_encoder_identical_across_interning_restarts(tmp_path, monkeypatch):
+    monkeypatch.setattr(pftrace, "MAX_INTERNED", 10)
+    events = [{"ph": "X", "cat": f"c{i % 3}", "name": f"unique{i}", "pid": 1, "tid": 1, "ts": 10 * i, "dur": 5,
+               "args": {f"k{i}": i, "s": "same"}} for i in range(200)]
+    p = tmp_path / "r0.json"
+    p.write_text(json.dumps({"traceEvents": events}))
+    assert_c_matches_python(_rank_chunks(monkeypatch, tmp_path, [str(p)]))
+
+
+@pytest.mark.parametrize("focus", ["worst", "step:13", "collective:0_3", "time:0:1", "time:1e12:2e12"])
+def test_c_encoder_identical_in_focus_windows(tmp_path, monkeypatch, run_new, focus):
+    try:
+        captured = _rank_chunks(monkeypatch, tmp_path, run_new, focus=focus)
+    except StreamtraceError as e:   # an empty window or one beyond the trace: refused before any rank is encoded
+        assert focus.startswith("time:"), e
+        return
+    assert_c_matches_python(captured)
+
+
+def test_c_encoder_hands_over_to_python_mid_rank(tmp_path):
+    from types import SimpleNamespace
+    rk = SimpleNamespace(rank=2, tracks=[], pid_map={})
+    ev = [{"ph": "X", "cat": "cpu_op", "name": f"n{i % 4}", "pid": 1, "tid": 1, "ts": 10 + i, "dur": 1,
+           "args": {"k": i}} for i in range(20)]
+    chunk = lambda es: b"," + ",".join(json.dumps(e) for e in es).encode()   # noqa: E731
+    # an exponent in a time: the C encoder refuses the chunk, the rank goes on in Python from its state
+    odd = chunk(ev[5:10]).replace(b'"ts": 15,', b'"ts": 1.5e1,')
+    assert odd != chunk(ev[5:10])
+    chunks = [chunk(ev[:5]), odd, chunk(ev[10:])]
+    want, want_stats, _ = _encode(pftrace.RankEncoder, rk, chunks)
+    got, got_stats, enc = _encode(pftrace.NativeRankEncoder, rk, chunks)
+    assert enc._py is not None
+    assert got == want and got_stats == want_stats
+
+
+def test_c_encoder_floats_as_python_writes_them():
+    import random
+    from types import SimpleNamespace
+    rnd = random.Random(5)
+    vals = [0.1, 1e16, 1e15, 1e-4, 1e-5, 123456789.125, 5e-324, 1.7976931348623157e308, -2.5, 1 / 3]
+    vals += [rnd.uniform(-1e6, 1e6) for _ in range(300)] + [rnd.random() * 10 ** rnd.randint(-30, 30)
+                                                            for _ in range(300)]
+    rk = SimpleNamespace(rank=0, tracks=[], pid_map={})
+    events = [{"ph": "X", "name": "f", "pid": 1, "tid": 1, "ts": i, "dur": 1, "args": {"v": [v], "d": v}}
+              for i, v in enumerate(vals)]
+    chunks = [b"," + ",".join(json.dumps(e, separators=(",", ":")) for e in events).encode()]
+    want, _, _ = _encode(pftrace.RankEncoder, rk, chunks)
+    got, _, enc = _encode(pftrace.NativeRankEncoder, rk, chunks)
+    assert enc._py is None and got == want
