@@ -183,7 +183,7 @@ typedef struct {
 
 struct st_pft {
     uint32_t seq;
-    buf out, arena, ev, pend, tmp, exp;
+    buf out, arena, ev, pend, tmp, exp, kbuf;
     map tables[3]; /* categories, names, annotation names -> iid */
     map uuids, procs, threads;
     buf proc_rest;               /* procs' values: offset << 32 | length into this */
@@ -212,7 +212,8 @@ int st_pft_create(st_pft **out, uint32_t seq, int64_t max_interned) {
 
 void st_pft_destroy(st_pft *p) {
     if (!p) return;
-    buf *bs[] = {&p->out, &p->arena, &p->ev, &p->pend, &p->tmp, &p->exp, &p->proc_rest, &p->thread_info};
+    buf *bs[] = {&p->out, &p->arena, &p->ev, &p->pend, &p->tmp, &p->exp, &p->kbuf, &p->proc_rest,
+                  &p->thread_info};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) free(bs[i]->p);
     for (int i = 0; i < 3; i++) map_free(&p->tables[i]);
     map_free(&p->uuids); map_free(&p->procs); map_free(&p->threads);
@@ -802,6 +803,14 @@ static int process_track(st_pft *p, const jv *pid, uint64_t *uuid) {
 }
 
 static int thread_track(st_pft *p, const jv *pid, const jv *tid, int64_t lane, uint64_t *uuid) {
+    /* the common case, a known track: its key in a reused buffer */
+    buf *k = &p->kbuf;
+    k->n = 0;
+    TRY(putc_(k, 't'));
+    TRY(ckey(k, p, pid));
+    TRY(ckey(k, p, tid));
+    TRY(put(k, &lane, 8));
+    if (map_get(&p->uuids, k->p, k->n, uuid)) return 0;
     buf key = {0};
     int rc = putc_(&key, 't');
     if (!rc) rc = ckey(&key, p, pid);
@@ -943,8 +952,9 @@ static int annotations(st_pft *p, const event *ev) {
     for (size_t i = 0; i < ev->n_args; i++) {
         const pair *a = &p->pairs[ev->args + i];
         int book = 0;
-        for (size_t j = 0; j < sizeof BOOKKEEPING / sizeof BOOKKEEPING[0]; j++)
-            book |= key_is(p, a->koff, a->klen, BOOKKEEPING[j]);
+        if (a->klen >= 4 && a->klen <= 15)   /* the bookkeeping keys' lengths */
+            for (size_t j = 0; j < sizeof BOOKKEEPING / sizeof BOOKKEEPING[0] && !book; j++)
+                book = key_is(p, a->koff, a->klen, BOOKKEEPING[j]);
         if (book) continue;
         uint64_t name;
         TRY(iid(p, 2, p->arena.p + a->koff, a->klen, &name));

@@ -56,7 +56,7 @@ BOOKKEEPING_ARGS = frozenset(("rank", "lane", "pid_raw", "tid_raw", "id_raw", "c
                               "external id_raw"))
 MAX_INTERNED = 1 << 16           # entries per sequence before its tables are cleared (bounded memory)
 META_SEQUENCE = (1 << 31) - 1    # the run's own track (metadata, focus window)
-DEFAULT_ENCODER = "python"       # STREAMTRACE_PFTRACE_ENCODER: "c" or "python"
+DEFAULT_ENCODER = "c"            # STREAMTRACE_PFTRACE_ENCODER: "c" or "python" (the reference)
 _DEBUG_TAG, _INT_TAG = key(E_DEBUG, 2), key(A_INT, 0)
 _TS_TAG, _EVENT_TAG, _PACKET_TAG = key(P_TIMESTAMP, 0), key(P_TRACK_EVENT, 2), key(TRACE_PACKET, 2)
 _FLAGS = {f: _v(P_SEQ_FLAGS, f) for f in (SEQ_NEEDS, SEQ_NEEDS | SEQ_CLEARED)}

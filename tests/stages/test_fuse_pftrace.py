@@ -306,3 +306,14 @@ def test_c_encoder_floats_as_python_writes_them():
     want, _, _ = _encode(pftrace.RankEncoder, rk, chunks)
     got, _, enc = _encode(pftrace.NativeRankEncoder, rk, chunks)
     assert enc._py is None and got == want
+
+
+def test_encoder_choice(monkeypatch):
+    from types import SimpleNamespace
+    rk = SimpleNamespace(rank=0, tracks=[], pid_map={})
+    assert isinstance(pftrace.encoder_for(rk, print), pftrace.NativeRankEncoder)   # the default
+    monkeypatch.setenv("STREAMTRACE_PFTRACE_ENCODER", "python")
+    assert type(pftrace.encoder_for(rk, print)) is pftrace.RankEncoder
+    monkeypatch.setenv("STREAMTRACE_PFTRACE_ENCODER", "fast")
+    with pytest.raises(StreamtraceError, match="STREAMTRACE_PFTRACE_ENCODER=fast: expected c or python"):
+        pftrace.encoder_for(rk, print)
