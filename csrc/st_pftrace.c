@@ -31,15 +31,24 @@ static int grow(buf *b, size_t extra) {
     return 0;
 }
 
-static int put(buf *b, const void *s, size_t n) {
-    int rc = grow(b, n);
-    if (rc) return rc;
+static inline int put(buf *b, const void *s, size_t n) {
+    if (b->cap - b->n < n) {
+        int rc = grow(b, n);
+        if (rc) return rc;
+    }
     if (n) memcpy(b->p + b->n, s, n);
     b->n += n;
     return 0;
 }
 
-static int putc_(buf *b, uint8_t c) { return put(b, &c, 1); }
+static inline int putc_(buf *b, uint8_t c) {
+    if (b->n == b->cap) {
+        int rc = grow(b, 1);
+        if (rc) return rc;
+    }
+    b->p[b->n++] = c;
+    return 0;
+}
 
 static size_t vlen(uint64_t v) {
     size_t n = 1;
@@ -47,7 +56,7 @@ static size_t vlen(uint64_t v) {
     return n;
 }
 
-static int varint(buf *b, uint64_t v) {
+static inline int varint(buf *b, uint64_t v) {
     uint8_t t[10];
     size_t n = 0;
     while (v >= 0x80) { t[n++] = (uint8_t)(v | 0x80); v >>= 7; }
@@ -57,7 +66,7 @@ static int varint(buf *b, uint64_t v) {
 
 #define TRY(x) do { int rc_ = (x); if (rc_) return rc_; } while (0)
 
-static int fvar(buf *b, unsigned field, uint64_t v) { TRY(varint(b, (uint64_t)field << 3)); return varint(b, v); }
+static inline int fvar(buf *b, unsigned field, uint64_t v) { TRY(varint(b, (uint64_t)field << 3)); return varint(b, v); }
 static int fbytes(buf *b, unsigned field, const void *s, size_t n) {
     TRY(varint(b, ((uint64_t)field << 3) | 2));
     TRY(varint(b, n));
@@ -94,8 +103,16 @@ typedef struct {
 } map;
 
 static uint64_t hash_bytes(const uint8_t *s, size_t n) {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) { h ^= s[i]; h *= 1099511628211ULL; }
+    uint64_t h = 1469598103934665603ULL ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ s[i]) * 1099511628211ULL;
+    h ^= h >> 32;
     return h;
 }
 
@@ -160,7 +177,6 @@ enum { J_MISSING, J_NULL, J_TRUE, J_FALSE, J_INT, J_DEC, J_STR, J_NEST, J_BIG, J
 typedef struct {
     int t;
     int64_t i;
-    double d;
     size_t off, len;       /* J_STR: decoded text in the arena; J_NEST: its json.dumps text there */
     const uint8_t *raw;    /* J_DEC / J_BIG: the number's text in the chunk */
     size_t raw_len;
@@ -177,8 +193,6 @@ typedef struct {
     int args_obj;
     int64_t ts_ns, dur_ns;
     int has_ts, has_dur;
-    int64_t key_ts, key_dur;
-    size_t index;
 } event;
 
 struct st_pft {
@@ -410,7 +424,25 @@ static int dump_double(buf *b, double d) {
     return put(b, o, (size_t)n);
 }
 
-/* A number: J_INT (int64), J_BIG (an integer beyond) or J_DEC. */
+/* A J_DEC's value, as float(Decimal(text)) (both correctly rounded). */
+static int dec_value(const jv *v, double *d) {
+    char t[64];
+    if (v->raw_len < sizeof t) {
+        memcpy(t, v->raw, v->raw_len);
+        t[v->raw_len] = 0;
+        *d = strtod(t, NULL);
+        return 0;
+    }
+    char *big = malloc(v->raw_len + 1);
+    if (!big) return ST_PFT_NOMEM;
+    memcpy(big, v->raw, v->raw_len);
+    big[v->raw_len] = 0;
+    *d = strtod(big, NULL);
+    free(big);
+    return 0;
+}
+
+/* A number: J_INT (int64), J_BIG (an integer beyond) or J_DEC (its value made when needed). */
 static int parse_number(parser *q, jv *v) {
     const uint8_t *s = q->s, *r = s;
     if (r < q->e && *r == '-') r++;
@@ -433,17 +465,6 @@ static int parse_number(parser *q, jv *v) {
     v->raw = s;
     v->raw_len = (size_t)(r - s);
     if (dec) {
-        char t[64];
-        if (v->raw_len >= sizeof t) {
-            char *big = malloc(v->raw_len + 1);
-            if (!big) return fail(q, ST_PFT_NOMEM);
-            memcpy(big, s, v->raw_len); big[v->raw_len] = 0;
-            v->d = strtod(big, NULL);
-            free(big);
-        } else {
-            memcpy(t, s, v->raw_len); t[v->raw_len] = 0;
-            v->d = strtod(t, NULL);
-        }
         v->t = J_DEC;
         return 0;
     }
@@ -517,7 +538,11 @@ static int parse_value(parser *q, jv *v, buf *dump, int depth) {
     if (c == '-' || (c >= '0' && c <= '9')) {
         TRY(parse_number(q, v));
         if (dump) {
-            if (v->t == J_DEC) TRY(dump_double(dump, v->d));
+            if (v->t == J_DEC) {
+                double d;
+                TRY(dec_value(v, &d));
+                TRY(dump_double(dump, d));
+            }
             else if (v->t == J_INT) {
                 char t[24];
                 int n = snprintf(t, sizeof t, "%lld", (long long)v->i);
@@ -530,10 +555,10 @@ static int parse_value(parser *q, jv *v, buf *dump, int depth) {
     return fail(q, ST_PFT_UNSUPPORTED);
 }
 
-static int key_is(st_pft *p, size_t off, size_t len, const char *w) {
-    size_t n = strlen(w);
+static inline int key_is_n(const st_pft *p, size_t off, size_t len, const char *w, size_t n) {
     return len == n && memcmp(p->arena.p + off, w, n) == 0;
 }
+#define key_is(p, off, len, lit) key_is_n((p), (off), (len), (lit), sizeof(lit) - 1)
 
 static int parse_event(parser *q, event *ev) {
     st_pft *p = q->p;
@@ -551,14 +576,16 @@ static int parse_event(parser *q, event *ev) {
         q->s++;
         ws(q);
         jv *slotv = NULL;
-        if (key_is(p, off, len, "ph")) slotv = &ev->ph;
+        if (len > 4) ;   /* none of the keys read */
+        else if (key_is(p, off, len, "ph")) slotv = &ev->ph;
         else if (key_is(p, off, len, "name")) slotv = &ev->name;
         else if (key_is(p, off, len, "cat")) slotv = &ev->cat;
         else if (key_is(p, off, len, "ts")) slotv = &ev->ts;
         else if (key_is(p, off, len, "dur")) slotv = &ev->dur;
         else if (key_is(p, off, len, "pid")) slotv = &ev->pid;
         else if (key_is(p, off, len, "tid")) slotv = &ev->tid;
-        if (key_is(p, off, len, "args") && q->s < q->e && *q->s == '{') {
+        int is_args = key_is(p, off, len, "args");
+        if (is_args && q->s < q->e && *q->s == '{') {
             /* the last "args" wins, as in a dict */
             ev->args_obj = 1;
             ev->args = p->n_pairs;
@@ -605,7 +632,7 @@ static int parse_event(parser *q, event *ev) {
             memset(&v, 0, sizeof v);
             TRY(parse_value(q, &v, NULL, 0));
             if (slotv) *slotv = v;
-            if (key_is(p, off, len, "args")) ev->args_obj = 0;
+            if (is_args) ev->args_obj = 0;
         }
         ws(q);
         if (q->s < q->e && *q->s == ',') { q->s++; continue; }
@@ -655,18 +682,19 @@ static int to_ns(const jv *v, int64_t *ns) {
     return 1;
 }
 
-static int str_is(st_pft *p, const jv *v, const char *w) { return v->t == J_STR && key_is(p, v->off, v->len, w); }
+#define str_is(p, v, lit) ((v)->t == J_STR && key_is((p), (v)->off, (v)->len, lit))
 
 static int ok_key_value(const jv *v) { return v->t == J_INT || v->t == J_STR || v->t == J_MISSING || v->t == J_NULL; }
 
-static const pair *arg(st_pft *p, const event *ev, const char *k) {
+static const pair *arg_n(st_pft *p, const event *ev, const char *k, size_t n) {
     if (!ev->args_obj) return NULL;
     for (size_t i = ev->n_args; i-- > 0;) {
         const pair *a = &p->pairs[ev->args + i];
-        if (key_is(p, a->koff, a->klen, k)) return a;
+        if (key_is_n(p, a->koff, a->klen, k, n)) return a;
     }
     return NULL;
 }
+#define arg(p, ev, lit) arg_n((p), (ev), (lit), sizeof(lit) - 1)
 
 /* Could the reference's output for this event differ from ours?  1: yes. */
 static int unsupported(st_pft *p, event *ev) {
@@ -702,9 +730,8 @@ static int unsupported(st_pft *p, event *ev) {
     if (!ok_key_value(&ev->pid)) return 1;
     int c = str_is(p, &ev->ph, "C");
     if (c) return 0;
-    static const char *known[] = {"X", "B", "E", "i", "I", "R"};
-    int k = 0;
-    for (int i = 0; i < 6; i++) k |= str_is(p, &ev->ph, known[i]);
+    int k;
+    k = ev->ph.len == 1 && memchr("XBEiIR", p->arena.p[ev->ph.off], 6);
     if (!k) {
         for (size_t i = 0; i < ev->ph.len; i++) {
             uint8_t ch = p->arena.p[ev->ph.off + i];
@@ -954,7 +981,7 @@ static int annotations(st_pft *p, const event *ev) {
         int book = 0;
         if (a->klen >= 4 && a->klen <= 15)   /* the bookkeeping keys' lengths */
             for (size_t j = 0; j < sizeof BOOKKEEPING / sizeof BOOKKEEPING[0] && !book; j++)
-                book = key_is(p, a->koff, a->klen, BOOKKEEPING[j]);
+                book = key_is_n(p, a->koff, a->klen, BOOKKEEPING[j], strlen(BOOKKEEPING[j]));
         if (book) continue;
         uint64_t name;
         TRY(iid(p, 2, p->arena.p + a->koff, a->klen, &name));
@@ -966,7 +993,12 @@ static int annotations(st_pft *p, const event *ev) {
         case J_INT: TRY(fvar(t, 4, (uint64_t)v->i)); break;
         case J_TRUE: TRY(fvar(t, 2, 1)); break;
         case J_FALSE: TRY(fvar(t, 2, 0)); break;
-        case J_DEC: TRY(fdouble(t, 5, v->d)); break;
+        case J_DEC: {
+            double d;
+            TRY(dec_value(v, &d));
+            TRY(fdouble(t, 5, d));
+            break;
+        }
         case J_STR: TRY(fbytes(t, 6, p->arena.p + v->off, v->len)); break;
         case J_NULL: TRY(fbytes(t, 9, "null", 4)); break;
         case J_NEST: TRY(fbytes(t, 9, p->arena.p + v->off, v->len)); break;
@@ -979,7 +1011,8 @@ static int annotations(st_pft *p, const event *ev) {
 }
 
 static int in_list(st_pft *p, const jv *v, const char *const *list, int n) {
-    for (int i = 0; i < n; i++) if (str_is(p, v, list[i])) return 1;
+    for (int i = 0; i < n; i++)
+        if (v->t == J_STR && key_is_n(p, v->off, v->len, list[i], strlen(list[i]))) return 1;
     return 0;
 }
 
@@ -1009,7 +1042,7 @@ static int encode_event(st_pft *p, const event *ev) {
             if (key_is(p, a->koff, a->klen, "rank") || (a->klen >= 4 && !memcmp(k + a->klen - 4, "_raw", 4))) continue;
             double d;
             if (a->v.t == J_INT) d = (double)a->v.i;
-            else if (a->v.t == J_DEC) d = a->v.d;
+            else if (a->v.t == J_DEC) TRY(dec_value(&a->v, &d));
             else continue;
             uint64_t track;
             TRY(counter_track(p, &ev->pid, name, nlen, k, a->klen, &track));
@@ -1076,8 +1109,13 @@ static int encode_event(st_pft *p, const event *ev) {
 
 /* ------------------------------------------------------------ feed */
 
+typedef struct {
+    int64_t key_ts, key_dur;
+    size_t index;
+} sortkey;
+
 static int cmp_events(const void *a, const void *b) {
-    const event *x = a, *y = b;
+    const sortkey *x = a, *y = b;
     if (x->key_ts != y->key_ts) return x->key_ts < y->key_ts ? -1 : 1;
     if (x->key_dur != y->key_dur) return x->key_dur < y->key_dur ? -1 : 1;
     return x->index < y->index ? -1 : x->index > y->index;
@@ -1106,7 +1144,7 @@ int st_pft_feed(st_pft *p, const uint8_t *chunk, size_t len, const uint8_t **out
             }
             event *ev = &p->events[p->n_events];
             if (parse_event(&q, ev)) return q.rc ? q.rc : ST_PFT_UNSUPPORTED;
-            ev->index = p->n_events++;
+            p->n_events++;
         } else {
             jv v;
             if (parse_value(&q, &v, NULL, 0)) return q.rc ? q.rc : ST_PFT_UNSUPPORTED; /* not an event: ignored */
@@ -1116,19 +1154,28 @@ int st_pft_feed(st_pft *p, const uint8_t *chunk, size_t len, const uint8_t **out
         if (*q.s != ',') return ST_PFT_UNSUPPORTED;
         q.s++;
     }
-    /* phase 2: everything reproducible? and the sort keys */
+    /* phase 2: everything reproducible? and the sort keys (the reference's: time, longer first, then order) */
+    p->tmp.n = 0;
+    TRY(grow(&p->tmp, p->n_events * sizeof(sortkey)));
+    sortkey *keys = (sortkey *)(void *)p->tmp.p;
     for (size_t i = 0; i < p->n_events; i++) {
         event *ev = &p->events[i];
         if (unsupported(p, ev)) return ST_PFT_UNSUPPORTED;
-        ev->key_ts = ev->has_ts ? ev->ts_ns : -1;
-        ev->key_dur = -ev->dur_ns;
+        keys[i].key_ts = ev->has_ts ? ev->ts_ns : -1;
+        keys[i].key_dur = -ev->dur_ns;
+        keys[i].index = i;
     }
-    qsort(p->events, p->n_events, sizeof(event), cmp_events);
-    /* phase 3: encode */
+    qsort(keys, p->n_events, sizeof(sortkey), cmp_events);
+    /* phase 3: encode (annotations reuse tmp: the order goes to sorted first) */
+    size_t *order = malloc((p->n_events ? p->n_events : 1) * sizeof(size_t));
+    if (!order) return ST_PFT_NOMEM;
+    for (size_t i = 0; i < p->n_events; i++) order[i] = keys[i].index;
     for (size_t i = 0; i < p->n_events; i++) {
-        TRY(encode_event(p, &p->events[i]));
+        int rc = encode_event(p, &p->events[order[i]]);
+        if (rc) { free(order); return rc; }
         maybe_reset(p);
     }
+    free(order);
     *out = p->out.p;
     *out_len = p->out.n;
     return ST_PFT_OK;
