@@ -84,7 +84,7 @@ def _long_table(c, common_base):
         "ts_raw": _us(raw),
         "clock_offset_us": c["clock_offset_ns"].to_numpy(dtype=np.int64) / 1000.0,
         "flags": _obj(c["flags"]),
-    })
+    }, copy=False)   # columns align.collectives also holds stay shared (copy-on-write), not copied into blocks
     # user labels of the launches (record_function names around them): a trailing column, only when a trace has
     # any, so that reports of unlabelled traces keep TraceLens's columns and streamtrace's as they were
     if "user_label" in c.columns and c["user_label"].notna().any():
@@ -106,13 +106,18 @@ def _instance_stats(ns):
     starts = np.flatnonzero(np.r_[True, inst[1:] != inst[:-1]])
     counts = np.diff(np.r_[starts, len(inst)])
     s, e, dur, rank = ns["s"], ns["e"], ns["dur"], ns["rank"]
-    st = {"starts": starts, "ids": inst[starts], "count": counts,
-          "max_s": np.maximum.reduceat(s, starts), "min_s": np.minimum.reduceat(s, starts),
-          "max_e": np.maximum.reduceat(e, starts), "min_e": np.minimum.reduceat(e, starts),
-          "min_dur": np.minimum.reduceat(dur, starts), "max_dur": np.maximum.reduceat(dur, starts),
-          "sum_dur": np.add.reduceat(dur, starts),
-          "codes": {name: t.codes for name, t in ns["text"].items()}}  # _mismatch_by_instance's cache
-    pos = np.repeat(np.arange(len(starts)), counts)  # instance position of each row
+    if len(starts) == len(inst):   # one row per instance (e.g. unmatched send/recv): the rows are the reductions
+        st = {"starts": starts, "ids": inst, "count": counts, "max_s": s, "min_s": s, "max_e": e, "min_e": e,
+              "min_dur": dur, "max_dur": dur, "sum_dur": dur}
+        pos = starts
+    else:
+        st = {"starts": starts, "ids": inst[starts], "count": counts,
+              "max_s": np.maximum.reduceat(s, starts), "min_s": np.minimum.reduceat(s, starts),
+              "max_e": np.maximum.reduceat(e, starts), "min_e": np.minimum.reduceat(e, starts),
+              "min_dur": np.minimum.reduceat(dur, starts), "max_dur": np.maximum.reduceat(dur, starts),
+              "sum_dur": np.add.reduceat(dur, starts)}
+        pos = np.repeat(np.arange(len(starts)), counts)  # instance position of each row
+    st["codes"] = {name: t.codes for name, t in ns["text"].items()}  # _mismatch_by_instance's cache
     st["pos"] = pos
     # earliest arrival: smallest start, ties -> highest rank
     o = np.lexsort((-rank, s, pos))

@@ -59,7 +59,8 @@ def _by_size(long, ns, st):
     pos = st["pos"]
     in_b, out_b = ns["in_bytes"], ns["out_bytes"]
     a2av = cat == "alltoallv"
-    max_in = pd.Series(in_b).groupby(pos).max().to_numpy()
+    # one row per instance: each row its own maximum
+    max_in = in_b if len(starts) == len(pos) else pd.Series(in_b).groupby(pos).max().to_numpy()
     nbytes = np.where(cat == "allgather", out_b[starts], np.where(a2av, max_in, in_b[starts]))
     lat = st["min_dur"] / 1000.0
     gsize = first["Group size"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
