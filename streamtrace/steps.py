@@ -106,24 +106,61 @@ def rank_steps(rank, names, starts, ends, strings=None):
 
 
 class StreamSteps:
-    """The StepCollectors of every rank of a stream (frames of any ranks, interleaved)."""
+    """The profiler steps of every rank of a stream (frames of any ranks,
+    interleaved).  A rank whose announcement lists align's summary
+    (``align.rank`` at the version align reads) takes its steps from that
+    summary (RankResult.steps, the same ``rank_steps`` of the same ops)
+    and none of its EVENTS frames is unpacked; any other rank's come from
+    its events, through a StepCollector."""
 
     def __init__(self):
-        self.ranks = {}
+        self.ranks = {}       # rank -> its StepCollector, or its steps once read from its summary
+        self.announced = set()
 
     def watch(self, frames):
         for frame in frames:
-            if frame.kind in (Kind.STRINGS, Kind.EVENTS):
+            kind = frame.kind
+            if kind == Kind.SUMMARY:
+                self._summary(frame)
+            elif kind in (Kind.STRINGS, Kind.EVENTS) and frame.rank not in self.announced:
                 collector = self.ranks.get(frame.rank)
                 if collector is None:
                     collector = self.ranks[frame.rank] = StepCollector(frame.rank)
                 collector.add(frame)
             yield frame
 
+    def _summary(self, frame):
+        from .align.describe import SUMMARY_NAME, SUMMARY_VERSION
+        from .stream.summaries import ANNOUNCE
+
+        name, r = frame.summary_header()["name"], frame.rank
+        if name == ANNOUNCE:
+            versions = frame.summary()[2]   # a few bytes
+            if isinstance(versions, dict) and versions.get(SUMMARY_NAME) == SUMMARY_VERSION \
+                    and r not in self.ranks:
+                self.announced.add(r)
+                self.ranks[r] = None   # its place in the order, until its summary comes
+        elif name == SUMMARY_NAME and r in self.announced and self.ranks.get(r) is None:
+            value = frame.summary()[2]
+            steps = value.get("steps") if isinstance(value, dict) else None
+            if not (isinstance(steps, tuple) and len(steps) == 3
+                    and all(isinstance(a, np.ndarray) and a.ndim == 1 and a.dtype.kind == "i"
+                            and len(a) == len(steps[0]) for a in steps)):
+                raise frame.error("corrupt SUMMARY frame (its ProfilerSteps are not three arrays of integers "
+                                  "of one length)")
+            self.ranks[r] = (r, *steps)
+
     def finish(self):
-        """Every rank's ``StepCollector.finish()``, or None when the stream had
-        no events to look in (tables only)."""
-        return [c.finish() for c in self.ranks.values()] if self.ranks else None
+        """Every rank's steps (``StepCollector.finish()`` results), or None
+        when the stream had no events or summaries to look in (tables only)."""
+        from .errors import StreamtraceError
+
+        missing = sorted(r for r, v in self.ranks.items() if v is None)
+        if missing:
+            raise StreamtraceError(f"rank {missing[0]}: the stream announces its summary but holds none "
+                                   "(extract the traces again)")
+        return [v.finish() if isinstance(v, StepCollector) else v for v in self.ranks.values()] \
+            if self.ranks else None
 
 
 def step_table(per_rank, tables):
