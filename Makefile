@@ -103,6 +103,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_scaling.py --ranks $(BENCH_SCALING_RANKS) --mb 1
 	$(PY) bench/bench_remote.py --mb $(shell $(PYTHON) -c "print(max(10, int(100 * $(BENCH_SCALE))))")
 	$(PY) bench/bench_stream.py --ranks 4 --mb $(shell $(PYTHON) -c "print(max(10, int(512 * $(BENCH_SCALE))))") --repeat 3
+	$(PY) bench/bench_diff.py --ranks 4 --mb $(BENCH_MB) --repeat 3
 
 # docs/cli.md from the commands' --help (a test fails when it is stale)
 docs: $(STAMP)
