@@ -11,7 +11,8 @@ baseline as a stream), then times, each as the command in a fresh process:
 of the two trace sets, (3) diff of the two streams, and (4) that with
 --no-critical_path.  Each round runs the cases one after another (every
 other round in reverse order, so a drift within a round favours no case);
-the ratios are the median over rounds of each round's own ratio.
+the ratios are the median over rounds of each round's own ratio (with
+their range), and each case's peak RSS is its process's own.
 """
 import argparse
 import json
@@ -45,12 +46,17 @@ def stream(directory, ranks):
 
 
 def timed(args):
-    t0 = time.perf_counter()
-    res = subprocess.run([BIN, *args], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if res.returncode not in (0, 3):
-        raise SystemExit(f"{' '.join(args)}: exit {res.returncode}: {res.stderr.strip()}")
-    return wall
+    """(wall seconds, peak RSS in MB) of the command in a fresh process."""
+    with tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([BIN, *args], stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)   # the child's own rusage: its peak RSS
+        wall = time.perf_counter() - t0
+        proc.returncode = code = os.waitstatus_to_exitcode(status)
+        if code not in (0, 3):
+            err.seek(0)
+            raise SystemExit(f"{' '.join(args)}: exit {code}: {err.read().decode(errors='replace').strip()}")
+    return wall, usage.ru_maxrss / 1024
 
 
 def main():
@@ -72,14 +78,21 @@ def main():
             "diff_streams_no_critical": ["diff", base_stream, cand_stream, "--no-critical_path", "-q"],
         }
         times = {k: [] for k in cases}
+        rss = {k: [] for k in cases}
         for r in range(a.repeat):
             order = list(cases) if r % 2 == 0 else list(cases)[::-1]
             for k in order:
-                times[k].append(timed(cases[k]))
-    ratios = {k: statistics.median(t / rep for t, rep in zip(times[k], times["report"])) for k in cases}
+                wall, peak = timed(cases[k])
+                times[k].append(wall)
+                rss[k].append(peak)
+    per_round = {k: [t / rep for t, rep in zip(times[k], times["report"])] for k in cases}
+    ratios = {k: statistics.median(v) for k, v in per_round.items()}
     out = {"ranks": a.ranks, "mb": a.mb, "repeat": a.repeat,
            "median_s": {k: round(statistics.median(v), 3) for k, v in times.items()},
+           "range_s": {k: [round(min(v), 3), round(max(v), 3)] for k, v in times.items()},
            "ratio_to_report": {k: round(v, 3) for k, v in ratios.items()},
+           "ratio_range": {k: [round(min(v), 3), round(max(v), 3)] for k, v in per_round.items()},
+           "peak_rss_mb": {k: round(max(v)) for k, v in rss.items()},
            "targets": {"diff_traces": 2.2, "diff_streams": 0.5}}
     print(json.dumps(out, indent=1))
     for k, target in out["targets"].items():
