@@ -59,7 +59,7 @@ SANITIZE_FLAGS := -std=c99 -O1 -g -fsanitize=address,undefined -fno-sanitize-rec
 $(BUILD)/st_driver_asan: $(CSRC)
 	@mkdir -p $(BUILD)
 	$(CC) $(SANITIZE_FLAGS) -Icsrc csrc/st_driver.c csrc/st_tokenizer.c csrc/st_inflate.c csrc/st_select.c \
-	    csrc/st_sweep.c csrc/st_cells.c -lz -lm -o $@
+	    csrc/st_sweep.c csrc/st_cells.c csrc/st_scan.c -lz -lm -o $@
 
 $(BUILD)/st_fuse_driver_asan: $(CSRC)
 	@mkdir -p $(BUILD)

@@ -12,6 +12,7 @@
 #include "st_tokenizer.h"
 #include "st_lex.h"
 #include "st_members.h"
+#include "st_scan.h" /* SIMD scanner (issue #44): hooks marked "st_scan" */
 
 #include <math.h>
 #include <stddef.h>
@@ -89,7 +90,13 @@ static inline const char *find_quote_or_backslash(const char *p, const char *end
         if (m)
             return p + __builtin_ctz((unsigned)m);
         p += 16;
+        /* st_scan: past the first 16 bytes (most strings end sooner), 32/64 at a time */
+        if (st_scan_path != ST_SCAN_OFF)
+            return st_scan_quote_or_backslash(p, end);
     }
+#else
+    if (st_scan_path != ST_SCAN_OFF) /* st_scan */
+        return st_scan_quote_or_backslash(p, end);
 #endif
     while (p < end && *p != '"' && *p != '\\')
         p++;
@@ -245,13 +252,20 @@ static int skip_nested(st_tok *t, const char *base, const char *p, const char *e
     while (p < end) {
 #if defined(__SSE2__)
         while (p >= bytewise_until && end - p >= 64) {
-            if (mask64(p, '\\', 0)) {
+            uint64_t backslashes, quotes, brackets;
+            if (st_scan_path != ST_SCAN_OFF) { /* st_scan: the three masks in 2 (AVX2) or 1 (AVX-512) loads */
+                st_scan_masks64(p, &backslashes, &quotes, &brackets);
+            } else {
+                backslashes = mask64(p, '\\', 0);
+                quotes = backslashes ? 0 : mask64(p, '"', 0);
+                brackets = backslashes ? 0 : mask64(p, '[', 1) | mask64(p, ']', 1);
+            }
+            if (backslashes) {
                 bytewise_until = p + 64;
                 break;
             }
-            uint64_t quotes = mask64(p, '"', 0);
             uint64_t in_string = prefix_xor(quotes); /* opening quotes included */
-            uint64_t brackets = (mask64(p, '[', 1) | mask64(p, ']', 1)) & ~in_string;
+            brackets &= ~in_string;
             while (brackets) {
                 int r = skip_bracket(t, base, p + __builtin_ctzll(brackets), stack, &depth, next);
                 if (r != P_MORE)

@@ -12,9 +12,9 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(os.path.dirname(HERE), "csrc")
-HEADERS = ["st_records.h", "st_tokenizer.h", "st_sweep.h", "st_select.h", "st_cells.h", "st_fuse.h",
+HEADERS = ["st_records.h", "st_tokenizer.h", "st_sweep.h", "st_select.h", "st_cells.h", "st_fuse.h", "st_scan.h",
            "st_pftrace.h"]
-SOURCES = ["st_tokenizer.c", "st_inflate.c", "st_sweep.c", "st_select.c", "st_cells.c", "st_fuse.c",
+SOURCES = ["st_tokenizer.c", "st_inflate.c", "st_sweep.c", "st_select.c", "st_cells.c", "st_fuse.c", "st_scan.c",
            "st_pftrace.c"]
 
 

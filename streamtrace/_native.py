@@ -5,10 +5,12 @@ Python classes, turns C return codes into exceptions, and derives the numpy
 record dtypes from the C structs (``ffi.offsetof`` / ``ffi.sizeof``), so the
 record layouts are defined once, in ``csrc/st_records.h``.
 """
+import os
+
 import numpy as np
 
 from ._core import ffi, lib
-from .errors import TraceError
+from .errors import InvalidArgumentError, TraceError
 
 FORMAT_VERSION = lib.ST_FORMAT_VERSION
 NONE = np.iinfo(np.int64).min  # absent integer field
@@ -75,11 +77,45 @@ _OUTPUTS = (("events", "st_event[]", EVENT_DTYPE.itemsize),
             ("comms", "st_comm[]", COMM_DTYPE.itemsize))
 
 
+#: the C scanner's paths (csrc/st_scan.h), by their STREAMTRACE_SIMD names
+SIMD_PATHS = {"off": lib.ST_SCAN_OFF, "avx2": lib.ST_SCAN_AVX2, "avx512": lib.ST_SCAN_AVX512}
+
+
+def simd_paths():
+    """The scanner paths this machine can run, slowest first ("off" always)."""
+    return [name for name, code in SIMD_PATHS.items() if lib.st_scan_supported(code)]
+
+
+def simd_path():
+    """The scanner path in use."""
+    return {code: name for name, code in SIMD_PATHS.items()}[lib.st_scan_get()]
+
+
+def apply_simd(value=None):
+    """Set the C scanner's path (process-wide) from ``value``, by default
+    STREAMTRACE_SIMD: off, avx2, avx512, or unset/auto for the best this CPU
+    has.  A path the CPU lacks, or an unknown name, raises
+    InvalidArgumentError.  Returns the path now in use."""
+    if value is None:
+        value = os.environ.get("STREAMTRACE_SIMD", "")
+    name = value.strip().lower()
+    if name in ("", "auto"):
+        lib.st_scan_set(lib.ST_SCAN_AUTO)
+        return simd_path()
+    if name not in SIMD_PATHS:
+        raise InvalidArgumentError(f"STREAMTRACE_SIMD={value}: not one of auto, {', '.join(SIMD_PATHS)}")
+    if lib.st_scan_set(SIMD_PATHS[name]) != 0:
+        raise InvalidArgumentError(f"STREAMTRACE_SIMD={value}: this CPU cannot run it "
+                                   f"(it can: {', '.join(simd_paths())})")
+    return name
+
+
 class Tokenizer:
     """One rank's incremental tokenizer with its output arrays."""
 
     def __init__(self, keep_pyfunc=False, capacity=16384, max_depth=0, drop_flows=False, align_only=False,
                  source=None):
+        apply_simd()   # STREAMTRACE_SIMD read again per tokenizer: tests force each path through it
         self.source = source   # named in errors
         opts = ffi.new("st_tok_options *")
         opts.keep_pyfunc = int(bool(keep_pyfunc))
