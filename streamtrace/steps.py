@@ -105,6 +105,11 @@ def rank_steps(rank, names, starts, ends, strings=None):
     return rank, numbers[first], starts[first], ends[first]
 
 
+#: align's per-rank summary (its name and version live here, below align,
+#: so that reading a stream's steps needs nothing above this layer)
+SUMMARY_NAME, SUMMARY_VERSION = "align.rank", "2"
+
+
 class StreamSteps:
     """The profiler steps of every rank of a stream (frames of any ranks,
     interleaved).  A rank whose announcement lists align's summary
@@ -130,7 +135,6 @@ class StreamSteps:
             yield frame
 
     def _summary(self, frame):
-        from .align.describe import SUMMARY_NAME, SUMMARY_VERSION
         from .stream.summaries import ANNOUNCE
 
         name, r = frame.summary_header()["name"], frame.rank

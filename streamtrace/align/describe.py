@@ -42,12 +42,12 @@ class RankResult:
 
 #: the SUMMARY frame holding a RankResult (``extract`` writes it after the
 #: rank's META frame; ``align`` reads it instead of the rank's events)
-SUMMARY_NAME = "align.rank"
+from ..steps import SUMMARY_NAME  # noqa: E402  (one definition, below align)
 #: changes whenever RankResult's fields, or what the collection makes of a
 #: rank's frames, change: a stage reads only summaries of its own version
 #: (a rank whose announcement names another is collected from its events,
 #: which the stream holds too).  2: the rank's ProfilerStep ops (``steps``)
-SUMMARY_VERSION = "2"
+from ..steps import SUMMARY_VERSION  # noqa: E402
 #: the RankResult's fields a summary holds: not ``meta``, which is made
 #: again from the rank's META frame (its process groups can be most of a
 #: small trace's stream)
