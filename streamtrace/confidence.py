@@ -428,18 +428,24 @@ def _step_reason(coverage, steps, left_out=0):
     return Reason("profiled windows", "medium" if shared else "low", len(partial), text)
 
 
-def _step_words(numbers, shown=8):
-    """"step #7", "steps #12, #14" or "steps #3..#5, #9": runs as ranges."""
+def _runs(numbers):
+    """Sorted distinct integers as (first, last) runs of consecutive ones."""
     numbers = sorted(set(int(n) for n in numbers))
-    parts, i = [], 0
+    runs, i = [], 0
     while i < len(numbers):
         j = i
         while j + 1 < len(numbers) and numbers[j + 1] == numbers[j] + 1:
             j += 1
-        parts.append(f"#{numbers[i]}" if i == j else f"#{numbers[i]}..#{numbers[j]}")
+        runs.append((numbers[i], numbers[j]))
         i = j + 1
+    return runs
+
+
+def _step_words(numbers, shown=8):
+    """"step #7", "steps #12, #14" or "steps #3..#5, #9": runs as ranges."""
+    parts = [f"#{a}" if a == b else f"#{a}..#{b}" for a, b in _runs(numbers)]
     more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
-    return ("step " if len(numbers) == 1 else "steps ") + ", ".join(parts[:shown]) + more
+    return ("step " if len(set(int(n) for n in numbers)) == 1 else "steps ") + ", ".join(parts[:shown]) + more
 
 
 def _applied(clocks):
@@ -471,14 +477,7 @@ def _us(ns):
 
 def _rank_words(ranks, shown=12):
     """Rank numbers, runs as ranges: "2-127" or "0, 3, 5"."""
-    ranks = sorted(set(int(r) for r in ranks))
-    parts, i = [], 0
-    while i < len(ranks):
-        j = i
-        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
-            j += 1
-        parts.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
-        i = j + 1
+    parts = [str(a) if a == b else f"{a}-{b}" for a, b in _runs(ranks)]
     return ", ".join(parts[:shown]) + (f" and {len(parts) - shown} more" if len(parts) > shown else "")
 
 

@@ -33,6 +33,7 @@ import time
 from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from .errors import Interrupted, StreamtraceError, TraceError, TraceNotFoundError
+from .settings import env_seconds
 
 log = logging.getLogger("streamtrace")
 
@@ -120,24 +121,11 @@ def _fsspec():
     return fsspec
 
 
-def _seconds(name, default):
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not 0 < seconds < float("inf"):
-        raise StreamtraceError(f"{name} must be a positive number of seconds (got {value!r})")
-    return seconds
-
-
 def net_timeouts():
     """``(connect, operation)`` seconds: NET_CONNECT_TIMEOUT_S and
     NET_TIMEOUT_S, or what the environment sets."""
-    return (_seconds("STREAMTRACE_NET_CONNECT_TIMEOUT_S", NET_CONNECT_TIMEOUT_S),
-            _seconds("STREAMTRACE_NET_TIMEOUT_S", NET_TIMEOUT_S))
+    return (env_seconds("STREAMTRACE_NET_CONNECT_TIMEOUT_S", NET_CONNECT_TIMEOUT_S),
+            env_seconds("STREAMTRACE_NET_TIMEOUT_S", NET_TIMEOUT_S))
 
 
 def _timeout_options(scheme):

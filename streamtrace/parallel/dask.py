@@ -25,13 +25,13 @@ imported only here and only when a cluster is asked for.
 """
 import asyncio
 import concurrent.futures as cf
-import os
 import socket
 import struct
 import time
 import uuid
 
 from ..errors import StreamtraceError
+from ..settings import env_seconds
 from .executor import Executor, _Finished, worker_count
 
 #: seconds for the whole connection to a scheduler (TCP, its greeting, the
@@ -65,26 +65,12 @@ class DaskError(StreamtraceError):
     """The cluster could not be reached or could not run the work."""
 
 
-def _seconds(name, default):
-    """The number of seconds the environment variable ``name`` sets (> 0), or ``default``."""
-    setting = os.environ.get(name)
-    if setting is None:
-        return default
-    try:
-        value = float(setting)
-    except ValueError:
-        value = 0
-    if not 0 < value < float("inf"):
-        raise DaskError(f"{name}={setting!r}: not a number of seconds > 0")
-    return value
-
-
 def connect_timeout():
-    return _seconds("STREAMTRACE_DASK_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)
+    return env_seconds("STREAMTRACE_DASK_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S, DaskError)
 
 
 def no_worker_timeout():
-    return _seconds("STREAMTRACE_DASK_NO_WORKER_TIMEOUT", NO_WORKER_TIMEOUT_S)
+    return env_seconds("STREAMTRACE_DASK_NO_WORKER_TIMEOUT", NO_WORKER_TIMEOUT_S, DaskError)
 
 
 def _distributed():

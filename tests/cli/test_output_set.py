@@ -135,6 +135,22 @@ def _objects(fs):
     return sorted(fs.find(BUCKET))
 
 
+def _while_held(argv, env, faults, change):
+    """Run ``argv`` until the server holds its upload, call ``change(proc)``,
+    let the upload finish; (exit code, stderr) once the command has ended."""
+    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL)
+    try:
+        assert faults.held.wait(DEADLINE), "the upload never started"
+        change(proc)
+        faults.release.set()
+        _, err = proc.communicate(timeout=DEADLINE)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
 def _one_line(err):
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     assert len(lines) == 1, err
@@ -167,19 +183,13 @@ def test_a_failed_move_puts_every_output_back(s3, faults, traces, where):
     (out / "r.xlsx").write_text("an earlier workbook")
     faults.hold = "/moved.html"
     url = f"s3://{BUCKET}/run/moved.html"
-    proc = subprocess.Popen(_argv(traces, out, url), stderr=subprocess.PIPE, text=True, env=_env(s3, tmp),
-                            stdin=subprocess.DEVNULL)
-    try:
-        assert faults.held.wait(DEADLINE), "the upload never started"
+
+    def workbook_becomes_a_directory(proc):
         os.unlink(out / "r.xlsx")
         (out / "r.xlsx").mkdir()   # the workbook's name is a directory now: its move must fail
-        faults.release.set()
-        _, err = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 1, err
+
+    code, err = _while_held(_argv(traces, out, url), _env(s3, tmp), faults, workbook_becomes_a_directory)
+    assert code == 1, err
     assert "r.xlsx: cannot replace it: it is no longer a regular file" in _one_line(err)
     assert _objects(fs) == []   # the page was uploaded, then removed
     assert sorted(os.listdir(out / "csvs")) == ["mine.txt", "nccl_long.csv"]
@@ -196,19 +206,13 @@ def test_a_signal_during_a_late_upload_leaves_nothing(s3, faults, traces, where)
     out, tmp = where
     faults.hold = "/late.html"
     url = f"s3://{BUCKET}/run/late.html"
-    proc = subprocess.Popen(_argv(traces, out, url), stderr=subprocess.PIPE, text=True, env=_env(s3, tmp),
-                            stdin=subprocess.DEVNULL)
-    try:
-        assert faults.held.wait(DEADLINE), "the upload never started"
+
+    def terminate(proc):
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        faults.release.set()   # the server stores the page after the signal
-        _, err = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 128 + signal.SIGTERM, err
+        time.sleep(0.5)   # the server stores the page after the signal
+
+    code, err = _while_held(_argv(traces, out, url), _env(s3, tmp), faults, terminate)
+    assert code == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1] == "interrupted by SIGTERM", err
     assert _objects(fs) == []
     assert os.listdir(out) == [] and os.listdir(tmp) == []
@@ -257,17 +261,12 @@ def test_a_failed_move_restores_the_file_it_had_replaced(s3, faults, traces, whe
     faults.hold = ".csv"
     argv = _argv(traces, out, str(out / "r.html"))
     argv[argv.index("--output_csvs_dir") + 1] = f"s3://{BUCKET}/run/csvs"
-    proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=_env(s3, tmp), stdin=subprocess.DEVNULL)
-    try:
-        assert faults.held.wait(DEADLINE), "the upload never started"
+
+    def page_becomes_a_directory(proc):
         (out / "r.html").mkdir()   # the page's name is a directory now: its move, the last, must fail
-        faults.release.set()
-        _, err = proc.communicate(timeout=DEADLINE)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 1, err
+
+    code, err = _while_held(argv, _env(s3, tmp), faults, page_becomes_a_directory)
+    assert code == 1, err
     assert "r.html: cannot replace it: it is no longer a regular file" in _one_line(err)
     assert _objects(fs) == []
     assert (out / "r.xlsx").read_bytes() == b"an earlier workbook"

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from moto.server import ThreadedMotoServer
 
 import generate_fixture
+from http_ranges import send_range_headers
 from streamtrace import read_stream
 from streamtrace.cli import main
 from streamtrace.remote import is_url, local_path, normalised, redact, redact_text
@@ -131,19 +132,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._status(404)
         with open(full, "rb") as f:
             data = f.read()
-        start, end, status = 0, len(data) - 1, 200
-        m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
-        if m:
-            start = int(m.group(1))
-            end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
-            status = 206
-        self.send_response(status)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(end - start + 1))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        self.end_headers()
+        start, end = send_range_headers(self, data)
         if not body:
             return
         stall = self.server.stalls.get(path)

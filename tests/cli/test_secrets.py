@@ -23,6 +23,7 @@ import pytest
 import zstandard
 
 import generate_fixture
+from http_ranges import send_range_headers
 from streamtrace.html_report import sources_text
 
 BIN = os.path.join(os.path.dirname(sys.executable), "streamtrace")
@@ -63,19 +64,7 @@ class _Files(http.server.BaseHTTPRequestHandler):
             return
         with open(full, "rb") as f:
             data = f.read()
-        start, end, status = 0, len(data) - 1, 200
-        m = re.match(r"bytes=(\d+)-(\d*)$", self.headers.get("Range", ""))
-        if m:
-            start = int(m.group(1))
-            end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
-            status = 206
-        self.send_response(status)
-        self.send_header("Content-Type", "application/octet-stream")
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(end - start + 1))
-        if status == 206:
-            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        self.end_headers()
+        start, end = send_range_headers(self, data)
         if body:
             self.wfile.write(data[start:end + 1])
 

@@ -15,7 +15,7 @@ PACKAGE = os.path.join(ROOT, "streamtrace")
 
 #: lowest first; a unit may import itself and the units before it
 LAYERS = [
-    "errors",
+    "errors", "settings",
     "_core", "_native",
     "collectives", "codes", "userregex",
     "remote",
