@@ -45,6 +45,15 @@ def _stored_mib(run_dir):
     return f"{total / (1 << 20):.1f}"
 
 
+def _logged(args):
+    """Run a command with a progress line at every update into a pipe (a log):
+    (the finished process, its progress lines)."""
+    env = dict(os.environ, STREAMTRACE_PROGRESS_SECONDS="0")
+    proc = subprocess.run(args, capture_output=True, text=True, env=env, timeout=DEADLINE)
+    assert proc.returncode == 0, proc.stderr
+    return proc, [line.strip() for line in proc.stderr.splitlines() if " MiB read, " in line]
+
+
 def _in_pty(args, env=None, columns=None):
     """Run ``args`` with stdin, stdout and stderr on a new pseudo-terminal:
     (exit status, everything it wrote)."""
@@ -105,12 +114,8 @@ def test_a_terminal_shows_a_bar_with_percent_ranks_and_phase_that_reaches_100(ru
 
 
 def test_a_log_gets_plain_lines_with_the_totals(run_dir, tmp_path):
-    env = dict(os.environ, STREAMTRACE_PROGRESS_SECONDS="0")
-    proc = subprocess.run(_report_args(run_dir, tmp_path / "csvs"), capture_output=True, text=True, env=env,
-                          timeout=DEADLINE)
-    assert proc.returncode == 0, proc.stderr
+    proc, lines = _logged(_report_args(run_dir, tmp_path / "csvs"))
     assert "\r" not in proc.stderr and "%|" not in proc.stderr
-    lines = [line.strip() for line in proc.stderr.splitlines() if " MiB read, " in line]
     assert lines, proc.stderr
     total = _stored_mib(run_dir)
     for line in lines:
@@ -121,12 +126,8 @@ def test_a_log_gets_plain_lines_with_the_totals(run_dir, tmp_path):
 
 
 def test_extract_logs_its_ranks_too(run_dir, tmp_path):
-    env = dict(os.environ, STREAMTRACE_PROGRESS_SECONDS="0")
-    proc = subprocess.run([BIN, "extract", "--trace_dir", str(run_dir), "--world_size", str(RANKS),
-                           "-o", str(tmp_path / "run.stev")], capture_output=True, text=True, env=env,
-                          timeout=DEADLINE)
-    assert proc.returncode == 0, proc.stderr
-    lines = [line.strip() for line in proc.stderr.splitlines() if " MiB read, " in line]
+    proc, lines = _logged([BIN, "extract", "--trace_dir", str(run_dir), "--world_size", str(RANKS),
+                           "-o", str(tmp_path / "run.stev")])
     total = _stored_mib(run_dir)
     assert lines and lines[-1].startswith(f"reading: {total} of {total} MiB read, {RANKS} of {RANKS} ranks"), \
         proc.stderr
@@ -161,12 +162,8 @@ def test_a_bad_progress_interval_is_one_line(run_dir, tmp_path):
 
 
 def test_fuse_logs_each_pass_over_the_inputs(run_dir, tmp_path):
-    env = dict(os.environ, STREAMTRACE_PROGRESS_SECONDS="0")
-    proc = subprocess.run([BIN, "fuse", "--trace_dir", str(run_dir), "--world_size", str(RANKS),
-                           "-o", str(tmp_path / "fused.json.gz")], capture_output=True, text=True, env=env,
-                          timeout=DEADLINE)
-    assert proc.returncode == 0, proc.stderr
-    lines = [line.strip() for line in proc.stderr.splitlines() if " MiB read, " in line]
+    proc, lines = _logged([BIN, "fuse", "--trace_dir", str(run_dir), "--world_size", str(RANKS),
+                           "-o", str(tmp_path / "fused.json.gz")])
     total = _stored_mib(run_dir)
     assert any(line.startswith("scanning: ") for line in lines), proc.stderr
     assert lines[-1] == f"writing: {total} of {total} MiB read, {RANKS} ranks", proc.stderr
@@ -200,12 +197,8 @@ def test_urls_have_their_total_before_they_are_read(run_dir, http_dir):
 
 
 def test_extract_from_urls_logs_the_bytes_fetched_of_their_size(run_dir, http_dir, tmp_path):
-    env = dict(os.environ, STREAMTRACE_PROGRESS_SECONDS="0")
     urls = [f"{http_dir}/rank{r}_trace.json.gz" for r in range(RANKS)]
-    proc = subprocess.run([BIN, "extract", *urls, "-j", "1", "-o", str(tmp_path / "run.stev")], capture_output=True,
-                          text=True, env=env, timeout=DEADLINE)
-    assert proc.returncode == 0, proc.stderr
-    lines = [line.strip() for line in proc.stderr.splitlines() if " MiB read, " in line]
+    proc, lines = _logged([BIN, "extract", *urls, "-j", "1", "-o", str(tmp_path / "run.stev")])
     total = _stored_mib(run_dir)
     assert lines and lines[-1].startswith(f"reading: {total} of {total} MiB read, {RANKS} of {RANKS} ranks"), \
         proc.stderr
