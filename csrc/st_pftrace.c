@@ -195,9 +195,19 @@ typedef struct {
     int has_ts, has_dur;
 } event;
 
+typedef struct {
+    int64_t ts;
+    uint64_t n, track;
+} pending_end;
+
 struct st_pft {
     uint32_t seq;
-    buf out, arena, ev, pend, tmp, exp, kbuf;
+    buf out, arena, ev, pend, tmp, exp, kbuf, endev;
+    int has_clock;    /* a clock snapshot written: clock is the incremental clock's time (ns) */
+    int64_t clock;
+    pending_end *ends; /* complete events' ends not yet written: a heap, earliest first */
+    size_t n_ends, cap_ends;
+    uint64_t ends_made;
     map tables[3]; /* categories, names, annotation names -> iid */
     map uuids, procs, threads;
     buf proc_rest;               /* procs' values: offset << 32 | length into this */
@@ -226,12 +236,12 @@ int st_pft_create(st_pft **out, uint32_t seq, int64_t max_interned) {
 
 void st_pft_destroy(st_pft *p) {
     if (!p) return;
-    buf *bs[] = {&p->out, &p->arena, &p->ev, &p->pend, &p->tmp, &p->exp, &p->kbuf, &p->proc_rest,
+    buf *bs[] = {&p->out, &p->arena, &p->ev, &p->pend, &p->tmp, &p->exp, &p->kbuf, &p->endev, &p->proc_rest,
                   &p->thread_info};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) free(bs[i]->p);
     for (int i = 0; i < 3; i++) map_free(&p->tables[i]);
     map_free(&p->uuids); map_free(&p->procs); map_free(&p->threads);
-    free(p->events); free(p->pairs);
+    free(p->events); free(p->pairs); free(p->ends);
     free(p);
 }
 
@@ -940,19 +950,99 @@ static int iid(st_pft *p, int kind, const uint8_t *s, size_t n, uint64_t *out) {
     return 0;
 }
 
-static int event_packet(st_pft *p, int64_t ts) {
+/* The clock snapshot that (re)starts the sequence's incremental clock (64) at 0, beside BOOTTIME at 0:
+   packet{seq, clock_snapshot(6){clocks(1){clock_id 64, timestamp 0, is_incremental 1}, clocks{clock_id 6, timestamp 0}}} */
+static int snapshot_packet(st_pft *p) {
+    static const uint8_t snap[] = {0x32, 14, 0x0a, 6, 0x08, 64, 0x10, 0, 0x18, 1, 0x0a, 4, 0x08, 6, 0x10, 0};
+    TRY(varint(&p->out, (1 << 3) | 2));
+    TRY(varint(&p->out, 1 + vlen(p->seq) + sizeof snap));
+    TRY(fvar(&p->out, 10, p->seq));
+    return put(&p->out, snap, sizeof snap);
+}
+
+/* One event packet: its time as a delta on the incremental clock; with the flag clearing the incremental
+   state, the sequence's defaults (trace_packet_defaults(59){timestamp_clock_id(58) 64}) again. */
+static int packet_at(st_pft *p, int64_t ts, const uint8_t *ev, size_t evn) {
+    static const uint8_t defaults[] = {0xda, 0x03, 3, 0xd0, 0x03, 64};
+    int64_t clock = p->clock;
+    if (!p->has_clock || ts < clock) {
+        TRY(snapshot_packet(p));
+        p->has_clock = 1;
+        clock = 0;
+    }
+    p->clock = ts;
+    uint64_t delta = (uint64_t)(ts - clock);
     uint64_t flags = 2;
     if (p->cleared) { flags |= 1; p->cleared = 0; }
-    size_t body = 1 + vlen((uint64_t)ts) + 1 + vlen(p->seq) + 1 + 1 + 1 + vlen(p->ev.n) + p->ev.n;
+    size_t body = 1 + vlen(delta) + 1 + vlen(p->seq) + 1 + 1 + 1 + vlen(evn) + evn;
+    if (flags & 1) body += sizeof defaults;
     if (p->pend.n) body += 1 + vlen(p->pend.n) + p->pend.n;
     TRY(varint(&p->out, (1 << 3) | 2));
     TRY(varint(&p->out, body));
-    TRY(fvar(&p->out, 8, (uint64_t)ts));
+    TRY(fvar(&p->out, 8, delta));
     TRY(fvar(&p->out, 10, p->seq));
     TRY(fvar(&p->out, 13, flags));
-    TRY(fbytes(&p->out, 11, p->ev.p, p->ev.n));
+    if (flags & 1) TRY(put(&p->out, defaults, sizeof defaults));
+    TRY(fbytes(&p->out, 11, ev, evn));
     if (p->pend.n) { TRY(fbytes(&p->out, 12, p->pend.p, p->pend.n)); p->pend.n = 0; }
     return 0;
+}
+
+/* the heap's order: earlier end first; equal ends: the later pushed (the inner slice) first */
+static int end_before(const pending_end *a, const pending_end *b) {
+    return a->ts != b->ts ? a->ts < b->ts : a->n > b->n;
+}
+
+static int push_end(st_pft *p, int64_t ts, uint64_t track) {
+    if (p->n_ends == p->cap_ends) {
+        size_t cap = p->cap_ends ? p->cap_ends * 2 : 256;
+        pending_end *ne = realloc(p->ends, cap * sizeof *ne);
+        if (!ne) return ST_PFT_NOMEM;
+        p->ends = ne; p->cap_ends = cap;
+    }
+    pending_end e = {ts, ++p->ends_made, track};
+    size_t i = p->n_ends++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (!end_before(&e, &p->ends[up])) break;
+        p->ends[i] = p->ends[up];
+        i = up;
+    }
+    p->ends[i] = e;
+    return 0;
+}
+
+static pending_end pop_end(st_pft *p) {
+    pending_end top = p->ends[0], last = p->ends[--p->n_ends];
+    size_t i = 0, n = p->n_ends;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && end_before(&p->ends[c + 1], &p->ends[c])) c++;
+        if (!end_before(&p->ends[c], &last)) break;
+        p->ends[i] = p->ends[c];
+        i = c;
+    }
+    if (n) p->ends[i] = last;
+    return top;
+}
+
+/* The ends due at or before ts (all with ts = INT64_MAX), as SLICE_END packets. */
+static int flush_ends(st_pft *p, int64_t ts, int all) {
+    while (p->n_ends && (all || p->ends[0].ts <= ts)) {
+        pending_end e = pop_end(p);
+        p->endev.n = 0;
+        TRY(fvar(&p->endev, 9, 2));
+        TRY(fvar(&p->endev, 11, e.track));
+        TRY(packet_at(p, e.ts, p->endev.p, p->endev.n));
+    }
+    return 0;
+}
+
+/* The event in p->ev at ts, after the ends due by then. */
+static int event_packet(st_pft *p, int64_t ts) {
+    TRY(flush_ends(p, ts, 0));
+    return packet_at(p, ts, p->ev.p, p->ev.n);
 }
 
 static void maybe_reset(st_pft *p) {
@@ -1098,10 +1188,7 @@ static int encode_event(st_pft *p, const event *ev) {
         p->counts[0]++;
         int64_t dur = ev->dur_ns > 0 ? ev->dur_ns : 0;
         int64_t end = dur > TS_LIMIT - 1 - ts ? TS_LIMIT - 1 : ts + dur;
-        p->ev.n = 0;
-        TRY(fvar(&p->ev, 9, 2));
-        TRY(fvar(&p->ev, 11, track));
-        TRY(event_packet(p, end));
+        TRY(push_end(p, end, track));
     } else if (b) p->counts[0]++;
     else p->counts[1]++;
     return 0;
@@ -1176,6 +1263,7 @@ int st_pft_feed(st_pft *p, const uint8_t *chunk, size_t len, const uint8_t **out
         maybe_reset(p);
     }
     free(order);
+    TRY(flush_ends(p, 0, 1));
     *out = p->out.p;
     *out_len = p->out.n;
     return ST_PFT_OK;
@@ -1195,7 +1283,8 @@ int st_pft_skipped(st_pft *p, const uint8_t **out, size_t *out_len) {
 }
 
 /* cleared (1 byte), interned (8), then per entry: table (1 byte: 0-2 interning, 3 uuids),
-   key length (4), key, value (8); in insertion order */
+   key length (4), key, value (8); in insertion order; last, table 4: the incremental clock's time + 1
+   (0: no snapshot yet), no key */
 int st_pft_export(st_pft *p, const uint8_t **out, size_t *out_len) {
     buf *b = &p->exp;
     b->n = 0;
@@ -1212,6 +1301,11 @@ int st_pft_export(st_pft *p, const uint8_t **out, size_t *out_len) {
             TRY(put(b, &s->val, 8));
         }
     }
+    uint32_t zero = 0;
+    uint64_t clock = p->has_clock ? (uint64_t)p->clock + 1 : 0;
+    TRY(putc_(b, 4));
+    TRY(put(b, &zero, 4));
+    TRY(put(b, &clock, 8));
     *out = b->p;
     *out_len = b->n;
     return 0;

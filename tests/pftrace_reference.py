@@ -3,7 +3,13 @@ package's perfetto_trace_pb2) and rebuild what a viewer would show: tracks
 (with their parents), slices (begin/end paired per track), instants,
 counters and flows; every reference checked on the way (interned ids defined
 in their sequence since its last clear, every track used declared, every
-parent declared).  And the same view from a fused JSON, to compare."""
+parent declared).  Timestamps resolved as the trace processor does
+(ProtoTraceReader, ClockSynchronizer): a packet's clock is its
+timestamp_clock_id, else its sequence's TracePacketDefaults (dropped when the
+sequence's incremental state is cleared), else BOOTTIME; a sequence-scoped
+incremental clock adds each packet's timestamp to the clock's last value,
+which a ClockSnapshot sets; its snapshots (and BOOTTIME's beside them) must
+never go back.  And the same view from a fused JSON, to compare."""
 import gzip
 import json
 import re
@@ -37,14 +43,67 @@ def read_trace(path):
     return trace
 
 
+BOOTTIME = 6
+
+
+class _Clocks:
+    """The sequences' clocks: (seq, clock id) -> [incremental, last value, snapshots [(value, boottime)]]."""
+
+    def __init__(self):
+        self.clocks, self.defaults = {}, {}
+
+    def snapshot(self, seq, snap):
+        values = {c.clock_id: c for c in snap.clocks}
+        assert BOOTTIME in values, f"sequence {seq}: a clock snapshot without BOOTTIME"
+        boot = values[BOOTTIME].timestamp
+        for cid, c in values.items():
+            if cid == BOOTTIME:
+                continue
+            assert 64 <= cid < 128, f"sequence {seq}: clock {cid} is not sequence-scoped"
+            state = self.clocks.setdefault((seq, cid), [c.is_incremental, None, []])
+            assert state[0] == c.is_incremental, f"sequence {seq}: clock {cid} changed its encoding"
+            assert not c.unit_multiplier_ns or c.unit_multiplier_ns == 1
+            if state[2]:
+                last_value, last_boot = state[2][-1]
+                assert c.timestamp >= last_value, f"sequence {seq}: clock {cid} goes back in its snapshots"
+                assert boot >= last_boot, f"sequence {seq}: BOOTTIME goes back in its snapshots"
+            state[2].append((c.timestamp, boot))
+            state[1] = c.timestamp
+
+    def resolve(self, seq, p):
+        """The packet's time on BOOTTIME (ns)."""
+        cid = p.timestamp_clock_id if p.HasField("timestamp_clock_id") else self.defaults.get(seq)
+        if not cid or cid == BOOTTIME:
+            return p.timestamp
+        state = self.clocks.get((seq, cid))
+        assert state is not None, f"sequence {seq}: a packet on clock {cid} before its snapshot"
+        value = state[1] + p.timestamp if state[0] else p.timestamp
+        state[1] = value
+        # the nearest snapshot at or before the value (ClockSynchronizer's upper_bound - 1)
+        base_value, base_boot = state[2][0]
+        for v, b in state[2]:
+            if v <= value:
+                base_value, base_boot = v, b
+        return value - base_value + base_boot
+
+
 def decode(path):
     """-> dict(tracks={uuid: desc}, slices=[...], instants=[...], counters=[...], meta=..., focus=...)."""
     trace = read_trace(path)
     tracks, tables, used = {}, {}, set()
+    clocks = _Clocks()
     events = []
     for order, p in enumerate(trace.packet):
         seq = p.trusted_packet_sequence_id
         assert seq, "every packet names its sequence"
+        if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
+            tables[seq] = {"cat": {}, "name": {}, "arg": {}}
+            clocks.defaults.pop(seq, None)
+        if p.HasField("trace_packet_defaults"):
+            clocks.defaults[seq] = p.trace_packet_defaults.timestamp_clock_id
+        if p.HasField("clock_snapshot"):
+            clocks.snapshot(seq, p.clock_snapshot)
+            continue
         if p.HasField("track_descriptor"):
             d = p.track_descriptor
             assert d.uuid not in tracks or tracks[d.uuid] == d, f"track {d.uuid} declared twice, differently"
@@ -52,8 +111,6 @@ def decode(path):
             continue
         if not p.HasField("track_event"):
             continue
-        if p.sequence_flags & pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED:
-            tables[seq] = {"cat": {}, "name": {}, "arg": {}}
         assert seq in tables, f"sequence {seq}: an event before any packet clearing the incremental state"
         t = tables[seq]
         ev = p.track_event
@@ -73,7 +130,7 @@ def decode(path):
         for a in ev.debug_annotations:
             key = t["arg"][a.name_iid] if a.name_iid else a.name
             args[key] = _value(a)
-        events.append(dict(order=order, ts=p.timestamp, seq=seq, type=ev.type, track=ev.track_uuid, name=name,
+        events.append(dict(order=order, ts=clocks.resolve(seq, p), seq=seq, type=ev.type, track=ev.track_uuid, name=name,
                            cat=cats[0] if cats else None, args=args, flow_ids=list(ev.flow_ids),
                            terminating=list(ev.terminating_flow_ids),
                            value=ev.double_counter_value if ev.HasField("double_counter_value") else None))

@@ -17,8 +17,21 @@ a SLICE_BEGIN and a SLICE_END, their args debug annotations; a CPU launch
 a flow id (the correlation id, with the rank's offset): the launch starts it,
 the GPU event ends it.  Counters (C) get one counter track per series.
 
-Field numbers: perfetto/trace/trace_packet.proto, track_event/*.proto.
+Timestamps are deltas on an incremental clock of the sequence (clock 64,
+sequence-scoped): a ClockSnapshot ``{64: 0 (incremental), BOOTTIME: 0}``
+starts it at 0, every event packet's ``timestamp`` is its time minus the
+previous packet's on that clock, and the sequence's TracePacketDefaults
+(``timestamp_clock_id`` 64, sent with every packet that clears the
+incremental state) say so.  A rank's packets are written in time order within
+a chunk (each complete event's end waits in a heap until the next packet is
+at or past it); a packet earlier than the one before it (the next chunk, or a
+new sequence) is preceded by a new snapshot, which restarts the clock at 0 so
+the delta is the absolute time again.
+
+Field numbers: perfetto/trace/trace_packet.proto, track_event/*.proto,
+clock_snapshot.proto.
 """
+import heapq
 import json
 import os
 from decimal import Decimal
@@ -32,7 +45,10 @@ from .protobuf import _SMALL, _TABLE, field_bytes as _b, field_double, field_fix
 TRACE_PACKET = 1
 # TracePacket
 P_TIMESTAMP, P_SEQ_ID, P_TRACK_EVENT, P_INTERNED, P_SEQ_FLAGS, P_TRACK_DESCRIPTOR = 8, 10, 11, 12, 13, 60
+P_CLOCK_SNAPSHOT, P_DEFAULTS, D_TIMESTAMP_CLOCK_ID = 6, 59, 58   # TracePacketDefaults.timestamp_clock_id
 SEQ_CLEARED, SEQ_NEEDS = 1, 2
+# ClockSnapshot.clocks (1): Clock {clock_id = 1, timestamp = 2, is_incremental = 3}
+CLOCK_BOOTTIME, CLOCK_DELTA = 6, 64   # the trace's clock; the sequences' incremental one (64-127: sequence-scoped)
 # TrackEvent
 E_CATEGORY_IIDS, E_DEBUG, E_TYPE, E_NAME_IID, E_TRACK_UUID = 3, 4, 9, 10, 11
 E_DOUBLE_COUNTER, E_FLOW_IDS, E_TERMINATING_FLOW_IDS = 44, 47, 48
@@ -59,7 +75,11 @@ META_SEQUENCE = (1 << 31) - 1    # the run's own track (metadata, focus window)
 DEFAULT_ENCODER = "c"            # STREAMTRACE_PFTRACE_ENCODER: "c" or "python" (the reference)
 _DEBUG_TAG, _INT_TAG = key(E_DEBUG, 2), key(A_INT, 0)
 _TS_TAG, _EVENT_TAG, _PACKET_TAG = key(P_TIMESTAMP, 0), key(P_TRACK_EVENT, 2), key(TRACE_PACKET, 2)
-_FLAGS = {f: _v(P_SEQ_FLAGS, f) for f in (SEQ_NEEDS, SEQ_NEEDS | SEQ_CLEARED)}
+_FLAGS = {SEQ_NEEDS: _v(P_SEQ_FLAGS, SEQ_NEEDS),
+          # clearing the incremental state drops the sequence's defaults too: they go with it
+          SEQ_NEEDS | SEQ_CLEARED: _v(P_SEQ_FLAGS, SEQ_NEEDS | SEQ_CLEARED)
+          + _b(P_DEFAULTS, _v(D_TIMESTAMP_CLOCK_ID, CLOCK_DELTA))}
+_SNAPSHOT = _b(P_CLOCK_SNAPSHOT, _b(1, _v(1, CLOCK_DELTA) + _v(2, 0) + _v(3, 1)) + _b(1, _v(1, CLOCK_BOOTTIME) + _v(2, 0)))
 _BEGIN, _END, _INSTANT = _v(E_TYPE, SLICE_BEGIN), _v(E_TYPE, SLICE_END), _v(E_TYPE, INSTANT)
 _INT32 = (-(1 << 31), (1 << 31) - 1)
 _INT64 = (-(1 << 63), (1 << 63) - 1)
@@ -96,6 +116,10 @@ class RankEncoder:
         self._arg_keys, self._arg_values = {}, {}   # encodings made from the tables (cleared with them)
         self._fields = ({}, {})                     # category and name -> their TrackEvent field
         self._cleared = True                 # the next event packet clears the incremental state
+        self._clock = None                   # the incremental clock's time (ns); None: no snapshot yet
+        self._snapshot = packet(self._seq_field + _SNAPSHOT)
+        self._ends = []                      # (end ns, -n, track field): complete events' ends not yet written
+        self._n_ends = 0
         self._interned = 0                   # entries in the three tables
         self._uuids = {}
         self._processes = _process_info(rk)
@@ -175,11 +199,35 @@ class RankEncoder:
         return enc
 
     def _event_packet(self, ts, event, pending, parts):
+        """An event's packet, after the ends due by then (time order)."""
+        ends = self._ends
+        while ends and ends[0][0] <= ts:
+            end, _, field = heapq.heappop(ends)
+            self._packet(end, _END + field, pending, parts)
+        self._packet(ts, event, pending, parts)
+
+    def _end_later(self, ts, track_field):
+        self._n_ends += 1
+        heapq.heappush(self._ends, (ts, -self._n_ends, track_field))   # equal ends: the inner (later) first
+
+    def _flush_ends(self, pending, parts):
+        ends = self._ends
+        while ends:
+            end, _, field = heapq.heappop(ends)
+            self._packet(end, _END + field, pending, parts)
+
+    def _packet(self, ts, event, pending, parts):
+        clock = self._clock
+        if clock is None or ts < clock:   # restart the clock at 0: this delta is the absolute time
+            parts.append(self._snapshot)
+            clock = 0
+        self._clock = ts
         flags = SEQ_NEEDS
         if self._cleared:
             flags |= SEQ_CLEARED
             self._cleared = False
-        body = _TS_TAG + varint(ts) + self._seq_field + _FLAGS[flags] + _EVENT_TAG + varint(len(event)) + event
+        body = (_TS_TAG + varint(ts - clock) + self._seq_field + _FLAGS[flags] + _EVENT_TAG + varint(len(event))
+                + event)
         if pending:
             body += _b(P_INTERNED, b"".join(pending))
             pending.clear()
@@ -258,6 +306,7 @@ class RankEncoder:
         for _, _, _, e, ts, dur in keyed:
             self._event(e, ts, dur, pending, parts)
             self._maybe_reset()
+        self._flush_ends(pending, parts)
         if parts:
             self.out(b"".join(parts))
 
@@ -309,7 +358,7 @@ class RankEncoder:
         self._event_packet(ts, ev, pending, parts)
         if ph == "X":
             self.stats["slices"] += 1
-            self._event_packet(min(ts + max(dur or 0, 0), _TS_LIMIT - 1), _END + track_field, pending, parts)
+            self._end_later(min(ts + max(dur or 0, 0), _TS_LIMIT - 1), track_field)
         elif ph == "B":
             self.stats["slices"] += 1
         else:
@@ -425,7 +474,9 @@ class NativeRankEncoder:
         cleared, interned, entries = self._c.export()
         py._cleared, py._interned = cleared, interned
         for table, raw, value in entries:
-            if table < 3:
+            if table == 4:   # the incremental clock's time + 1 (0: no snapshot yet)
+                py._clock = value - 1 if value else None
+            elif table < 3:
                 py._tables[table][raw.decode("utf-8")] = value
             else:
                 py._uuids[_track_key(raw)] = value
