@@ -7,7 +7,8 @@ clock offsets and data-quality findings.  Modules, lowest first:
 ``quality``    data-quality findings (the rows of ``align.quality``; no pandas)
 ``describe``   a rank's collective kernels selected and described
                (finish_rank, RankResult; numpy only)
-``tables``     the ``align.*`` table names and columns, and their pandas builders
+``tables``     the ``align.*`` table names and columns; the tables of ranks without
+               collectives built as numpy columns (no pandas: an empty run never loads it)
 ``sequences``  slots within one process group: by Seq, or by aligning each
                rank's sequence against a consensus (align_sequences)
 ``clocks``     per-rank clock offsets from collective ends (estimate_clock_offsets)

@@ -3,9 +3,8 @@ together on every rank (spec B4), and the ``align.clocks`` table."""
 import math
 
 import numpy as np
-import pandas as pd
 
-from .tables import CLOCK_COLUMNS
+from .tables import CLOCK_COLUMNS, frame_of, unestimated_clocks_columns
 
 
 def estimate_clock_offsets(inst, rank, end):
@@ -183,6 +182,8 @@ def _medians_by(group, values):
 def _clocks_table(est, present, apply, clock_method):
     """align.clocks: a row per rank present, from ``estimate_clock_offsets``'
     result (a rank it has no estimate of gets offset 0, method "none")."""
+    import pandas as pd   # here: the stage without collectives does not load it
+
     clock_rows = []
     for r in present:
         e = est.get(r)
@@ -200,10 +201,4 @@ def _clocks_table(est, present, apply, clock_method):
 
 def _unestimated_clocks_table(present, apply):
     """align.clocks when there are no collectives: offset 0, method "none"."""
-    return pd.DataFrame({"rank": pd.Series(present, dtype="int64"),
-                         "offset_ns": np.zeros(len(present), dtype=np.int64),
-                         "residual_ns": np.full(len(present), np.nan),
-                         "max_residual_ns": np.full(len(present), np.nan),
-                         "collectives": np.zeros(len(present), dtype=np.int64),
-                         "reference_rank": pd.Series(present, dtype="int64"),
-                         "applied": np.full(len(present), apply), "method": ["none"] * len(present)})
+    return frame_of(unestimated_clocks_columns(present, apply))

@@ -14,13 +14,15 @@ from ..codes import Text, dense_rank, group_ids, joined_labels
 from ..parallel.cpus import available_cpus
 from ..parallel.fork import both
 from ..parallel.heap import give_back_freed_memory
-from .clocks import _clocks_table, _unestimated_clocks_table, estimate_clock_offsets
+from .clocks import _clocks_table, estimate_clock_offsets
 from .describe import rank_row_count
 from .p2p_match import p2p_kernel_rows, p2p_tables
 from .quality import _clock_findings, _finding, _rank_findings, _story_findings, _world_size
 from .sequences import MATCH_TOLERANCE_NS, _match_ordinal, _seq_slots, seq_contradiction
+from ..stream.format import Columns
 from ..steps import STEPS_TABLE, clock_step_findings, coverage_findings, row_steps, step_coverage
-from .tables import COLLECTIVE_COLUMNS, _empty_collectives, _ranks_table, quality_table
+from .tables import COLLECTIVE_COLUMNS, _ranks_table, frame_of, has_collectives, quality_table
+from .tables import nodes as _nodes, tables_without_collectives
 
 
 def _rank_key(text, cache):
@@ -37,13 +39,6 @@ def _rank_key(text, cache):
 
 
 
-def _nodes(results, gpus_per_node):
-    if gpus_per_node:
-        return int(gpus_per_node)
-    for res in results:
-        if res.meta.get("gpus"):
-            return int(res.meta["gpus"])
-    return None
 
 
 
@@ -196,6 +191,9 @@ def _match_ranks(results, align_clocks, gpus_per_node, tolerance_ns, steps):
     Rows are numpy arrays throughout; text columns are ``Text`` codes, so
     each step costs a few integer passes over the rows."""
     results = sorted(results, key=lambda r: r.rank)
+    if not has_collectives(results):
+        return {name: frame_of(t) if isinstance(t, Columns) else t
+                for name, t in tables_without_collectives(results, align_clocks, gpus_per_node).items()}
     quality = []
     for res in results:
         quality += res.quality
@@ -209,8 +207,6 @@ def _match_ranks(results, align_clocks, gpus_per_node, tolerance_ns, steps):
     # are still estimated and reported, loudly when applying them would
     # change the answers (_story_findings)
     apply = bool(align_clocks) if align_clocks is not None else multi_node
-    if not any(rank_row_count(res.rows) for res in results):
-        return _tables_without_collectives(ranks_table, results, apply, quality)
     rows = _combined_rows(results)
     rank = rows["rank"]
     abs_ts = rows["base_ns"] + rows["ts"].astype(np.int64, copy=False)
@@ -309,18 +305,6 @@ def _rows_and_clocks(collectives, sample, clock_method, rank, present, apply):
                                        functools.partial(estimate_clock_offsets, *sample),
                                        fork=n >= _PARALLEL_MIN_ROWS and available_cpus() > 1)
     return out_df, row_findings, _clocks_table(est, present, apply, clock_method)
-
-
-def _tables_without_collectives(ranks_table, results, apply, quality):
-    present = [res.rank for res in results]
-    # send/recv ops whose kernels are all missing are still listed (p2p_unmatched)
-    p2p = p2p_tables(results, None, quality)
-    quality.append(_finding("warning", "no_collectives", f"no collective kernels in {len(present)} rank(s): "
-                            + ("only the point-to-point sheets have rows" if p2p else "the report is empty")))
-    tables = {"align.ranks": ranks_table, "align.collectives": _empty_collectives(),
-              "align.clocks": _unestimated_clocks_table(present, apply), "align.quality": quality_table(quality)}
-    tables.update(p2p)
-    return tables
 
 
 #: align.collectives columns that _collectives_table adds: those that depend

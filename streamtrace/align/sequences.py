@@ -12,9 +12,8 @@ import numpy as np
 
 from ..codes import dense_rank, group_ids, occurrence
 from .quality import _finding
+from .tables import MATCH_TOLERANCE_NS  # noqa: F401 - defined in tables, which the stage reads without pandas
 
-#: ends of one collective on two ranks closer than this are "consistent" (ns)
-MATCH_TOLERANCE_NS = 20_000
 #: the widest tolerance of the offset vote (ns): real ranks' ends of one
 #: collective spread by up to a few hundred us (issue #41's pair: 0.3 ms)
 VOTE_MAX_TOLERANCE_NS = 1_000_000

@@ -55,9 +55,9 @@ kernel launches (about 100 bytes per kernel) -- never CPU ops it does not use,
 python frames, flows or other events.
 """
 import functools
+import importlib
 import logging
-
-import pandas as pd
+import threading
 
 from ..errors import StreamtraceError
 from ..parallel.threads import in_thread
@@ -65,16 +65,55 @@ from ..stream.format import Kind, json_frame, table_frame
 from ..stream.summaries import RankSummaries
 from .collect import RankCollector, classify_string  # noqa: F401 - public names
 from .custom import custom_collectives
-from .describe import RankResult, collect_rank, finish_rank  # noqa: F401 - public names
+from .describe import RankResult, collect_rank, finish_rank, rank_row_count  # noqa: F401 - public names
 from .describe import SUMMARY_NAME, SUMMARY_VERSION, result_from_summary
 from .clocks import estimate_clock_offsets  # noqa: F401 - public name
-from .match import match_ranks
-from .sequences import MATCH_TOLERANCE_NS, align_sequences  # noqa: F401 - public names
 from .tables import CLOCK_COLUMNS, COLLECTIVE_COLUMNS, QUALITY_COLUMNS, RANK_COLUMNS  # noqa: F401 - public
-from .tables import TABLE_NAMES, VERSION
-from .p2p_match import P2P_TABLE_NAMES
+from .tables import MATCH_TOLERANCE_NS, TABLE_NAMES, VERSION, frame_of, options_columns  # noqa: F401 - VERSION public
+from .tables import tables_without_collectives
 from ..steps import STEPS_TABLE, StepCollector
 from .tables import quality_table  # noqa: F401 - report's data_quality sheet imports it from here
+
+#: public names whose modules load pandas: imported when first asked for
+#: (a stage with nothing to match never loads them)
+_LAZY = {"align_sequences": "sequences"}
+
+#: the matching module (and pandas with it), loaded in a background thread
+#: once a rank with collectives is read (``preload``)
+_MATCHING = "streamtrace.align.match"
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def preload(*modules):
+    """Import ``modules`` (and pandas with them) in a background thread while
+    the stage reads the rest of its input, once per process: the stage's own
+    import of one later waits for this one rather than running its own."""
+    with _preload_lock:
+        modules = [m for m in modules if m not in _preloading]
+        _preloading.update(modules)
+    if modules:
+        threading.Thread(target=_import_all, args=(modules,), daemon=True, name="streamtrace-import").start()
+
+
+def _import_all(modules):
+    for m in modules:
+        importlib.import_module(m)
+
+
+_preloading, _preload_lock = set(), threading.Lock()
+
+
+def match_ranks(*args, **kwargs):
+    """``match.match_ranks`` (its module imported when first called)."""
+    from .match import match_ranks as match
+
+    return match(*args, **kwargs)
+
 
 log = logging.getLogger("streamtrace")
 
@@ -101,7 +140,7 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     ``custom_collective_patterns``: (regex, Collective name) pairs (align.custom).
     """
     custom = custom_collectives(custom_collective_patterns)
-    yield table_frame("align.options", align_options_table(align_clocks, gpus_per_node, tolerance_ns))
+    yield table_frame("align.options", options_columns(align_clocks, gpus_per_node, tolerance_ns))
     ranks = _Ranks(custom)
     replaced = False
     for frame in frames:
@@ -121,10 +160,18 @@ def align_frames(frames, align_clocks=None, gpus_per_node=None, tolerance_ns=MAT
     results = ranks.results()
     if align_clocks == CLOCK_RULE:
         tables = match_by_rule(results, gpus_per_node=gpus_per_node, tolerance_ns=tolerance_ns, steps=ranks.steps())
+    elif not any(rank_row_count(res.rows) for res in results):
+        # nothing to match: the tables are built without pandas (Columns)
+        tables = tables_without_collectives(results, align_clocks, gpus_per_node)
     else:
         tables = match_ranks(results, align_clocks=align_clocks, gpus_per_node=gpus_per_node,
                              tolerance_ns=tolerance_ns, steps=ranks.steps())
-    for name in TABLE_NAMES[1:] + P2P_TABLE_NAMES + (STEPS_TABLE,):   # the last ones only when present
+    names = TABLE_NAMES[1:]
+    if any(name not in TABLE_NAMES for name in tables):   # the others only when present
+        from .p2p_match import P2P_TABLE_NAMES
+
+        names += P2P_TABLE_NAMES + (STEPS_TABLE,)
+    for name in names:
         if name in tables:
             yield table_frame(name, tables[name])
     yield json_frame(Kind.END, 0, {"stage": "align", "ranks": len(results),
@@ -199,7 +246,7 @@ class _Ranks:
         if kind == Kind.META:
             # in a thread: in a chain, correlate finishes the rank meanwhile
             # (the last rank's finishing is otherwise all in the chain's tail)
-            self.done[r] = in_thread(functools.partial(finish_rank, self.collectors.pop(r)), name="streamtrace-align-finish")
+            self.done[r] = in_thread(functools.partial(_finish, self.collectors.pop(r)), name="streamtrace-align-finish")
 
     def steps(self):
         """Every rank's ProfilerStep ops (``StepCollector.finish()`` results):
@@ -217,15 +264,26 @@ class _Ranks:
         result = self.summaries.add(frame, lambda r: r in self.done or r in self.collectors,
                                     lambda value: result_from_summary(value, self.metas.pop(r)))
         if result is not None:
+            if rank_row_count(result.rows):
+                preload(_MATCHING)
             self.done[r] = _Done(result)
 
     def results(self):
         """RankResult of every rank, in rank order (unfinished ranks finished now)."""
         self.summaries.check_complete()
         for r, c in self.collectors.items():
-            self.done[r] = in_thread(functools.partial(finish_rank, c))
+            self.done[r] = in_thread(functools.partial(_finish, c))
         self.collectors = {}
         return [self.done[r].result() for r in sorted(self.done)]
+
+
+def _finish(collector):
+    """``finish_rank``; a rank with collective kernels starts loading the
+    matching module meanwhile (the stage will need it)."""
+    result = finish_rank(collector)
+    if rank_row_count(result.rows):
+        preload(_MATCHING)
+    return result
 
 
 class _Done:
@@ -240,9 +298,7 @@ class _Done:
 
 def align_options_table(align_clocks=None, gpus_per_node=None, tolerance_ns=MATCH_TOLERANCE_NS):
     """The one-row ``align.options`` table (strings; '' = automatic/absent)."""
-    options = {"align_clocks": align_clocks, "gpus_per_node": gpus_per_node, "tolerance_ns": tolerance_ns,
-               "version": VERSION}
-    return pd.DataFrame({k: pd.Series(["" if v is None else str(v)], dtype=object) for k, v in options.items()})
+    return frame_of(options_columns(align_clocks, gpus_per_node, tolerance_ns))
 
 
 

@@ -26,6 +26,8 @@ Modules, lowest first:
 
 - ``constants``: the spec's numbers several analyses share.
 - ``growing``: columns filled part by part (``_Growing``).
+- ``columns``: each sheet's columns, and the sheets of a run with nothing to
+  analyze, built without pandas (the analyses' modules load it).
 - ``timeline``: one rank's ``Timeline``, and ``_classify`` (comm vs compute,
   the comm union, window lengths: what needs no other rank; compute
   union and buckets are made when used).

@@ -4,14 +4,11 @@ into waiting and transfer, with an HTA-style temporal breakdown."""
 import numpy as np
 import pandas as pd
 
+from .columns import EXPOSED_COLUMNS
 from .. import _native
 from .constants import NS_PER_US
 from .inputs import _rows_by_rank
 from .timeline import _exposed_windows, _intersect, _union
-
-
-EXPOSED_COLUMNS = ["rank", "step", "window_us", "comm_us", "hidden_us", "exposed_us", "exposed_waiting_us",
-                   "exposed_transfer_us", "comp_comm_overlap_pct", "compute_us", "memcpy_memset_us", "idle_us", "note"]
 
 
 def _exposed_comm(inputs):

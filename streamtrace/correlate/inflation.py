@@ -3,14 +3,9 @@ transfer time and compute kernel durations with much vs little overlap."""
 import numpy as np
 import pandas as pd
 
+from .columns import COMPUTE_INFLATION_COLUMNS, NCCL_INFLATION_COLUMNS
 from .constants import HIGH_OVERLAP, LOW_OVERLAP, MIN_SAMPLES, NS_PER_US
 from .overlap import _overlap_rows
-
-
-NCCL_INFLATION_COLUMNS = ["signature", "instances", "overlapped_n", "isolated_n", "median_transfer_overlapped_us",
-                          "median_transfer_isolated_us", "inflation", "total_excess_us", "note"]
-COMPUTE_INFLATION_COLUMNS = ["kernel", "grid", "block", "occurrences", "overlapped_n", "isolated_n",
-                             "median_overlapped_us", "median_isolated_us", "inflation", "time_lost_us", "note"]
 
 
 def _inflation(hi, lo, names):

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from .columns import BLOCKER_COLUMNS, BLOCKING_HOST_COLUMNS, BLOCKING_KERNEL_COLUMNS
 from .. import _native
 from .constants import NS_PER_US, TOP_N
 from .summary import unpack_ops
@@ -16,18 +17,6 @@ from .timeline import _union
 
 P2P_NAMES = ("send", "recv")
 NOISE_FRACTION, NOISE_NS = 0.05, 1000   # excess below max(5 % of baseline, 1 us) is noise
-
-
-BLOCKER_COLUMNS = [
-    "collective_id", "Process Group Name", "Collective name", "late_rank", "reference_rank", "delta_us", "blame_us",
-    "host_launch_lateness_us", "gpu_dependency_wait_us", "gpu_backlog_us", "dominant_cause",
-    "top_blockers", "blocker_1", "blocker_1_stream", "blocker_1_excess_us",
-    "blocker_2", "blocker_2_stream", "blocker_2_excess_us", "blocker_3", "blocker_3_stream", "blocker_3_excess_us",
-]
-BLOCKING_KERNEL_COLUMNS = ["kernel", "grid", "block", "total_blocking_us", "instances_delayed", "ranks",
-                           "mean_excess_us", "max_excess_us", "mean_duration_us", "baseline_median_us"]
-BLOCKING_HOST_COLUMNS = ["op", "total_blocking_us", "instances_delayed", "ranks", "mean_self_us_in_gap",
-                         "max_self_us_in_gap"]
 
 
 def _late_rank_analysis(inputs):

@@ -7,18 +7,11 @@ import re
 import numpy as np
 import pandas as pd
 
+from .columns import OVERLAP_COLUMNS, PAIR_COLUMNS
 from .. import _native
 from ..collectives import size_bucket
 from .constants import NS_PER_US, TOP_N
 from .inputs import _rows_by_rank
-
-
-OVERLAP_COLUMNS = ["collective_id", "rank", "Collective name", "Process Group Name", "signature", "stream",
-                   "ts_us", "dur_us", "overlap_us", "overlap_frac", "overlapping_kernels", "top_overlapping",
-                   "nccl_ctas", "sm_share", "top_kernel", "top_kernel_overlap_us", "top_kernel_stream",
-                   "top_kernel_grid", "top_kernel_blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk"]
-PAIR_COLUMNS = ["compute_kernel", "grid", "block", "signature", "overlap_us", "occurrences", "ranks",
-                "nccl_ctas", "sm_share", "blocks_per_sm", "waves_alone", "waves_with_nccl", "tail_effect_risk"]
 
 
 def _signature(row):

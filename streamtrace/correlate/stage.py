@@ -5,17 +5,20 @@ answer a user reads first.
 """
 import logging
 
-import pandas as pd
-
+from ..align.stage import preload
 from ..stream.format import Kind
 from .collect import StreamCollector
-from .exposed import _exposed_comm
-from .inflation import _compute_inflation, _nccl_inflation
-from .inputs import Inputs, _empty_instances, instances_from_align, instances_from_p2p, offsets_from_align
-from .late_rank import _late_rank_analysis
-from .overlap import _overlap_analysis
+from .columns import QUALITY_COLUMNS, empty_sheets
 
 log = logging.getLogger("streamtrace")
+
+#: the analyses' modules (they load pandas): imported where they run, and
+#: in a background thread once a rank's frames come (``correlate_frames``)
+ANALYSES = ("streamtrace.correlate.late_rank", "streamtrace.correlate.overlap", "streamtrace.correlate.inflation",
+            "streamtrace.correlate.exposed")
+
+#: the align tables correlate reads (StreamCollector keeps them)
+ALIGN_TABLES_READ = ("align.collectives", "align.p2p")
 
 
 TABLE_PREFIX = "correlate."
@@ -40,20 +43,40 @@ def correlate_frames(frames, finished=None):
 
     sc = StreamCollector()
     replaced = False
+    # align's tables, handed to the collector at the end: decoding them loads
+    # pandas, which a stream with no rank and no collective never needs
+    align_read = []
+    ranks_seen = False
     for frame in frames:
         if frame.kind == Kind.END:
             continue
-        if frame.kind == Kind.TABLE and frame.table_name().startswith(TABLE_PREFIX):
-            replaced = True
+        if frame.kind == Kind.TABLE:
+            name = frame.table_name()
+            if name.startswith(TABLE_PREFIX):
+                replaced = True
+                continue
+            if name in ALIGN_TABLES_READ:
+                align_read.append(frame)
+            yield frame
             continue
+        if not ranks_seen:
+            ranks_seen = True
+            preload(*ANALYSES)
         sc.add(frame)
         yield frame
     if replaced:
         log.warning("the input already held correlate tables; they are replaced by this run's")
-    timelines, tables = sc.finish()
-    sheets = analyze_collected(timelines, tables, compute=sc.compute)
-    if finished is not None:
-        finished((timelines, tables))
+    if finished is None and not ranks_seen and all(f.table_rows() == 0 for f in align_read):
+        # nothing to analyze: the sheets analyze gives such a run, without pandas
+        sheets = empty_sheets([] if any(f.table_name() == "align.collectives" for f in align_read)
+                              else [_NO_ALIGN_TABLES])
+    else:
+        for frame in align_read:
+            sc.add(frame)
+        timelines, tables = sc.finish()
+        sheets = analyze_collected(timelines, tables, compute=sc.compute)
+        if finished is not None:
+            finished((timelines, tables))
     for name, df in sheets.items():
         yield table_frame(TABLE_PREFIX + name, df)
     yield json_frame(Kind.END, 0, {"stage": "correlate"})
@@ -62,11 +85,13 @@ def correlate_frames(frames, finished=None):
 def analyze_collected(timelines, tables, compute=None):
     """Sheets from collected timelines and align's tables (``compute``: the
     StreamCollector's table of compute kernels)."""
+    from .inputs import Inputs, _empty_instances, instances_from_align, instances_from_p2p, offsets_from_align
+    from .late_rank import _late_rank_analysis
+
     coll = tables.get("align.collectives")
     if coll is None:
         inputs = Inputs(timelines, _empty_instances(), {}, compute)
-        inputs.quality.append(("no align tables", None, "the stream has no align.collectives table: "
-                                                        "run 'streamtrace align' before correlate"))
+        inputs.quality.append(_NO_ALIGN_TABLES)
     else:
         inputs = Inputs(timelines, instances_from_align(coll), offsets_from_align(coll), compute)
     sheets = analyze(inputs)
@@ -76,6 +101,9 @@ def analyze_collected(timelines, tables, compute=None):
         sheets["p2p_blockers"] = _late_rank_analysis(p2p_inputs)[0]
     return sheets
 
+
+_NO_ALIGN_TABLES = ("no align tables", None, "the stream has no align.collectives table: "
+                                             "run 'streamtrace align' before correlate")
 
 SHEET_NAMES = ["collective_blockers", "blocking_kernels", "blocking_host_ops", "collective_overlap",
                "contention_pairs", "nccl_inflation", "compute_inflation", "exposed_comm", "correlate_quality"]
@@ -88,13 +116,20 @@ def analyze(inputs):
     data-quality notes to ``inputs.quality`` in turn: splitting them with a
     forked child made the whole slower on two cores (see
     docs/performance.md)."""
+    import pandas as pd
+
+    from .exposed import _exposed_comm
+    from .inflation import _compute_inflation, _nccl_inflation
+    from .late_rank import _late_rank_analysis
+    from .overlap import _overlap_analysis
+
     blockers, blocking_kernels, blocking_host_ops = _late_rank_analysis(inputs)
     sheets = {"collective_blockers": blockers, "blocking_kernels": blocking_kernels,
               "blocking_host_ops": blocking_host_ops, "compute_inflation": _compute_inflation(inputs)}
     overlap, pairs = _overlap_analysis(inputs)
     sheets.update({"collective_overlap": overlap, "contention_pairs": pairs,
                    "nccl_inflation": _nccl_inflation(inputs, overlap), "exposed_comm": _exposed_comm(inputs)})
-    sheets["correlate_quality"] = pd.DataFrame(inputs.quality, columns=["check", "rank", "detail"])
+    sheets["correlate_quality"] = pd.DataFrame(inputs.quality, columns=QUALITY_COLUMNS)
     return {name: sheets[name] for name in SHEET_NAMES}
 
 

@@ -198,6 +198,16 @@ class Frame:
             raise self.error("corrupt TABLE frame (its name is not a string)")
         return name
 
+    def table_rows(self):
+        """The row count of a TABLE frame, from its header alone (no pandas)."""
+        try:
+            rows = _table_header(self.payload)[0]["nrows"]
+        except (ValueError, KeyError, TypeError, IndexError, struct.error) as exc:
+            raise self.error(f"corrupt TABLE frame ({exc})") from None
+        if not isinstance(rows, int) or rows < 0:
+            raise self.error("corrupt TABLE frame (its row count is not a count)")
+        return rows
+
 
 # ------------------------------------------------------------------ encoding
 
@@ -394,7 +404,7 @@ def decode_strings(payload):
 
 
 def encode_table(name, df):
-    """Payload of a TABLE frame: a named DataFrame, column by column.
+    """Payload of a TABLE frame: a named DataFrame (or ``Columns``), column by column.
 
     Layout: u32 JSON-header length, JSON header ``{"name", "nrows", "columns":
     [{"name", "type", "bytes"}]}``, then each column's bytes in order.  Types:
@@ -405,9 +415,12 @@ def encode_table(name, df):
     missing) or ``json`` (a UTF-8 JSON array: any other object column --
     numbers, nested values).
     """
+    if isinstance(df, Columns):
+        forms = [(col, *_plain_column_form(values)) for col, values in df.items()]
+    else:
+        forms = [(col, *_column_form(df[col])) for col in df.columns]
     columns, blobs = [], []
-    for col in df.columns:
-        typ, value = _column_form(df[col])
+    for col, typ, value in forms:
         if typ == "Int64":
             values, mask = value
             blob = values.tobytes() + mask.astype("u1").tobytes()
@@ -423,6 +436,60 @@ def encode_table(name, df):
         blobs.append(blob)
     header = json.dumps({"name": name, "nrows": len(df), "columns": columns}).encode()
     return struct.pack("<I", len(header)) + header + b"".join(blobs)
+
+
+class Columns(dict):
+    """A table as named numpy columns, in order, that ``encode_table`` writes
+    without pandas: the small tables a stage writes when it has nothing to
+    compute (an empty stream, no collectives), so that such a run never loads
+    pandas.  Each column is a numeric or bool array (written as its dtype), a
+    ``numpy.ma`` masked int64 array (``Int64``: masked = missing) or an object
+    array (``text`` when its present values are all str, else ``json``;
+    missing = None or NaN).  The same values as a DataFrame encode to the same
+    bytes (tests/project/test_lean_stages.py)."""
+
+    def __init__(self, columns, nrows=None):
+        super().__init__(columns)
+        lengths = {len(v) for v in self.values()}
+        if nrows is not None:
+            lengths.add(nrows)
+        if len(lengths) > 1:
+            raise ValueError(f"columns of different lengths: {sorted(lengths)}")
+        self.nrows = lengths.pop() if lengths else 0
+
+    def __len__(self):   # rows, as len() of a DataFrame
+        return self.nrows
+
+    def frame(self):
+        """The same table as a DataFrame (as decoding its bytes gives it)."""
+        return decode_table(encode_table("", self))[1]
+
+
+def _is_missing(v):
+    """None, NaN, or pandas' NA/NaT (met only in values pandas made)."""
+    return v is None or (isinstance(v, float) and v != v) or type(v).__name__ in ("NAType", "NaTType")
+
+
+def _plain_column_form(values):
+    """``_column_form`` of a ``Columns`` column, in numpy and Python only (for
+    the small tables Columns holds: a Python pass over object columns)."""
+    if isinstance(values, np.ma.MaskedArray):
+        return "Int64", (np.ma.getdata(values).astype("<i8"), np.ma.getmaskarray(values))
+    values = np.asarray(values)
+    if values.dtype.kind in "iufb":
+        arr = values.astype(values.dtype.newbyteorder("<")) if values.dtype.byteorder == ">" else values
+        return arr.dtype.str, arr
+    items = values.tolist()
+    codes, uniques, index = np.full(len(items), -1, dtype=np.int64), [], {}
+    for i, v in enumerate(items):
+        if _is_missing(v):
+            continue
+        if type(v) is not str:
+            return "json", json.dumps([None if _is_missing(x) else x for x in items], default=_json_default).encode()
+        codes[i] = index.setdefault(v, len(uniques))
+        if codes[i] == len(uniques):
+            uniques.append(v)
+    return "text", (codes, uniques)
 
 
 def _column_form(s):
@@ -519,8 +586,13 @@ class TableFrame(Frame):
         return self._payload
 
     def table(self, columns=None):
+        if isinstance(self._df, Columns):   # small: through its bytes
+            return decode_table(self.payload, columns)
         df = self._df if columns is None else self._df[[c for c in self._df.columns if str(c) in columns]]
         return self._name, decoded_form(df)
+
+    def table_rows(self):
+        return len(self._df)
 
     def table_name(self):
         return self._name
