@@ -148,7 +148,8 @@ def correlated_sheets(paths, jobs=None, world_size=None, executor=None, align_cl
                                                 align_clocks=align_clocks))
 
 
-def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_clocks=None, critical=False):
+def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_clocks=None, critical=False,
+                      finished=None):
     """{name: DataFrame} of the align and correlate tables, running what is
     missing: ``paths`` are event streams at any stage (``-``: stdin), trace
     files, or one directory of traces (resolved as ``--trace_dir`` is).
@@ -158,7 +159,10 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_cl
     offsets, when it runs here (None: the clock rule, confidence.clock_rule);
     a stream aligned already keeps its clocks.  ``critical``: also the
     ``critical.*`` tables (the critical path's graph; a stream's correlate
-    runs again for them)."""
+    runs again for them).  ``finished``: called with (the ranks' timelines
+    on correlate's clocks, align's tables as correlate read them), as
+    ``correlate_frames`` calls it, for a caller that makes the graph, or
+    reads the timelines, itself (a stream's correlate runs again for it)."""
     from .correlate.stage import TABLE_PREFIX, correlate_frames
     from .io.ranks import resolve_inputs
     from .steps import TABLE as STEPS, StreamSteps, step_table
@@ -179,15 +183,16 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_cl
         if inputs is not None:
             executor = as_executor(executor)
             return _correlated_tables(inputs, world_size, jobs, align_clocks, None, False, None, executor=executor,
-                                      blocking_clocks=align_clocks, critical=critical)
+                                      blocking_clocks=align_clocks, critical=critical, finished=finished)
         names = set().union(*(table_names(p) for p in paths))
         steps = StreamSteps()
         frames = steps.watch(f for p in paths for f in iter_frames(p))
         if "align.collectives" in names and align_clocks is not None:
             log.warning("the stream was aligned already: --align_clocks/--no-align_clocks has no effect on it "
                         "(run 'streamtrace align' with it)")
-        finished = []
-        if critical and any(n.startswith(TABLE_PREFIX) for n in names):
+        collected = []
+        timelines_needed = critical or finished is not None
+        if timelines_needed and any(n.startswith(TABLE_PREFIX) for n in names):
             # correlate's own tables are made again, with its timelines
             frames = (f for f in frames if not (f.kind == Kind.TABLE and f.table_name().startswith(TABLE_PREFIX)))
             names = {n for n in names if not n.startswith(TABLE_PREFIX)}
@@ -196,15 +201,17 @@ def correlated_tables(paths, jobs=None, world_size=None, executor=None, align_cl
                 from .align.stage import CLOCK_RULE, align_frames
 
                 frames = align_frames(frames, align_clocks=CLOCK_RULE if align_clocks is None else align_clocks)
-            frames = correlate_frames(frames, finished=finished.append if critical else None)
+            frames = correlate_frames(frames, finished=collected.append if timelines_needed else None)
         tables = {}
         for f in frames:
             if f.kind == Kind.TABLE:
                 name, df = f.table()
                 tables[name] = df
         tables[STEPS] = step_table(steps.finish(), tables)
-        if finished:
-            tables.update(_critical_tables(*finished[0]))
+        if collected and finished is not None:
+            finished(collected[0])
+        if collected and critical:
+            tables.update(_critical_tables(*collected[0]))
         return tables
     finally:
         for path in spooled:
@@ -330,7 +337,7 @@ def collect_tables_from_traces(inputs, world_size=None, jobs=1, align_clocks=Non
 
 
 def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, strict, progress, executor=None,
-                       custom=None, blocking_clocks=None, critical=False):
+                       custom=None, blocking_clocks=None, critical=False, finished=None):
     """extract -> align -> correlate of trace files as a map and a reduce:
     ``{name: DataFrame}`` with the ``align.*`` and ``correlate.*`` tables.
 
@@ -339,7 +346,8 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     collectives and runs the cross-rank analyses over the timelines.
     ``align_clocks``: the clocks of the ``align.*`` tables (the report's
     sheets); ``blocking_clocks``: those correlate and the point-to-point
-    tables use; None for either: the clock rule (confidence.clock_rule)."""
+    tables use; None for either: the clock rule (confidence.clock_rule).
+    ``finished``: as ``correlated_tables`` takes it."""
     from .align.p2p_match import P2P_TABLE_NAMES
     from .align.stage import TABLE_NAMES, align_options_table, match_by_rule
     from .confidence import BLOCKING_CLOCKS
@@ -377,6 +385,8 @@ def _correlated_tables(inputs, world_size, jobs, align_clocks, gpus_per_node, st
     for name, df in sheets.items():
         tables[TABLE_PREFIX + name] = table_frame(TABLE_PREFIX + name, df).table()[1]
     tables[STEPS] = step_table(step_rows, tables)
+    if finished is not None:
+        finished((timelines, used))
     if critical:   # the critical path's graph, from the timelines correlate put on its clocks
         tables.update(_critical_tables(timelines, used))
     return tables

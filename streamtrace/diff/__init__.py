@@ -31,9 +31,14 @@ class Diff(dict):
 
 
 def side_tables(side, jobs=None, executor=None, align_clocks=None, critical=True, what="baseline"):
-    """A run's align, correlate (and critical) tables, running what is missing."""
+    """A run's align and correlate tables, running what is missing; with
+    ``critical``, also correlate's timelines (``metrics.CORRELATED``: the
+    per-kernel GPU time, and the critical-path graph when it is compared)."""
     from ..chain import _correlated_tables, correlated_tables
+    from .metrics import CORRELATED, Correlated
 
+    held = []
+    finished = held.append if critical else None
     if isinstance(side, dict):
         from ..io.ranks import DEFAULT_RANK_REGEX, resolve_inputs
 
@@ -44,20 +49,26 @@ def side_tables(side, jobs=None, executor=None, align_clocks=None, critical=True
         if "trace_glob" in flags:
             flags.setdefault("rank_regex", DEFAULT_RANK_REGEX)
         inputs = resolve_inputs(**flags)
-        return _correlated_tables(inputs, flags.get("world_size"), jobs, align_clocks, None, False, None,
-                                  executor=executor, blocking_clocks=align_clocks, critical=critical)
-    paths = [side] if isinstance(side, str) or hasattr(side, "__fspath__") else list(side)
-    if not paths:
-        raise StreamtraceError(f"{what}: no input")
-    return correlated_tables([str(p) for p in paths], jobs=jobs, executor=executor, align_clocks=align_clocks,
-                             critical=critical)
+        tables = _correlated_tables(inputs, flags.get("world_size"), jobs, align_clocks, None, False, None,
+                                    executor=executor, blocking_clocks=align_clocks, finished=finished)
+    else:
+        paths = [side] if isinstance(side, str) or hasattr(side, "__fspath__") else list(side)
+        if not paths:
+            raise StreamtraceError(f"{what}: no input")
+        tables = correlated_tables([str(p) for p in paths], jobs=jobs, executor=executor, align_clocks=align_clocks,
+                                   finished=finished)
+    if held:
+        tables[CORRELATED] = Correlated(held[0])
+    return tables
 
 
 def diff(baseline, candidate, fail_if=(), jobs=None, executor=None, align_clocks=None, critical=True, top=3):
     """``baseline`` and ``candidate`` compared (see the module's docstring);
     ``fail_if``: gate conditions (texts such as ``"step_time:+5%"`` or
-    Conditions); ``critical``: also compare the critical paths (each run's
-    graph is made; False skips it); ``top``: changes the text explains."""
+    Conditions); ``critical``: also the per-kernel GPU time and, when the
+    step time changed beyond its spread, the critical paths (each run's
+    graph is made then only; False skips both); ``top``: changes the text
+    explains."""
     from ..confidence import report_confidence
     from .compare import compare
     from .summary import summary_text

@@ -182,10 +182,12 @@ class Run:
 
     def kernel_time(self):
         """{(kernel identity, rank): per-step GPU time us} of the compute
-        kernels (critical.nodes; {} when the tables have no critical graph).
-        Summed with one bincount over (identity, rank, step) codes: a run has
-        ~100,000 kernels and a pandas groupby over their texts was most of
-        the diff's own time."""
+        kernels: from correlate's timelines (``CORRELATED``) when the tables
+        hold them, else from the critical graph's nodes (critical.nodes); {}
+        without either."""
+        held = self.tables.get(CORRELATED)
+        if held is not None:
+            return held.kernel_time()
         nodes = self.tables.get("critical.nodes")
         if nodes is None or not len(nodes):
             return {}
@@ -226,9 +228,109 @@ class Run:
 
     # ------------------------------------------------------------ critical path
     def critical_path(self):
-        """critical.compute's ``critical_path`` (None without the graph)."""
-        if "critical.nodes" not in self.tables:
-            return None
-        from ..critical import compute
+        """critical.compute's ``critical_path``: of the graph in the tables,
+        or made now from correlate's timelines (``CORRELATED``); None
+        without either."""
+        from .. import critical
 
-        return compute(self.tables)["critical_path"]
+        if critical.NODES in self.tables:
+            graph = self.tables
+        elif self.tables.get(CORRELATED) is not None:
+            graph = self.tables[CORRELATED].graph()
+        else:
+            return None
+        return critical.compute(graph)["critical_path"]
+
+
+#: the key of a run's tables that holds its ``Correlated`` (diff.side_tables puts it there)
+CORRELATED = "diff.correlated"
+
+
+def _step_number(name):
+    """A step window's number as the critical graph numbers it (-1: not a ProfilerStep)."""
+    tail = name.split("#", 1)[1] if name.startswith("ProfilerStep#") else ""
+    return int(tail) if tail.isdigit() else -1
+
+
+def _dims(d):
+    return "[" + ",".join(str(int(x)) for x in d) + "]" if d[0] >= 0 else ""
+
+
+class Correlated:
+    """A run's ranks' timelines on correlate's clocks and align's tables as
+    correlate read them (what ``chain.correlated_tables`` hands its
+    ``finished``): the per-kernel GPU time is read from them, and the
+    critical-path graph is made of them only when the diff compares the
+    critical paths (``graph``)."""
+
+    def __init__(self, finished):
+        self.timelines, self.used = finished
+        self._instances = self._graph = None
+
+    def instances(self):
+        """critical.instance_rows of the run's collectives and send/recv pairs."""
+        if self._instances is None:
+            from ..critical import instance_rows
+
+            self._instances = instance_rows(self.used["align.collectives"], self.used.get("align.p2p"))
+        return self._instances
+
+    def graph(self):
+        """The ``critical.*`` tables (critical.node_tables), made once."""
+        if self._graph is None:
+            from ..critical import node_tables
+
+            self._graph = node_tables(self.timelines, self.instances())
+        return self._graph
+
+    def kernel_time(self):
+        """{(kernel identity, rank): per-step GPU time us} of the compute
+        kernels, as the critical graph's compute nodes give it (the same
+        identity text, step windows, steps and order of summing) without
+        making the graph: each rank's kernels summed with one bincount over
+        (identity code, step) codes, the identity texts made once per
+        distinct kernel identity of the rank."""
+        from ..critical.graph import step_windows
+
+        inst = self.instances()
+        by_rank = {r: (df["start"].to_numpy(), df["instance"].to_numpy(object))
+                   for r, df in inst.groupby("rank")} if len(inst) else {}
+        codes = {}   # identity text -> its code across ranks
+        per_rank, numbers, members = [], set(), []
+        for r, tl in self.timelines.items():
+            texts = [f"{tl.names[int(k[0])]} grid {_dims(k[1:4])} block {_dims(k[4:7])}".strip() for k in tl.lkeys]
+            of_lcode = np.array([codes.setdefault(t, len(codes)) for t in texts], dtype=np.int64)
+            table, index = tl.by_lcode(of_lcode)
+            start, end = tl.compute_start, tl.compute_end
+            js, steps = [], []
+            for name, lo, hi in step_windows(tl):
+                step = _step_number(name)
+                a, b = np.searchsorted(start, [lo, hi])
+                if b > a:
+                    js.append(np.arange(a, b))
+                    steps.append(np.full(b - a, step, dtype=np.int64))
+                    numbers.add(step)
+                if r in by_rank:   # the collectives' steps count among the run's steps (as nodes they would)
+                    s, ids = by_rank[r]
+                    on = (s >= lo) & (s < hi)
+                    members += [(i, r, step) for i in ids[on].tolist()]
+            if js:
+                j, step = np.concatenate(js), np.concatenate(steps)
+                order = np.argsort(start[j], kind="stable")   # the graph's nodes are in start order
+                j, step = j[order], step[order]
+                per_rank.append((r, table[index[j]], step, (end[j] - start[j]) / 1e3))
+        if not per_rank:
+            return {}
+        first = {}   # an instance is in the step of its lowest rank's member
+        for i, r, step in sorted(members, key=lambda m: m[1]):
+            first.setdefault(i, step)
+        numbers = np.array(sorted(numbers | set(first.values())))
+        texts = np.array(list(codes), dtype=object)
+        out = {}
+        for r, code, step, dur in per_rank:
+            flat = code * len(numbers) + np.searchsorted(numbers, step)
+            size = len(texts) * len(numbers)
+            total = np.bincount(flat, weights=dur, minlength=size).reshape(len(texts), len(numbers))
+            seen = np.bincount(flat, minlength=size).reshape(len(texts), len(numbers)).any(axis=1)
+            out.update({(str(texts[i]), int(r)): total[i].tolist() for i in np.nonzero(seen)[0]})
+        return out

@@ -301,3 +301,66 @@ def test_profiler_step_ops_are_one_op_whatever_their_number(runs):
     assert not rows["beyond_spread"].any(), rows
     assert Run(base_tables, "b").blockers("correlate.blocking_host_ops", ("op",)).keys() == \
         Run(cand, "c").blockers("correlate.blocking_host_ops", ("op",)).keys()
+
+
+def test_critical_graph_made_only_when_the_step_time_changed(runs, monkeypatch):
+    """Each run's critical-path graph (critical.node_tables) is made only
+    when the critical paths are compared: the step time changed beyond its
+    spread.  Otherwise the step line says it did not change, and no
+    critical-path line or sheet follows."""
+    import streamtrace.critical as critical
+
+    made = []
+    real = critical.node_tables
+    monkeypatch.setattr(critical, "node_tables", lambda *a, **k: made.append(1) or real(*a, **k))
+    d = diff(runs["base"], runs["seed2"])
+    assert made == [], "the graph was made though the step time did not change"
+    step = next(line for line in d.text.splitlines() if line.startswith("Step time:"))
+    assert "within the run-to-run spread: no change" in step, d.text
+    assert "on the critical path" not in d.text and "diff_critical_path" not in d
+    assert len(d["diff_gpu_time"].query("area == 'kernels'")), "the per-kernel GPU time is compared all the same"
+    d = diff(runs["base"], runs["straggler"])
+    assert made == [1, 1]   # once per run
+    assert "on the critical path" in d.text and len(d["diff_critical_path"])
+
+
+def test_kernel_time_from_the_timelines_is_the_graphs(runs):
+    """The per-kernel GPU time read from correlate's timelines (no graph
+    made) is the one the critical graph's compute nodes give, to the bit,
+    on a trace directory and on a summarized stream."""
+    from streamtrace.chain import correlated_tables
+    from streamtrace.diff.metrics import CORRELATED, Correlated, Run
+
+    for run in ("slow_kernel", "pipe_stage"):
+        held = []
+        tables = correlated_tables([runs[run]], critical=True, finished=held.append)
+        from_graph = Run(tables, "g").kernel_time()
+        from_timelines = Run({**tables, CORRELATED: Correlated(held[0])}, "t").kernel_time()
+        assert from_graph and from_timelines == from_graph
+
+
+def test_correlated_tables_hands_on_the_timelines_without_the_graph(runs, tmp_path):
+    """``finished`` gets correlate's timelines and the align tables it read;
+    without ``critical`` no critical.* table is made.  A correlated stream's
+    correlate runs again for them (its tables are the same)."""
+    import subprocess
+    import sys
+
+    from streamtrace.chain import correlated_tables
+
+    bin_ = [sys.executable, "-m", "streamtrace.cli"]
+    stream = tmp_path / "run.stev"
+    staged = subprocess.run(" | ".join([" ".join(bin_ + ["extract", "--trace_dir", runs["base"], "-q"]),
+                                        " ".join(bin_ + ["align"]), " ".join(bin_ + ["correlate"])])
+                            + f" > {stream}", shell=True, capture_output=True, text=True, timeout=300)
+    assert staged.returncode == 0, staged.stderr
+    for source in (runs["base"], str(stream)):
+        held = []
+        tables = correlated_tables([source], finished=held.append)
+        assert not any(n.startswith("critical.") for n in tables)
+        (timelines, used), = held
+        assert sorted(timelines) == [0, 1, 2, 3] and "align.collectives" in used
+    plain = correlated_tables([str(stream)])
+    assert plain.keys() == tables.keys()
+    for name in plain:
+        assert plain[name].equals(tables[name]), name
