@@ -203,6 +203,7 @@ typedef struct {
 struct st_pft {
     uint32_t seq;
     buf out, arena, ev, pend, tmp, exp, kbuf, endev;
+    const uint8_t *chunk; /* the chunk being fed: strings without escapes are read in place */
     int has_clock;    /* a clock snapshot written: clock is the incremental clock's time (ns) */
     int64_t clock;
     pending_end *ends; /* complete events' ends not yet written: a heap, earliest first */
@@ -263,6 +264,13 @@ int st_pft_add_thread(st_pft *p, const uint8_t *key, size_t key_len, int has_nam
     return map_put(&p->threads, key, key_len, v);
 }
 
+/* A string's offset: into the chunk (IN_CHUNK set: a string without escapes, not copied) or into the arena
+   (decoded strings, nested values' dumps). */
+#define IN_CHUNK ((size_t)1 << 62)
+static inline const uint8_t *S(const st_pft *p, size_t off) {
+    return off & IN_CHUNK ? p->chunk + (off ^ IN_CHUNK) : p->arena.p + off;
+}
+
 /* ------------------------------------------------------------ the parser */
 
 typedef struct {
@@ -305,6 +313,14 @@ static int put_utf8(buf *b, uint32_t c) {
 static int parse_string(parser *q, size_t *off, size_t *len) {
     buf *a = &q->p->arena;
     q->s++;
+    const uint8_t *r0 = q->s;
+    while (r0 < q->e && *r0 != '"' && *r0 != '\\' && *r0 >= 0x20) r0++;
+    if (r0 < q->e && *r0 == '"') {   /* no escape: the text is the chunk's bytes */
+        *off = (size_t)(q->s - q->p->chunk) | IN_CHUNK;
+        *len = (size_t)(r0 - q->s);
+        q->s = r0 + 1;
+        return 0;
+    }
     *off = a->n;
     for (;;) {
         const uint8_t *r = q->s;
@@ -390,6 +406,16 @@ static int dump_string(buf *b, const uint8_t *s, size_t n) {
         }
     }
     return putc_(b, '"');
+}
+
+/* An integer's decimal digits (as str(int)). */
+static int dump_int(buf *b, int64_t i) {
+    char t[24];
+    size_t n = sizeof t;
+    uint64_t u = i < 0 ? 0 - (uint64_t)i : (uint64_t)i;
+    do { t[--n] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (i < 0) t[--n] = '-';
+    return put(b, t + n, sizeof t - n);
 }
 
 /* Python's repr of a float (as json.dumps writes it). */
@@ -508,7 +534,7 @@ static int parse_value(parser *q, jv *v, buf *dump, int depth) {
         size_t off, len;
         TRY(parse_string(q, &off, &len));
         v->t = J_STR; v->off = off; v->len = len;
-        if (dump) TRY(dump_string(dump, q->p->arena.p + off, len));
+        if (dump) TRY(dump_string(dump, S(q->p, off), len));
         return 0;
     }
     if (c == '{' || c == '[') {
@@ -525,7 +551,7 @@ static int parse_value(parser *q, jv *v, buf *dump, int depth) {
                 if (q->s >= q->e || *q->s != '"') return fail(q, ST_PFT_UNSUPPORTED);
                 size_t off, len;
                 TRY(parse_string(q, &off, &len));
-                if (dump) { TRY(dump_string(dump, q->p->arena.p + off, len)); TRY(putc_(dump, ':')); }
+                if (dump) { TRY(dump_string(dump, S(q->p, off), len)); TRY(putc_(dump, ':')); }
                 ws(q);
                 if (q->s >= q->e || *q->s != ':') return fail(q, ST_PFT_UNSUPPORTED);
                 q->s++;
@@ -554,9 +580,7 @@ static int parse_value(parser *q, jv *v, buf *dump, int depth) {
                 TRY(dump_double(dump, d));
             }
             else if (v->t == J_INT) {
-                char t[24];
-                int n = snprintf(t, sizeof t, "%lld", (long long)v->i);
-                TRY(put(dump, t, (size_t)n));
+                TRY(dump_int(dump, v->i));
             }
             else TRY(put(dump, v->raw, v->raw_len)); /* a big integer: its digits (JSON forbids leading zeros) */
         }
@@ -566,7 +590,7 @@ static int parse_value(parser *q, jv *v, buf *dump, int depth) {
 }
 
 static inline int key_is_n(const st_pft *p, size_t off, size_t len, const char *w, size_t n) {
-    return len == n && memcmp(p->arena.p + off, w, n) == 0;
+    return len == n && memcmp(S(p, off), w, n) == 0;
 }
 #define key_is(p, off, len, lit) key_is_n((p), (off), (len), (lit), sizeof(lit) - 1)
 
@@ -720,7 +744,7 @@ static int unsupported(st_pft *p, event *ev) {
         ev->has_dur = r;
         if (!r) ev->dur_ns = 0;
     }
-    if (ev->ph.len == 1 && memchr("Mstf", p->arena.p[ev->ph.off], 4)) return 0;
+    if (ev->ph.len == 1 && memchr("Mstf", S(p, ev->ph.off)[0], 4)) return 0;
     for (size_t i = 0; i < ev->n_args; i++) {
         const pair *a = &p->pairs[ev->args + i];
         if (a->v.t == J_OTHER) return 1;
@@ -732,7 +756,7 @@ static int unsupported(st_pft *p, event *ev) {
     if (!ev->has_ts || ev->ts_ns < 0) {
         /* skipped: its reason names the phase */
         for (size_t i = 0; i < ev->ph.len; i++) {
-            uint8_t c = p->arena.p[ev->ph.off + i];
+            uint8_t c = S(p, ev->ph.off)[i];
             if (c < 0x20 || c > 0x7E || c == '\'' || c == '\\') return 1;
         }
         return ev->ph.len > 40;
@@ -741,10 +765,10 @@ static int unsupported(st_pft *p, event *ev) {
     int c = str_is(p, &ev->ph, "C");
     if (c) return 0;
     int k;
-    k = ev->ph.len == 1 && memchr("XBEiIR", p->arena.p[ev->ph.off], 6);
+    k = ev->ph.len == 1 && memchr("XBEiIR", S(p, ev->ph.off)[0], 6);
     if (!k) {
         for (size_t i = 0; i < ev->ph.len; i++) {
-            uint8_t ch = p->arena.p[ev->ph.off + i];
+            uint8_t ch = S(p, ev->ph.off)[i];
             if (ch < 0x20 || ch > 0x7E || ch == '\'' || ch == '\\') return 1;
         }
         return ev->ph.len > 40;
@@ -769,7 +793,7 @@ static int ckey(buf *b, st_pft *p, const jv *v) {
     if (v->t == J_STR) {
         uint32_t n = (uint32_t)v->len;
         TRY(putc_(b, 's')); TRY(put(b, &n, 4));
-        return put(b, p->arena.p + v->off, v->len);
+        return put(b, S(p, v->off), v->len);
     }
     return putc_(b, 'n');
 }
@@ -796,7 +820,7 @@ static int descriptor(st_pft *p, const buf *body) {
 
 static int str_of_value(buf *b, st_pft *p, const jv *v) {
     /* str(pid) for a non-int pid: a string is itself, a missing one "None" */
-    if (v->t == J_STR) return put(b, p->arena.p + v->off, v->len);
+    if (v->t == J_STR) return put(b, S(p, v->off), v->len);
     return put(b, "None", 4);
 }
 
@@ -873,7 +897,7 @@ static int thread_track(st_pft *p, const jv *pid, const jv *tid, int64_t lane, u
             char t[40];
             int n = snprintf(t, sizeof t, "thread %lld", (long long)tid->i);
             rc = put(&name, t, (size_t)n);
-        } else if (tid->t == J_STR && tid->len) rc = put(&name, p->arena.p + tid->off, tid->len);
+        } else if (tid->t == J_STR && tid->len) rc = put(&name, S(p, tid->off), tid->len);
         else rc = put(&name, "(no tid)", 8);
     }
     uint64_t parent = 0;
@@ -1074,7 +1098,7 @@ static int annotations(st_pft *p, const event *ev) {
                 book = key_is_n(p, a->koff, a->klen, BOOKKEEPING[j], strlen(BOOKKEEPING[j]));
         if (book) continue;
         uint64_t name;
-        TRY(iid(p, 2, p->arena.p + a->koff, a->klen, &name));
+        TRY(iid(p, 2, S(p, a->koff), a->klen, &name));
         buf *t = &p->tmp;
         t->n = 0;
         TRY(fvar(t, 1, name));
@@ -1089,9 +1113,9 @@ static int annotations(st_pft *p, const event *ev) {
             TRY(fdouble(t, 5, d));
             break;
         }
-        case J_STR: TRY(fbytes(t, 6, p->arena.p + v->off, v->len)); break;
+        case J_STR: TRY(fbytes(t, 6, S(p, v->off), v->len)); break;
         case J_NULL: TRY(fbytes(t, 9, "null", 4)); break;
-        case J_NEST: TRY(fbytes(t, 9, p->arena.p + v->off, v->len)); break;
+        case J_NEST: TRY(fbytes(t, 9, S(p, v->off), v->len)); break;
         case J_BIG: TRY(fbytes(t, 9, v->raw, v->raw_len)); break;
         default: return ST_PFT_UNSUPPORTED; /* refused before (unsupported()) */
         }
@@ -1111,7 +1135,7 @@ static const char *const GPU[] = {"kernel", "Kernel", "gpu_memcpy", "Memcpy", "g
 #define TS_LIMIT INT64_MAX /* 2^63 - 1: the last usable ns is one below 2^63 */
 
 static int encode_event(st_pft *p, const event *ev) {
-    const uint8_t *ph = p->arena.p + ev->ph.off;
+    const uint8_t *ph = S(p, ev->ph.off);
     size_t phn = ev->ph.len;
     if (phn == 1 && ph[0] == 'M') return 0;
     if (phn == 1 && (ph[0] == 's' || ph[0] == 't' || ph[0] == 'f')) { p->counts[3]++; return 0; }
@@ -1125,10 +1149,10 @@ static int encode_event(st_pft *p, const event *ev) {
     if (phn == 1 && ph[0] == 'C') {
         const uint8_t *name = (const uint8_t *)"";
         size_t nlen = 0;
-        if (ev->name.t == J_STR) { name = p->arena.p + ev->name.off; nlen = ev->name.len; }
+        if (ev->name.t == J_STR) { name = S(p, ev->name.off); nlen = ev->name.len; }
         for (size_t i = 0; ev->args_obj && i < ev->n_args; i++) {
             const pair *a = &p->pairs[ev->args + i];
-            const uint8_t *k = p->arena.p + a->koff;
+            const uint8_t *k = S(p, a->koff);
             if (key_is(p, a->koff, a->klen, "rank") || (a->klen >= 4 && !memcmp(k + a->klen - 4, "_raw", 4))) continue;
             double d;
             if (a->v.t == J_INT) d = (double)a->v.i;
@@ -1168,11 +1192,11 @@ static int encode_event(st_pft *p, const event *ev) {
     TRY(fvar(&p->ev, 11, track));
     uint64_t id;
     if (ev->name.t == J_STR) {
-        TRY(iid(p, 1, p->arena.p + ev->name.off, ev->name.len, &id));
+        TRY(iid(p, 1, S(p, ev->name.off), ev->name.len, &id));
         TRY(fvar(&p->ev, 10, id));
     }
     if (ev->cat.t == J_STR) {
-        TRY(iid(p, 0, p->arena.p + ev->cat.off, ev->cat.len, &id));
+        TRY(iid(p, 0, S(p, ev->cat.off), ev->cat.len, &id));
         TRY(fvar(&p->ev, 3, id));
     }
     if (ev->args_obj) TRY(annotations(p, ev));
@@ -1210,6 +1234,7 @@ static int cmp_events(const void *a, const void *b) {
 
 int st_pft_feed(st_pft *p, const uint8_t *chunk, size_t len, const uint8_t **out, size_t *out_len) {
     p->out.n = p->arena.n = 0;
+    p->chunk = chunk;
     p->n_events = p->n_pairs = 0;
     *out = NULL;
     *out_len = 0;

@@ -300,7 +300,8 @@ def test_c_encoder_floats_as_python_writes_them():
     vals += [rnd.uniform(-1e6, 1e6) for _ in range(300)] + [rnd.random() * 10 ** rnd.randint(-30, 30)
                                                             for _ in range(300)]
     rk = SimpleNamespace(rank=0, tracks=[], pid_map={})
-    events = [{"ph": "X", "name": "f", "pid": 1, "tid": 1, "ts": i, "dur": 1, "args": {"v": [v], "d": v}}
+    events = [{"ph": "X", "name": "f", "pid": 1, "tid": 1, "ts": i, "dur": 1, "args": {"v": [v], "d": v,
+                                                                   "ints": [i, -i, -(2 ** 63), 2 ** 63 - 1, 0]}}
               for i, v in enumerate(vals)]
     chunks = [b"," + ",".join(json.dumps(e, separators=(",", ":")) for e in events).encode()]
     want, _, _ = _encode(pftrace.RankEncoder, rk, chunks)
