@@ -67,6 +67,37 @@ def test_worst_is_the_collective_with_most_waiting(tmp_path, run):
     assert {s["rank"] for s in sl} == set(range(4))
 
 
+
+@pytest.mark.parametrize("suffix", [".pftrace.gz", ".json"])
+def test_worst_holds_the_collectives_kernel_and_launch_on_every_rank(tmp_path, run, suffix):
+    """Not only some events in the window: the worst instance itself, its NCCL
+    kernel (time and duration as written) and the CPU launch of it, on each rank."""
+    paths, truth = run
+    out = tmp_path / ("worst" + suffix)
+    proc = fuse_cli(*paths, "--focus", "worst", "-o", out, "-j", "2")
+    assert proc.returncode == 0, proc.stderr
+    if suffix == ".json":
+        with open(out) as f:
+            doc = json.load(f)
+        focus = doc["streamtrace"]["focus"]
+        slices = [dict(rank=e["args"]["rank"], name=e["name"], ts=round(float(e["ts"]) * 1000),
+                       dur=round(float(e["dur"]) * 1000)) for e in doc["traceEvents"] if e.get("ph") == "X"]
+    else:
+        view = decode(str(out))
+        focus = view["meta"]["focus"]
+        slices = pftrace_slices(view)
+    coll = next(c for c in truth["collectives"]
+                if [min(p["written_start_ns"] for p in c["per_rank"].values()),
+                    max(p["written_end_ns"] for p in c["per_rank"].values())] == focus["instance_ns"])
+    assert len(coll["per_rank"]) == 4
+    for r, p in coll["per_rank"].items():
+        kernel = [s for s in slices if s["rank"] == int(r) and s["name"] == coll["kernel_name"]
+                  and s["ts"] == p["written_start_ns"] and s["dur"] == p["written_end_ns"] - p["written_start_ns"]]
+        assert len(kernel) == 1, (r, coll["kernel_name"], p)
+        launch = round(float(p["launch_ts_us"]) * 1000)
+        assert [s for s in slices if s["rank"] == int(r) and s["ts"] == launch and s["name"] != coll["kernel_name"]], r
+
+
 def test_focus_equals_the_same_window_in_json(tmp_path, run):
     paths, _ = run
     a, b = tmp_path / "focus.json", tmp_path / "window.json"
